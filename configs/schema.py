@@ -1,0 +1,599 @@
+"""The one typed config: frozen dataclasses loaded strictly from configs/config.yaml.
+
+Every section of `config.yaml` is a dataclass here; the defaults live here and the comments in
+`config.yaml` document each key once. `load_config(path)` parses the YAML, rejects unknown keys
+(listing the valid ones), wrong types and out-of-range values, and raises `ConfigError` with the
+file, the dotted key and what was expected, e.g.
+
+    configs/config.yaml: distributed.workers[1].gpu_id must be >= -1, got -5
+
+Parse once at an entry point and pass each part only its section (`cfg.mcts`, `cfg.distributed`).
+This module imports only the standard library and yaml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "config.yaml"
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the schema."""
+
+
+class _Invalid(Exception):
+    """Raised by section checks; becomes a ConfigError with the file and dotted key."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise _Invalid(key, message)
+
+
+def _range(obj: Any, name: str, lo: float | None = None, hi: float | None = None) -> None:
+    value = getattr(obj, name)
+    if value is None:
+        return
+    if lo is not None and hi is not None:
+        _check(lo <= value <= hi, name, f"must be between {lo} and {hi}, got {value!r}")
+    elif lo is not None:
+        _check(value >= lo, name, f"must be >= {lo}, got {value!r}")
+    elif hi is not None:
+        _check(value <= hi, name, f"must be <= {hi}, got {value!r}")
+
+
+def _choice(obj: Any, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(obj, name)
+    _check(value in choices, name, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GoConfig:
+    board_size: int = 9
+    """Board is board_size x board_size, 5 to 19."""
+    komi: float = 7.0
+    """Points added to white's area score (Tromp-Taylor area scoring)."""
+    max_moves: int = 0
+    """Game ends after this many moves (passes count); 0 means 2 * board_size**2."""
+
+    def __post_init__(self) -> None:
+        _range(self, "board_size", 5, 19)
+        _range(self, "komi", -150, 150)
+        _range(self, "max_moves", 0, 10_000)
+        _check(self.komi * 2 == int(self.komi * 2), "komi", f"must be a multiple of 0.5, got {self.komi}")
+
+    @property
+    def move_cap(self) -> int:
+        return self.max_moves or 2 * self.board_size**2
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    blocks: int = 6
+    """Residual blocks (the user guide's --blocks)."""
+    filters: int = 64
+    """Convolution filters per layer (the user guide's --filters)."""
+    history: int = 8
+    """Past positions in the input: 2 * history + 1 input planes."""
+    value_hidden: int = 64
+    """Width of the value head's hidden layer."""
+
+    def __post_init__(self) -> None:
+        _range(self, "blocks", 1, 80)
+        _range(self, "filters", 8, 1024)
+        _range(self, "history", 1, 16)
+        _range(self, "value_hidden", 8, 4096)
+
+
+@dataclass(frozen=True)
+class MctsConfig:
+    simulations: int = 100
+    """Simulations per move (new visits added to the root; a reused subtree keeps its visits)."""
+    c_puct: float = 1.5
+    """Exploration constant of PUCT."""
+    dirichlet_total_alpha: float = 10.83
+    """Root noise: alpha per legal move = this / number of legal moves (0.03 on 19x19)."""
+    dirichlet_fraction: float = 0.25
+    """Share of the root prior replaced by Dirichlet noise in self-play."""
+    fpu_reduction: float = 0.2
+    """Unvisited children start at the parent's value minus this (first-play urgency)."""
+    reuse_tree: bool = True
+    """Keep the chosen child's subtree for the next move."""
+
+    def __post_init__(self) -> None:
+        _range(self, "simulations", 1, 100_000)
+        _range(self, "c_puct", 0.0, 100.0)
+        _range(self, "dirichlet_total_alpha", 0.0, 1000.0)
+        _range(self, "dirichlet_fraction", 0.0, 1.0)
+        _range(self, "fpu_reduction", 0.0, 2.0)
+
+
+@dataclass(frozen=True)
+class SelfPlayConfig:
+    games_per_worker: int = 1000
+    """Games each worker contributes per generation; the coach trains a new generation once
+    games_per_worker x active workers new games have arrived (weighted by load balancing)."""
+    parallel_games: int = 64
+    """Games one worker process searches at once (one batched network call per step)."""
+    batch_size: int = 64
+    """Most positions per network call."""
+    temperature_moves: int = 8
+    """Moves played in proportion to visit counts; after that, the most visited move."""
+    resign_threshold: float = -0.9
+    """Resign when the root value stays below this; -1 disables resignation."""
+    resign_disabled_fraction: float = 0.1
+    """Share of games where resignation is off, to measure false resignations."""
+    workers: int = 2
+    """Local mode: self-play worker processes (the user guide's --workers)."""
+    workers_per_gpu: int = 1
+    """Local mode: worker processes per GPU (--workers-per-gpu); workers are spread evenly."""
+    cpu_only: bool = False
+    """Run self-play on the CPU even when GPUs are present."""
+    threads_per_worker: int = 1
+    """torch threads per worker process (one process per core with one thread is robust)."""
+
+    def __post_init__(self) -> None:
+        _range(self, "games_per_worker", 1, 10**9)
+        _range(self, "parallel_games", 1, 4096)
+        _range(self, "batch_size", 1, 4096)
+        _range(self, "temperature_moves", 0, 1000)
+        _range(self, "resign_threshold", -1.0, 1.0)
+        _range(self, "resign_disabled_fraction", 0.0, 1.0)
+        _range(self, "workers", 1, 1024)
+        _range(self, "workers_per_gpu", 1, 64)
+        _range(self, "threads_per_worker", 1, 256)
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    min_positions: int = 20_000
+    """The window never shrinks below this many positions (KataGo-style growing window)."""
+    max_positions: int = 500_000
+    """The window never grows beyond this many positions."""
+    growth: float = 0.75
+    """Window size = min_positions * (total_positions / min_positions) ** growth, capped."""
+    validation_fraction: float = 0.05
+    """Share of games held out for validation (chosen by a hash of the game id)."""
+
+    def __post_init__(self) -> None:
+        _range(self, "min_positions", 1, 10**10)
+        _range(self, "max_positions", 1, 10**10)
+        _check(
+            self.max_positions >= self.min_positions,
+            "max_positions",
+            f"must be >= replay.min_positions ({self.min_positions}), got {self.max_positions}",
+        )
+        _range(self, "growth", 0.0, 1.0)
+        _range(self, "validation_fraction", 0.0, 0.5)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    batch_size: int = 256
+    """Total batch across all ranks (split evenly; the guides' --batch-size)."""
+    lr: float = 0.02
+    """Learning rate for the reference batch size lr_reference_batch."""
+    lr_reference_batch: int = 256
+    """The batch size at which lr applies; scaled from there by lr_scaling."""
+    lr_scaling: str = "linear"
+    """How lr follows the total batch: linear, sqrt or none."""
+    warmup_steps: int = 100
+    """Linear LR warmup at the start of a run."""
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    steps_per_generation: int = 500
+    """Optimizer steps per training round (one new generation)."""
+    epochs: int = 0
+    """If > 0, train this many passes over the window instead of steps_per_generation."""
+    grad_accumulation: int = 1
+    """Micro-batches per optimizer step (no_sync on all but the last)."""
+    mixed_precision: bool = False
+    """bf16/fp16 autocast on GPUs (ignored on CPU)."""
+    gpus: int = 0
+    """GPUs per node for training; 0 = all visible (CPU with Gloo when none)."""
+    nodes: int = 1
+    """Training nodes (the main node plus training_nodes from distributed)."""
+    master_port: int = 29500
+    """Rendezvous port of rank 0 for multi-process training."""
+    timeout_s: float = 300.0
+    """Process group timeout: a stuck or dead rank ends the round after this."""
+    min_new_positions: int = 0
+    """Also require this many new positions before a training round (0 = only games_per_worker)."""
+
+    def __post_init__(self) -> None:
+        _range(self, "batch_size", 1, 1 << 20)
+        _range(self, "lr", 0.0, 10.0)
+        _range(self, "lr_reference_batch", 1, 1 << 20)
+        _choice(self, "lr_scaling", ("linear", "sqrt", "none"))
+        _range(self, "warmup_steps", 0, 10**9)
+        _range(self, "momentum", 0.0, 1.0)
+        _range(self, "weight_decay", 0.0, 1.0)
+        _range(self, "steps_per_generation", 1, 10**9)
+        _range(self, "epochs", 0, 10**6)
+        _range(self, "grad_accumulation", 1, 1024)
+        _range(self, "gpus", 0, 1024)
+        _range(self, "nodes", 1, 1024)
+        _range(self, "master_port", 1, 65535)
+        _range(self, "timeout_s", 1.0, 86400.0)
+        _range(self, "min_new_positions", 0, 10**12)
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    games: int = 40
+    """Arena games between a new generation and the previous one (colours alternate)."""
+    gating: str = "none"
+    """Promote a new model: none (always), threshold (win rate >= gating_threshold) or sprt."""
+    gating_threshold: float = 0.55
+    """Win rate needed with gating: threshold."""
+    sprt_elo0: float = 0.0
+    """SPRT null hypothesis Elo difference (Leela Zero: 0)."""
+    sprt_elo1: float = 35.0
+    """SPRT alternative hypothesis Elo difference (Leela Zero: 35)."""
+    simulations: int = 0
+    """Simulations per move in the arena; 0 = mcts.simulations."""
+    gnugo_level: int = 1
+    """GNU Go level (0-10) for evaluation against GNU Go; 0 games means off."""
+    gnugo_games: int = 0
+    """Games against GNU Go per generation (0 = off)."""
+
+    def __post_init__(self) -> None:
+        _range(self, "games", 0, 100_000)
+        _choice(self, "gating", ("none", "threshold", "sprt"))
+        _range(self, "gating_threshold", 0.0, 1.0)
+        _range(self, "sprt_elo0", -1000.0, 1000.0)
+        _range(self, "sprt_elo1", -1000.0, 1000.0)
+        _range(self, "simulations", 0, 100_000)
+        _range(self, "gnugo_level", 0, 10)
+        _range(self, "gnugo_games", 0, 100_000)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    host: str
+    """Host name or address of the worker."""
+    user: str
+    """SSH user on the worker (key authentication only; no passwords in the config)."""
+    name: str = ""
+    """Name used in commands and status (default worker1, worker2, ... by position)."""
+    port: int = 22
+    key_path: str | None = None
+    """Private key file; unset means the SSH agent and ~/.ssh default keys."""
+    gpu_id: int = 0
+    """GPU the worker's self-play uses; -1 for CPU."""
+    remote_dir: str | None = None
+    """Overrides distributed.remote_dir for this worker."""
+    python: str | None = None
+    """Overrides distributed.python for this worker."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.host.strip()), "host", "must not be empty")
+        _check(bool(self.user.strip()), "user", "must not be empty")
+        _range(self, "port", 1, 65535)
+        _range(self, "gpu_id", -1, 1024)
+        _check(
+            all(c.isalnum() or c in "-_." for c in self.name),
+            "name",
+            f"may hold only letters, digits, '-', '_' and '.', got {self.name!r}",
+        )
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    enabled: bool = False
+    """Run self-play on the workers below over SSH (also: start_main.py --distributed)."""
+    workers: tuple[WorkerSpec, ...] = ()
+    """Self-play hosts: host, user, key_path, gpu_id (and optional name, port)."""
+    compression: bool = True
+    """zstd-compress models and game batches on the wire."""
+    compression_level: int = 3
+    """zstd level, 1 (fast) to 22 (small)."""
+    batch_size: int = 100
+    """Finished games per batch file a worker sends."""
+    sync_interval: int = 50
+    """Games between a worker's checks for a newer model."""
+    load_balancing: bool = True
+    """Share each generation's games by worker_weights, or by measured speed when none given."""
+    worker_weights: dict[str, float] = field(default_factory=dict)
+    """Relative speed of each named worker, e.g. worker2: 2.0 for a 2x faster machine."""
+    training_nodes: tuple[WorkerSpec, ...] = ()
+    """Extra hosts that join DDP training (node_rank 1, 2, ... in this order)."""
+    accept_new_host_keys: bool = False
+    """Record the key of a host not yet in known_hosts (explicit choice; a changed key is
+    always refused)."""
+    known_hosts: str = "~/.ssh/known_hosts"
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 60.0
+    transfer_timeout_s: float = 120.0
+    retries: int = 3
+    """Attempts after the first for a failed connection or transfer (exponential backoff)."""
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 30.0
+    keepalive_s: float = 5.0
+    heartbeat_interval_s: float = 2.0
+    """How often workers write their heartbeat."""
+    offline_after_s: float = 15.0
+    """A worker whose heartbeat is older than this, or that cannot be reached, is Offline."""
+    deploy: bool = True
+    """Install this project's exact version on each worker (off for hosts prepared by hand)."""
+    remote_dir: str = "~/azgo"
+    """Folder on the workers for the project, models, outbox and logs."""
+    python: str = "python3"
+    """Python on the workers (full path avoids slow login shells)."""
+    stop_grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping a worker."""
+    max_outbox_batches: int = 50
+    """A worker pauses self-play when this many batches wait uncollected."""
+    poll_interval_s: float = 2.0
+    """How often the coach polls workers for heartbeats and batches."""
+
+    def __post_init__(self) -> None:
+        _range(self, "compression_level", 1, 22)
+        _range(self, "batch_size", 1, 100_000)
+        _range(self, "sync_interval", 1, 10**9)
+        for name in (
+            "connect_timeout_s",
+            "command_timeout_s",
+            "transfer_timeout_s",
+            "backoff_base_s",
+            "backoff_max_s",
+            "keepalive_s",
+            "heartbeat_interval_s",
+            "offline_after_s",
+            "stop_grace_s",
+            "poll_interval_s",
+        ):
+            _range(self, name, 0.01, 86400.0)
+        _range(self, "retries", 0, 100)
+        _range(self, "max_outbox_batches", 1, 10**6)
+        for name, weight in self.worker_weights.items():
+            _check(
+                isinstance(weight, (int, float)) and weight > 0 and math.isfinite(weight),
+                f"worker_weights.{name}",
+                f"must be a number > 0, got {weight!r}",
+            )
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: str = "INFO"
+    dir: str = "logs"
+    """Folder of distributed_training.log and worker_<name>.log."""
+
+    def __post_init__(self) -> None:
+        _choice(self, "level", ("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    dir: str = "runs/main"
+    """Run folder on the main node: models, games, replay window, metrics, checkpoints."""
+    iterations: int = 0
+    """Stop after this many new generations (0 = run until stopped; --iterations)."""
+    seed: int = 0
+    """Base seed; each worker and rank derives its own from it."""
+
+    def __post_init__(self) -> None:
+        _range(self, "iterations", 0, 10**9)
+        _range(self, "seed", 0, 2**31 - 1)
+
+
+@dataclass(frozen=True)
+class Config:
+    go: GoConfig = field(default_factory=GoConfig)
+    net: NetConfig = field(default_factory=NetConfig)
+    mcts: MctsConfig = field(default_factory=MctsConfig)
+    self_play: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        names = [w.name for w in self.distributed.workers + self.distributed.training_nodes]
+        for i, name in enumerate(names):
+            _check(
+                name not in names[:i],
+                "distributed.workers",
+                f"worker names must be unique, {name!r} appears twice",
+            )
+        known = {w.name for w in self.distributed.workers}
+        for name in self.distributed.worker_weights:
+            _check(
+                name in known,
+                f"distributed.worker_weights.{name}",
+                f"names no worker; workers are: {', '.join(sorted(known)) or '(none)'}",
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Turn parsed YAML `value` into type `tp`, or raise _Invalid naming `key`."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        others = [a for a in args if a is not type(None)]
+        return _convert(value, others[0], key)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _Invalid(key, f"must be a list, got {value!r}")
+        (item_tp, _) = typing.get_args(tp)
+        return tuple(_convert(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise _Invalid(key, f"must be a mapping, got {value!r}")
+        _, val_tp = typing.get_args(tp)
+        return {str(k): _convert(v, val_tp, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _Invalid(key, f"must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(key, f"must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _Invalid(key, f"must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise _Invalid(key, f"must be a finite number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise _Invalid(key, f"must be a string, got {value!r}")
+        return value
+    raise AssertionError(f"unsupported config type {tp!r} at {key}")
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    """Build dataclass `cls` from a mapping, strictly."""
+    where = prefix or "the top level"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise _Invalid(prefix, f"must be a mapping of keys, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            raise _Invalid(
+                dotted, f"is not a known key in {where}; valid keys: {', '.join(fields)}"
+            )
+        dotted = f"{prefix}.{key}" if prefix else key
+        kwargs[key] = _convert(value, hints[key], dotted)
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise _Invalid(f"{prefix}.{missing[0]}" if prefix else missing[0], "is required")
+    if cls is DistributedConfig:
+        kwargs = _name_workers(kwargs)
+    try:
+        return cls(**kwargs)
+    except _Invalid as e:
+        raise _Invalid(f"{prefix}.{e.key}" if prefix else e.key, e.message) from None
+
+
+def _name_workers(kwargs: dict) -> dict:
+    """Give unnamed workers their default name worker<i+1> (node<i+1> for training nodes)."""
+    for key, stem in (("workers", "worker"), ("training_nodes", "node")):
+        specs = kwargs.get(key, ())
+        kwargs[key] = tuple(
+            dataclasses.replace(w, name=w.name or f"{stem}{i + 1}") for i, w in enumerate(specs)
+        )
+    return kwargs
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    """Build a Config from already-parsed YAML data; errors name `source`."""
+    try:
+        return _build(Config, data, "")
+    except _Invalid as e:
+        raise ConfigError(f"{source}: {e.key} {e.message}") from None
+
+
+def load_config_text(text: str, source: str = "<config>") -> Config:
+    """Parse YAML text into a Config (used to validate an edited config before writing it)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+    return parse_config(data, source)
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load and validate a config file (default configs/config.yaml)."""
+    path = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file: {e.strerror}") from None
+    return load_config_text(text, _display_path(path))
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def override(cfg: Config, overrides: dict[str, Any], source: str = "command line") -> Config:
+    """Return cfg with dotted keys replaced (e.g. {"training.batch_size": 512}), re-validated."""
+    data = to_dict(cfg)
+    for dotted, value in overrides.items():
+        node = data
+        *parents, last = dotted.split(".")
+        for p in parents:
+            if p not in node or not isinstance(node[p], dict):
+                raise ConfigError(f"{source}: {dotted} is not a config key")
+            node = node[p]
+        if last not in node:
+            raise ConfigError(f"{source}: {dotted} is not a config key")
+        node[last] = value
+    return parse_config(data, source)
+
+
+def to_dict(cfg: Any) -> Any:
+    """A plain-data copy (dicts and lists) of a config, suitable for YAML or JSON."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def dump_config(cfg: Config) -> str:
+    """YAML text of a resolved config (written into each run folder)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny config and a temporary run folder.
+
+In CI (CI=true) the tools the tests check us against (sshd, GNU Go, OpenSpiel) must be present:
+`require_tool` fails there instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from configs import Config, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_tool(what: str, found: bool, hint: str) -> None:
+    """Skip on a developer machine without `what`; fail in CI, where .ci/run installs it."""
+    if found:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is missing in CI: {hint}")
+    pytest.skip(f"{what} not available here: {hint}")
+
+
+def gnugo_path() -> str | None:
+    return shutil.which("gnugo") or (
+        "/usr/games/gnugo" if os.path.exists("/usr/games/gnugo") else None
+    )
+
+
+@pytest.fixture
+def tiny_cfg() -> Config:
+    """configs/tiny.yaml: 5x5 board, 2-block net, 8 simulations."""
+    return load_config(REPO / "configs" / "tiny.yaml")
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    return d
