@@ -1,0 +1,330 @@
+"""Worker states, the worker's heartbeat file, and `distributed/status.txt`.
+
+Vocabulary:
+  - `WorkerState`: Active (generating games), Syncing (fetching/loading a model), Error (the
+    worker reported a failure or could not be started), Offline (no fresh heartbeat: the
+    host or the daemon is unreachable or silent for `offline_after_s`).
+  - heartbeat: `Heartbeat`, the small JSON file (`status.json`) a worker daemon rewrites
+    every few seconds and the coach reads over SFTP. Both sides use `write_heartbeat` /
+    `parse_heartbeat`, so the format lives here only.
+  - status snapshot: `StatusSnapshot`, what `distributed/status.txt` shows; a header with the
+    user guide's metrics one per line (`Games/second: 145.2`, `Workers active: 4/4`,
+    `Model sync time: 12.3s`, `Network usage: 45.6 MB/min`, ...), then a fixed-width table
+    with one row per worker. `render_status` and `parse_status_text` are inverses (up to
+    the rounding shown), so tests and tools read the file back.
+
+It must not: open connections, decide states by itself beyond `state_from_heartbeat`, or know
+about Go or torch. All writes go through `transfer.write_atomic`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from distributed.transfer import write_atomic, write_json_atomic
+
+HEARTBEAT_NAME = "status.json"
+
+
+class WorkerState(str, enum.Enum):
+    """Lifecycle state of one worker as the status file shows it."""
+
+    ACTIVE = "Active"
+    SYNCING = "Syncing"
+    ERROR = "Error"
+    OFFLINE = "Offline"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StatusFormatError(ValueError):
+    """A heartbeat or status.txt could not be parsed; the message says which line or key."""
+
+
+# ----------------------------------------------------------------------------- heartbeat
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a worker daemon reports about itself (`status.json` in its worker folder)."""
+
+    name: str
+    state: WorkerState
+    pid: int
+    generation: int = -1  # model generation in use, -1 before the first model
+    games_done: int = 0  # finished games since the daemon started
+    games_per_s: float = 0.0
+    positions_per_s: float = 0.0
+    outbox_backlog: int = 0  # batch files waiting to be collected
+    paused: bool = False
+    last_error: str = ""
+    time: float = 0.0  # unix time the heartbeat was written (the worker's clock)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["state"] = self.state.value
+        return d
+
+
+def heartbeat_from_dict(d: dict) -> Heartbeat:
+    """Build a Heartbeat from its JSON dict; unknown keys are ignored (newer workers)."""
+    try:
+        kwargs = {f.name: d[f.name] for f in dataclasses.fields(Heartbeat) if f.name in d}
+        kwargs["state"] = WorkerState(d["state"])
+        return Heartbeat(**kwargs)
+    except (KeyError, ValueError, TypeError) as e:
+        raise StatusFormatError(f"bad heartbeat {d!r:.200}: {type(e).__name__}: {e}") from e
+
+
+def parse_heartbeat(data: bytes | str) -> Heartbeat:
+    """Parse the bytes of a `status.json` file (as read over SFTP)."""
+    try:
+        d = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise StatusFormatError(f"heartbeat is not JSON: {e}") from e
+    if not isinstance(d, dict):
+        raise StatusFormatError(f"heartbeat is not a JSON object: {d!r:.100}")
+    return heartbeat_from_dict(d)
+
+
+def write_heartbeat(path: str | os.PathLike, hb: Heartbeat) -> None:
+    """Atomically write `hb` as JSON to `path` (the worker side)."""
+    write_json_atomic(path, hb.to_dict())
+
+
+def read_heartbeat(path: str | os.PathLike) -> Heartbeat:
+    """Read a local heartbeat file."""
+    with open(path, "rb") as f:
+        return parse_heartbeat(f.read())
+
+
+def state_from_heartbeat(
+    hb: Heartbeat | None, *, now: float | None = None, offline_after_s: float = 15.0
+) -> WorkerState:
+    """The state to show for a worker: Offline without a heartbeat or with a stale one."""
+    if hb is None:
+        return WorkerState.OFFLINE
+    now = time.time() if now is None else now
+    if now - hb.time > offline_after_s:
+        return WorkerState.OFFLINE
+    return hb.state
+
+
+# ----------------------------------------------------------------------------- status.txt
+
+
+@dataclass
+class WorkerRow:
+    """One worker's line in status.txt."""
+
+    name: str
+    host: str
+    state: WorkerState
+    gpu: str = "-"  # "0", "1", "cpu", or a GPU name
+    generation: int | None = None
+    games: int = 0
+    games_per_s: float = 0.0
+    weight: float = 1.0
+    share: float = 0.0  # fraction of self-play assigned, 0..1
+    heartbeat_age_s: float | None = None
+    restarts: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class StatusSnapshot:
+    """Everything status.txt shows. Units: seconds, MB (1e6 bytes) per minute."""
+
+    games_per_s: float = 0.0
+    workers_active: int = 0
+    workers_total: int = 0
+    model_sync_s: float | None = None
+    network_mb_per_min: float = 0.0
+    generation: int | None = None
+    window_games: int = 0
+    window_positions: int = 0
+    staleness_generations: float | None = None
+    last_loss: float | None = None
+    elo: float | None = None
+    updated: str = ""  # UTC time of writing, "YYYY-MM-DD HH:MM:SS"
+    workers: list[WorkerRow] = field(default_factory=list)
+
+
+_TITLE = "AZ-Go distributed status"
+_COLUMNS = [  # (header, WorkerRow field)
+    ("NAME", "name"),
+    ("HOST", "host"),
+    ("STATE", "state"),
+    ("GPU", "gpu"),
+    ("GEN", "generation"),
+    ("GAMES", "games"),
+    ("GAMES/S", "games_per_s"),
+    ("WEIGHT", "weight"),
+    ("SHARE", "share"),
+    ("HEARTBEAT", "heartbeat_age_s"),
+    ("RESTARTS", "restarts"),
+    ("LAST ERROR", "last_error"),
+]
+_MAX_ERROR = 80
+
+
+def _opt(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _cell(row: WorkerRow, attr: str) -> str:
+    v = getattr(row, attr)
+    if attr == "generation":
+        return _opt(v, "d")
+    if attr == "games_per_s":
+        return f"{v:.2f}"
+    if attr == "weight":
+        return f"{v:.2f}"
+    if attr == "share":
+        return f"{100 * v:.1f}%"
+    if attr == "heartbeat_age_s":
+        return "-" if v is None else f"{v:.1f}s"
+    if attr == "last_error":
+        text = " ".join(str(v).split())  # one line
+        return (text[: _MAX_ERROR - 3] + "...") if len(text) > _MAX_ERROR else (text or "-")
+    text = " ".join(str(v).split())
+    return text or "-"
+
+
+def render_status(snap: StatusSnapshot) -> str:
+    """The text of status.txt for `snap`."""
+    updated = snap.updated or time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    lines = [
+        f"{_TITLE} (updated {updated} UTC)",
+        f"Games/second: {snap.games_per_s:.1f}",
+        f"Workers active: {snap.workers_active}/{snap.workers_total}",
+        "Model sync time: " + ("-" if snap.model_sync_s is None else f"{snap.model_sync_s:.1f}s"),
+        f"Network usage: {snap.network_mb_per_min:.1f} MB/min",
+        f"Generation: {_opt(snap.generation, 'd')}",
+        f"Games in window: {snap.window_games}",
+        f"Positions in window: {snap.window_positions}",
+        f"Data staleness: {_opt(snap.staleness_generations, '.2f')} generations",
+        f"Last loss: {_opt(snap.last_loss, '.4f')}",
+        f"Elo: {_opt(snap.elo, '.1f')}",
+        "",
+    ]
+    table = [[h for h, _ in _COLUMNS]] + [[_cell(r, a) for _, a in _COLUMNS] for r in snap.workers]
+    widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
+    for row in table:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths)] + [row[-1]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def write_status(path: str | os.PathLike, snap: StatusSnapshot) -> None:
+    """Atomically rewrite status.txt, so `watch cat` never shows half a file."""
+    write_atomic(path, render_status(snap))
+
+
+_HEADER_RE = re.compile(r"^([A-Za-z/ ]+): (.*)$")
+
+
+def _num(text: str, kind, suffix: str = ""):
+    text = text.strip()
+    if suffix and text.endswith(suffix):
+        text = text[: -len(suffix)].strip()
+    if text == "-":
+        return None
+    return kind(text)
+
+
+def parse_status_text(text: str) -> StatusSnapshot:
+    """Parse the text `render_status` produced back into a StatusSnapshot."""
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith(_TITLE):
+        raise StatusFormatError("status text does not start with its title line")
+    snap = StatusSnapshot()
+    m = re.search(r"\(updated (.*) UTC\)", lines[0])
+    snap.updated = m.group(1) if m else ""
+    i = 1
+    try:
+        while i < len(lines) and lines[i].strip():
+            m = _HEADER_RE.match(lines[i])
+            if not m:
+                raise StatusFormatError(f"line {i + 1}: not 'Key: value': {lines[i]!r}")
+            key, value = m.group(1), m.group(2)
+            if key == "Games/second":
+                snap.games_per_s = float(value)
+            elif key == "Workers active":
+                a, b = value.split("/")
+                snap.workers_active, snap.workers_total = int(a), int(b)
+            elif key == "Model sync time":
+                snap.model_sync_s = _num(value, float, "s")
+            elif key == "Network usage":
+                snap.network_mb_per_min = _num(value, float, "MB/min")
+            elif key == "Generation":
+                snap.generation = _num(value, int)
+            elif key == "Games in window":
+                snap.window_games = int(value)
+            elif key == "Positions in window":
+                snap.window_positions = int(value)
+            elif key == "Data staleness":
+                snap.staleness_generations = _num(value, float, "generations")
+            elif key == "Last loss":
+                snap.last_loss = _num(value, float)
+            elif key == "Elo":
+                snap.elo = _num(value, float)
+            # unknown header keys are skipped: newer writers may add lines
+            i += 1
+    except ValueError as e:
+        if isinstance(e, StatusFormatError):
+            raise
+        raise StatusFormatError(f"line {i + 1}: {lines[i]!r}: {e}") from e
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    if i >= len(lines):
+        return snap
+    header = lines[i]
+    starts = []
+    for title, _ in _COLUMNS:
+        pos = header.find(title, starts[-1] + 1 if starts else 0)
+        if pos < 0:
+            raise StatusFormatError(f"line {i + 1}: table header lacks column {title!r}")
+        starts.append(pos)
+    for n, line in enumerate(lines[i + 1 :], start=i + 2):
+        if not line.strip():
+            continue
+        cells = [
+            line[s : (starts[k + 1] if k + 1 < len(starts) else None)].strip()
+            for k, s in enumerate(starts)
+        ]
+        try:
+            snap.workers.append(_row_from_cells(cells))
+        except ValueError as e:
+            raise StatusFormatError(f"line {n}: {line!r}: {e}") from e
+    return snap
+
+
+def _row_from_cells(c: list[str]) -> WorkerRow:
+    return WorkerRow(
+        name=c[0],
+        host=c[1],
+        state=WorkerState(c[2]),
+        gpu=c[3],
+        generation=_num(c[4], int),
+        games=int(c[5]),
+        games_per_s=float(c[6]),
+        weight=float(c[7]),
+        share=float(c[8].rstrip("%")) / 100,
+        heartbeat_age_s=_num(c[9], float, "s"),
+        restarts=int(c[10]),
+        last_error="" if c[11] == "-" else c[11],
+    )
+
+
+def read_status(path: str | os.PathLike) -> StatusSnapshot:
+    """Read and parse a status.txt file."""
+    with open(path, encoding="utf-8") as f:
+        return parse_status_text(f.read())

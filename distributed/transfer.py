@@ -1,0 +1,409 @@
+"""Moving files between machines without ever showing a half-written one.
+
+This module owns:
+  - the project's ONE atomic-write helper, `write_atomic` / `write_json_atomic` (temporary
+    name in the same folder, fsync, `os.replace`); every module that writes a file another
+    process reads uses it,
+  - zstd compression of files and bytes (the only module that imports `zstandard`), with a
+    hard cap on decompressed size so a hostile or corrupt file cannot fill memory or disk,
+  - sha256 checksums,
+  - SFTP upload (`put_file`: temporary name, size check, then OpenSSH's posix-rename) and
+    download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`),
+  - `fan_out`, running one action per worker in threads with per-worker results as data,
+  - `TransferStats`, the bytes-and-seconds accumulator behind the status file's
+    `Network usage` and `Model sync time` figures.
+
+Vocabulary: a *temporary* name ends in `.tmp` (readers skip it); a *partial* download ends in
+`.partial`. A transfer cut midway leaves at most a temporary or partial file, never a file
+under its final name.
+
+It must not: know about Go, torch or workers' meaning; open SSH connections itself (the caller
+passes an open `paramiko.SFTPClient`; `ssh_connector` owns connections).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import json
+import logging
+import os
+import posixpath
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, TypeVar
+
+import paramiko
+import zstandard
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_CHUNK = 1 << 20
+# paramiko errors that mean "the connection or the remote file system failed"
+_NET_ERRORS = (paramiko.SSHException, EOFError, OSError)
+
+
+class TransferError(Exception):
+    """A file could not be moved, verified or (de)compressed; the message names what and where."""
+
+
+class DecompressionLimitError(TransferError):
+    """Decompressed data would exceed the caller's `max_bytes` (a corrupt file or a bomb)."""
+
+
+# ----------------------------------------------------------------------------- local files
+
+
+def _tmp_name(path: Path) -> Path:
+    # unique per writer, so two processes writing the same file never share a temp file
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+    """Write `data` to `path` so that readers see the old file or the new one, never a part.
+
+    The data goes to a temporary file in the same folder, is fsynced, then `os.replace`d over
+    `path`. On any error the temporary file is removed and the old file is untouched.
+    """
+    path = Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
+    """`write_atomic` of `obj` as JSON (sorted keys, trailing newline)."""
+    write_atomic(path, json.dumps(obj, indent=indent, sort_keys=True) + "\n")
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- compression
+
+
+def compress_bytes(data: bytes, level: int = 3) -> bytes:
+    """zstd-compress `data` at `level` (1..22)."""
+    return zstandard.ZstdCompressor(level=level).compress(data)
+
+
+def decompress_bytes(data: bytes, max_bytes: int) -> bytes:
+    """Decompress zstd `data`; raise DecompressionLimitError past `max_bytes` of output.
+
+    The frame's declared size is not trusted: output is read in chunks and counted.
+    """
+    out = io.BytesIO()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+            _copy_limited(reader, out, max_bytes, "bytes")
+    except zstandard.ZstdError as e:
+        raise TransferError(f"corrupt zstd data ({len(data)} bytes): {e}") from e
+    return out.getvalue()
+
+
+def _copy_limited(reader, writer, max_bytes: int, what: str) -> int:
+    total = 0
+    while True:
+        chunk = reader.read(_CHUNK)
+        if not chunk:
+            return total
+        total += len(chunk)
+        if total > max_bytes:
+            raise DecompressionLimitError(
+                f"{what}: decompressed size exceeds the limit of {max_bytes} bytes; "
+                "the file is corrupt or hostile, or the limit is too small"
+            )
+        writer.write(chunk)
+
+
+def compress_file(src: str | os.PathLike, dst: str | os.PathLike, level: int = 3) -> int:
+    """Stream-compress `src` into `dst` (written atomically). Returns the compressed size."""
+    dst = Path(dst)
+    tmp = _tmp_name(dst)
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            zstandard.ZstdCompressor(level=level).copy_stream(fin, fout, read_size=_CHUNK)
+            fout.flush()
+            os.fsync(fout.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dst.stat().st_size
+
+
+def decompress_file(src: str | os.PathLike, dst: str | os.PathLike, max_bytes: int) -> int:
+    """Stream-decompress `src` into `dst` (atomically), at most `max_bytes` of output.
+
+    Returns the decompressed size. On a corrupt file or one over the limit, raises
+    TransferError (DecompressionLimitError for the limit) and leaves `dst` untouched.
+    """
+    dst = Path(dst)
+    tmp = _tmp_name(dst)
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            with zstandard.ZstdDecompressor().stream_reader(fin) as reader:
+                n = _copy_limited(reader, fout, max_bytes, str(src))
+            fout.flush()
+            os.fsync(fout.fileno())
+        os.replace(tmp, dst)
+    except zstandard.ZstdError as e:
+        tmp.unlink(missing_ok=True)
+        raise TransferError(f"{src}: corrupt zstd file: {e}") from e
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return n
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+class TransferStats:
+    """Thread-safe tally of bytes moved and seconds spent, overall and in a recent window.
+
+    `net_mb_per_min()` is the status file's `Network usage`; `last_push_s` (the slowest host
+    of the latest fan-out, set by the caller) its `Model sync time`.
+    """
+
+    def __init__(self, window_s: float = 60.0):
+        self.window_s = window_s
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.seconds = 0.0
+        self.transfers = 0
+        self.last_push_s: float | None = None
+        self._events: collections.deque[tuple[float, int]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def record(self, nbytes: int, seconds: float, *, sent: bool) -> None:
+        """Count one finished transfer of `nbytes` that took `seconds`."""
+        now = time.monotonic()
+        with self._lock:
+            if sent:
+                self.bytes_sent += nbytes
+            else:
+                self.bytes_received += nbytes
+            self.seconds += seconds
+            self.transfers += 1
+            self._events.append((now, nbytes))
+            self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        while self._events and self._events[0][0] < now - self.window_s:
+            self._events.popleft()
+
+    def net_mb_per_min(self) -> float:
+        """Megabytes (1e6 bytes) moved per minute over the last `window_s` seconds."""
+        with self._lock:
+            self._trim(time.monotonic())
+            total = sum(n for _, n in self._events)
+        return total / 1e6 * (60.0 / self.window_s)
+
+    def mb_per_s(self) -> float:
+        """Average throughput of all recorded transfers while they ran."""
+        with self._lock:
+            moved = self.bytes_sent + self.bytes_received
+            return moved / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """One finished, verified transfer."""
+
+    path: str  # the final path at the destination
+    size: int  # bytes on the wire (the file as stored)
+    sha256: str
+    seconds: float
+
+
+# ----------------------------------------------------------------------------- SFTP
+
+
+def remote_tmp_name(remote_path: str) -> str:
+    """The temporary name an upload to `remote_path` uses before its rename."""
+    folder, base = posixpath.split(remote_path)
+    return posixpath.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
+
+
+def put_file(
+    sftp: paramiko.SFTPClient,
+    local_path: str | os.PathLike,
+    remote_path: str,
+    *,
+    where: str = "remote",
+    stats: TransferStats | None = None,
+    sha256: str | None = None,
+) -> TransferResult:
+    """Upload `local_path` to `remote_path` atomically.
+
+    The file goes to a temporary name beside the target; its size is checked with stat; then
+    OpenSSH's posix-rename replaces the target in one step. Stale temporary files of earlier
+    cut uploads of the same name are removed afterwards. `where` (e.g. "worker1 (host)")
+    names the destination in errors. Raises TransferError.
+    """
+    local_path = Path(local_path)
+    size = local_path.stat().st_size
+    digest = sha256 or sha256_file(local_path)
+    tmp = remote_tmp_name(remote_path)
+    t0 = time.perf_counter()
+    try:
+        sftp.put(str(local_path), tmp, confirm=False)
+        got = sftp.stat(tmp).st_size
+        if got != size:
+            raise TransferError(
+                f"{where}: upload of {local_path} to {tmp} stored {got} of {size} bytes"
+            )
+        sftp.posix_rename(tmp, remote_path)
+    except TransferError:
+        _remove_quietly(sftp, tmp)
+        raise
+    except _NET_ERRORS as e:
+        _remove_quietly(sftp, tmp)
+        raise TransferError(
+            f"{where}: upload of {local_path} to {remote_path} failed: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    dt = time.perf_counter() - t0
+    _remove_stale_tmps(sftp, remote_path)
+    if stats is not None:
+        stats.record(size, dt, sent=True)
+    log.debug("put %s -> %s:%s %d bytes in %.2fs", local_path, where, remote_path, size, dt)
+    return TransferResult(remote_path, size, digest, dt)
+
+
+def get_file(
+    sftp: paramiko.SFTPClient,
+    remote_path: str,
+    local_path: str | os.PathLike,
+    *,
+    where: str = "remote",
+    stats: TransferStats | None = None,
+    expected_sha256: str | None = None,
+    expected_size: int | None = None,
+    max_bytes: int | None = None,
+) -> TransferResult:
+    """Download `remote_path` to `local_path` via `<local_path>.partial`, verify, rename.
+
+    The size is checked against the remote file's stat (and `expected_size` if given), the
+    sha256 against `expected_sha256` if given; `max_bytes` refuses oversized files before
+    downloading. On any failure the partial file is deleted and TransferError raised.
+    """
+    local_path = Path(local_path)
+    partial = local_path.with_name(local_path.name + ".partial")
+    t0 = time.perf_counter()
+    try:
+        remote_size = sftp.stat(remote_path).st_size
+        if max_bytes is not None and remote_size > max_bytes:
+            raise TransferError(
+                f"{where}: {remote_path} is {remote_size} bytes, over the limit {max_bytes}"
+            )
+        sftp.get(remote_path, str(partial))
+    except _NET_ERRORS as e:
+        partial.unlink(missing_ok=True)
+        raise TransferError(
+            f"{where}: download of {remote_path} failed: {type(e).__name__}: {e}"
+        ) from e
+    except TransferError:
+        partial.unlink(missing_ok=True)
+        raise
+    size = partial.stat().st_size
+    digest = sha256_file(partial)
+    problems = []
+    if size != remote_size:
+        problems.append(f"got {size} bytes, remote has {remote_size}")
+    if expected_size is not None and size != expected_size:
+        problems.append(f"got {size} bytes, expected {expected_size}")
+    if expected_sha256 is not None and digest != expected_sha256:
+        problems.append(f"sha256 {digest[:12]}.. differs from expected {expected_sha256[:12]}..")
+    if problems:
+        partial.unlink(missing_ok=True)
+        raise TransferError(f"{where}: download of {remote_path}: " + "; ".join(problems))
+    os.replace(partial, local_path)
+    dt = time.perf_counter() - t0
+    if stats is not None:
+        stats.record(size, dt, sent=False)
+    return TransferResult(str(local_path), size, digest, dt)
+
+
+def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
+    try:
+        sftp.remove(path)
+    except _NET_ERRORS:
+        pass  # the connection is probably gone; the next successful upload sweeps it
+
+
+def _remove_stale_tmps(sftp: paramiko.SFTPClient, remote_path: str) -> None:
+    folder, base = posixpath.split(remote_path)
+    prefix = f".{base}."
+    try:
+        for name in sftp.listdir(folder or "."):
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                _remove_quietly(sftp, posixpath.join(folder, name))
+    except _NET_ERRORS:
+        pass
+
+
+# ----------------------------------------------------------------------------- fan-out
+
+
+def fan_out(
+    action: Callable[[str], T], names: Iterable[str], *, max_workers: int = 16
+) -> dict[str, T | Exception]:
+    """Run `action(name)` for every name in parallel threads.
+
+    Returns `{name: result | Exception}` in the order of `names`: one failing worker never
+    stops the others. Only `Exception`s are captured; bugs such as KeyboardInterrupt propagate.
+    """
+    names = list(names)
+    results: dict[str, T | Exception] = {}
+    if not names:
+        return results
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(names))) as pool:
+        futures = {name: pool.submit(action, name) for name in names}
+        for name, fut in futures.items():
+            try:
+                results[name] = fut.result()
+            except Exception as e:  # noqa: BLE001 - per-worker outcome is data, see docstring
+                results[name] = e
+    return results

@@ -1,0 +1,130 @@
+"""distributed/status.py: heartbeats, worker states, and status.txt rendering/parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from distributed.status import (
+    Heartbeat,
+    StatusFormatError,
+    StatusSnapshot,
+    WorkerRow,
+    WorkerState,
+    parse_heartbeat,
+    parse_status_text,
+    read_heartbeat,
+    read_status,
+    render_status,
+    state_from_heartbeat,
+    write_heartbeat,
+    write_status,
+)
+
+
+def _snapshot() -> StatusSnapshot:
+    return StatusSnapshot(
+        games_per_s=145.2,
+        workers_active=3,
+        workers_total=4,
+        model_sync_s=12.3,
+        network_mb_per_min=45.6,
+        generation=13,
+        window_games=50000,
+        window_positions=3_000_000,
+        staleness_generations=1.25,
+        last_loss=1.2345,
+        elo=345.5,
+        updated="2026-11-21 20:30:01",
+        workers=[
+            WorkerRow("worker1", "gpu1.example.com", WorkerState.ACTIVE, "0", 13, 1200, 40.5,
+                      1.0, 0.2, 1.2, 0, ""),
+            WorkerRow("worker2", "10.200.0.12", WorkerState.SYNCING, "1", 12, 2400, 80.25,
+                      2.0, 0.4, 0.4, 1, ""),
+            WorkerRow("w 3; rm -rf /", "host", WorkerState.ERROR, "cpu", None, 0, 0.0, 1.0,
+                      0.2, 30.0, 3, "ConnectError: worker3 (host): connect refused\nretrying"),
+            WorkerRow("worker4", "h4", WorkerState.OFFLINE, "-", None, 5, 0.0, 1.0, 0.2,
+                      None, 0, "x" * 200),
+        ],
+    )
+
+
+def test_status_header_shows_the_guide_metrics_exactly():
+    text = render_status(_snapshot())
+    lines = text.splitlines()
+    for expected in ("Games/second: 145.2", "Workers active: 3/4", "Model sync time: 12.3s",
+                     "Network usage: 45.6 MB/min"):
+        assert expected in lines
+    print(text)
+
+
+def test_status_text_parses_back():
+    snap = _snapshot()
+    back = parse_status_text(render_status(snap))
+    assert back.games_per_s == 145.2
+    assert (back.workers_active, back.workers_total) == (3, 4)
+    assert back.model_sync_s == 12.3 and back.network_mb_per_min == 45.6
+    assert back.generation == 13 and back.window_games == 50000
+    assert back.window_positions == 3_000_000 and back.staleness_generations == 1.25
+    assert back.last_loss == 1.2345 and back.elo == 345.5
+    assert back.updated == "2026-11-21 20:30:01"
+    assert [r.name for r in back.workers] == [r.name for r in snap.workers]
+    for a, b in zip(back.workers[:2], snap.workers[:2]):
+        assert a == b
+    w3 = back.workers[2]
+    assert w3.state is WorkerState.ERROR and w3.generation is None and w3.restarts == 3
+    assert w3.last_error == "ConnectError: worker3 (host): connect refused retrying"
+    w4 = back.workers[3]
+    assert w4.heartbeat_age_s is None and len(w4.last_error) == 80
+    assert w4.last_error.endswith("...")
+
+
+def test_status_table_is_fixed_width():
+    lines = render_status(_snapshot()).splitlines()
+    table = lines[lines.index("") + 1 :]
+    col = table[0].index("STATE")
+    assert all(line[col:].split()[0] in {"STATE", "Active", "Syncing", "Error", "Offline"}
+               for line in table)
+
+
+def test_empty_status_round_trips():
+    snap = StatusSnapshot(updated="2026-01-01 00:00:00")
+    back = parse_status_text(render_status(snap))
+    assert back.model_sync_s is None and back.last_loss is None and back.elo is None
+    assert back.workers == []
+    assert "Model sync time: -" in render_status(snap)
+
+
+def test_write_status_is_atomic_and_reads_back(tmp_path):
+    path = tmp_path / "status.txt"
+    write_status(path, _snapshot())
+    assert read_status(path).games_per_s == 145.2
+    assert [p.name for p in tmp_path.iterdir()] == ["status.txt"]
+
+
+def test_garbage_status_text_raises():
+    with pytest.raises(StatusFormatError):
+        parse_status_text("hello\n")
+    bad = render_status(_snapshot()).replace("Workers active: 3/4", "Workers active: lots")
+    with pytest.raises(StatusFormatError):
+        parse_status_text(bad)
+
+
+def test_heartbeat_round_trip_and_unknown_keys(tmp_path):
+    hb = Heartbeat("worker1", WorkerState.SYNCING, 4242, generation=7, games_done=300,
+                   games_per_s=2.5, positions_per_s=150.0, outbox_backlog=2, paused=False,
+                   last_error="", time=1_700_000_000.0)
+    write_heartbeat(tmp_path / "status.json", hb)
+    assert read_heartbeat(tmp_path / "status.json") == hb
+    data = (tmp_path / "status.json").read_text().replace('"pid"', '"future_key": 1, "pid"')
+    assert parse_heartbeat(data) == hb
+    with pytest.raises(StatusFormatError):
+        parse_heartbeat(b"{not json")
+    with pytest.raises(StatusFormatError):
+        parse_heartbeat('{"name": "w", "state": "Sleeping", "pid": 1}')
+
+
+def test_state_from_heartbeat_goes_offline_when_stale():
+    hb = Heartbeat("w", WorkerState.ACTIVE, 1, time=1000.0)
+    assert state_from_heartbeat(hb, now=1010.0, offline_after_s=15) is WorkerState.ACTIVE
+    assert state_from_heartbeat(hb, now=1016.0, offline_after_s=15) is WorkerState.OFFLINE
+    assert state_from_heartbeat(None) is WorkerState.OFFLINE
