@@ -1,0 +1,201 @@
+"""PolicyValueNet shapes, masking, model files and the evaluator (real CPU nets)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from training.net import (
+    ModelError,
+    PolicyValueNet,
+    load_model,
+    make_evaluator,
+    net_from_config,
+    plain_state_dict,
+    save_model,
+)
+
+
+def _random_planes(net: PolicyValueNet, batch: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = net.board_size
+    planes = (rng.random((batch, net.in_planes, n, n)) < 0.3).astype(np.float32)
+    planes[:, -1] = rng.integers(0, 2, (batch, 1, 1))  # black-to-move plane: all ones or zeros
+    return planes
+
+
+def _trained_a_little(net: PolicyValueNet) -> PolicyValueNet:
+    """Move BatchNorm statistics away from their defaults so save/load really has to copy."""
+    net.train()
+    with torch.no_grad():
+        for _ in range(3):
+            net(torch.randn(8, net.in_planes, net.board_size, net.board_size))
+    return net.eval()
+
+
+@pytest.fixture
+def tiny_net(tiny_cfg) -> PolicyValueNet:
+    torch.manual_seed(0)
+    return _trained_a_little(net_from_config(tiny_cfg.net, tiny_cfg.go.board_size))
+
+
+def test_output_shapes_and_value_range(tiny_net):
+    n = tiny_net.board_size
+    x = torch.from_numpy(_random_planes(tiny_net, 7))
+    logits, value = tiny_net(x)
+    assert tiny_net.in_planes == 2 * tiny_net.history + 1
+    assert logits.shape == (7, n * n + 1)
+    assert value.shape == (7,)
+    assert torch.all(value.abs() <= 1.0)
+
+
+def test_net_from_config_follows_the_net_section(tiny_cfg):
+    net = net_from_config(tiny_cfg.net, 7)
+    assert net.config == {
+        "board_size": 7,
+        "blocks": tiny_cfg.net.blocks,
+        "filters": tiny_cfg.net.filters,
+        "history": tiny_cfg.net.history,
+        "value_hidden": tiny_cfg.net.value_hidden,
+    }
+    assert len(net.tower) == tiny_cfg.net.blocks
+
+
+def test_priors_are_zero_on_illegal_moves_and_sum_to_one(tiny_net):
+    evaluate = make_evaluator(tiny_net, jit=False)
+    planes = _random_planes(tiny_net, 5)
+    rng = np.random.default_rng(1)
+    legal = rng.random((5, tiny_net.num_moves)) < 0.4
+    legal[:, -1] = True  # pass is always legal
+    priors, values = evaluate(planes, legal)
+    assert priors.dtype == np.float32 and values.dtype == np.float32
+    assert np.all(priors[~legal] == 0.0)
+    assert np.all(priors[legal] > 0.0)
+    np.testing.assert_allclose(priors.sum(axis=1), 1.0, atol=1e-5)
+    assert np.all(np.abs(values) <= 1.0)
+
+
+def test_without_legal_mask_priors_cover_every_move(tiny_net):
+    priors, _ = make_evaluator(tiny_net, jit=False)(_random_planes(tiny_net, 3))
+    np.testing.assert_allclose(priors.sum(axis=1), 1.0, atol=1e-5)
+    assert np.all(priors > 0)
+
+
+def test_evaluator_rejects_planes_of_the_wrong_shape(tiny_net):
+    evaluate = make_evaluator(tiny_net, jit=False)
+    with pytest.raises(ValueError, match=r"planes must be \[B, 5, 5, 5\]"):
+        evaluate(np.zeros((2, 3, 5, 5), np.float32))
+
+
+def test_traced_evaluator_matches_eager_on_every_batch_size(tiny_net):
+    eager = make_evaluator(tiny_net, jit=False)
+    traced = make_evaluator(tiny_net, jit=True)
+    assert traced.mode == "trace"
+    for batch in (1, 3, 16):
+        planes = _random_planes(tiny_net, batch, seed=batch)
+        legal = np.ones((batch, tiny_net.num_moves), bool)
+        legal[:, ::3] = False
+        p0, v0 = eager(planes, legal)
+        p1, v1 = traced(planes, legal)
+        np.testing.assert_allclose(p1, p0, atol=1e-5)
+        np.testing.assert_allclose(v1, v0, atol=1e-5)
+
+
+def test_max_batch_splits_calls_without_changing_results(tiny_net):
+    planes = _random_planes(tiny_net, 10)
+    p0, v0 = make_evaluator(tiny_net, jit=False)(planes)
+    p1, v1 = make_evaluator(tiny_net, jit=False, max_batch=3)(planes)
+    np.testing.assert_allclose(p1, p0, atol=1e-6)
+    np.testing.assert_allclose(v1, v0, atol=1e-6)
+
+
+def test_evaluator_is_a_snapshot_of_the_net(tiny_net):
+    planes = _random_planes(tiny_net, 2)
+    evaluate = make_evaluator(tiny_net, jit=False)
+    before = evaluate(planes)
+    with torch.no_grad():
+        for p in tiny_net.parameters():
+            p.add_(1.0)
+    after = evaluate(planes)
+    np.testing.assert_array_equal(before[0], after[0])
+
+
+def test_save_then_load_gives_identical_outputs(tiny_net, tmp_path):
+    path = tmp_path / "models" / "model_000003.pt"
+    save_model(path, tiny_net, 3, meta={"games": 120})
+    net, info = load_model(path)
+    assert info.generation == 3 and info.meta == {"games": 120}
+    assert info.config == tiny_net.config and info.board_size == tiny_net.board_size
+    assert not net.training
+    x = torch.from_numpy(_random_planes(tiny_net, 4))
+    with torch.inference_mode():
+        a, b = tiny_net(x), net(x)
+    torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
+    torch.testing.assert_close(a[1], b[1], rtol=0, atol=0)
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_model_file_is_a_plain_state_dict_loadable_with_weights_only(tiny_net, tmp_path):
+    path = tmp_path / "m.pt"
+    save_model(path, tiny_net, 0)
+    payload = torch.load(path, weights_only=True)
+    assert set(payload) >= {"state_dict", "config", "generation"}
+    assert payload["state_dict"].keys() == tiny_net.state_dict().keys()
+
+
+def test_wrapper_prefixes_are_stripped(tiny_net, tmp_path):
+    class Wrapper(torch.nn.Module):  # what DDP and torch.compile look like to state_dict()
+        def __init__(self, inner):
+            super().__init__()
+            self.module = inner
+
+    wrapped = Wrapper(tiny_net)
+    assert all(k.startswith("module.") for k in wrapped.state_dict())
+    assert plain_state_dict(wrapped).keys() == tiny_net.state_dict().keys()
+    save_model(tmp_path / "w.pt", wrapped, 1)
+    net, _ = load_model(tmp_path / "w.pt")
+    assert net.state_dict().keys() == tiny_net.state_dict().keys()
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"", "cannot read this model file"),
+        (b"not a torch file at all" * 10, "cannot read this model file"),
+    ],
+)
+def test_damaged_model_file_raises_model_error_naming_it(tmp_path, content, expected):
+    path = tmp_path / "model_000001.pt"
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match=expected) as err:
+        load_model(path)
+    assert str(path) in str(err.value)
+
+
+def test_truncated_model_file_raises_model_error(tiny_net, tmp_path):
+    path = tmp_path / "model_000001.pt"
+    save_model(path, tiny_net, 1)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match="model_000001.pt"):
+        load_model(path)
+
+
+def test_file_with_pickled_objects_is_refused(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"net": torch.nn.Linear(2, 2)}, path)  # a pickled module, not weights
+    with pytest.raises(ModelError, match="other than tensors"):
+        load_model(path)
+
+
+def test_foreign_dict_is_not_a_model(tmp_path):
+    path = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, path)
+    with pytest.raises(ModelError, match="not a model file of this project"):
+        load_model(path)
+
+
+def test_missing_model_file_says_so(tmp_path):
+    with pytest.raises(ModelError, match="no such model file"):
+        load_model(tmp_path / "nope.pt")
