@@ -1,0 +1,303 @@
+"""What runs on a worker host: its folder layout and the shell/Python text we send there.
+
+Vocabulary: a worker's *root* is its remote folder (`distributed.remote_dir`, or the worker's
+own `remote_dir`), made absolute against the remote home once connected. Under it:
+
+    venv/                       the deployed project (python -m venv --system-site-packages)
+    deploy/<dist>-<ver>.tar.gz  the shipped source archive
+    config.yaml                 the config the coach pushes for the workers
+    models/                     model_<gen:06d>.pt.zst + manifests (shared by a host's workers)
+    logs/worker_<name>.log      the daemon's stdout/stderr
+    run/worker_<name>.pid       the daemon's pid (its own session and process group)
+    workers/<name>/status.json  the heartbeat (distributed.status.Heartbeat)
+    workers/<name>/outbox/      finished game batches waiting for the coach
+
+Every value that enters a shell command goes through `shlex.quote` (`q`); nothing here
+executes anything. It must not know about Go or torch (the preflight snippet imports torch
+only on the remote side, inside a try).
+"""
+
+from __future__ import annotations
+
+import configparser
+import posixpath
+import shlex
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+# Environment variable set on every daemon we start, so that a stale pid file whose pid was
+# reused by an unrelated process is never mistaken for (or killed as) our worker.
+WORKER_ENV = "AZGO_WORKER"
+
+DEFAULT_START_COMMAND = ("{python}", "-m", "training.worker", "--name", "{name}",
+                         "--config", "{config}")
+
+
+def q(value: object) -> str:
+    """Shell-quote one argument."""
+    return shlex.quote(str(value))
+
+
+def join(argv: Sequence[object]) -> str:
+    """Shell-quote and join an argv list."""
+    return " ".join(q(a) for a in argv)
+
+
+@dataclass(frozen=True)
+class WorkerPaths:
+    """Absolute remote paths of one worker (see the module docstring)."""
+
+    root: str
+    name: str
+
+    @property
+    def venv(self) -> str:
+        return posixpath.join(self.root, "venv")
+
+    @property
+    def venv_python(self) -> str:
+        return posixpath.join(self.root, "venv", "bin", "python")
+
+    @property
+    def deploy_dir(self) -> str:
+        return posixpath.join(self.root, "deploy")
+
+    @property
+    def config(self) -> str:
+        return posixpath.join(self.root, "config.yaml")
+
+    @property
+    def models(self) -> str:
+        return posixpath.join(self.root, "models")
+
+    @property
+    def log(self) -> str:
+        return posixpath.join(self.root, "logs", f"worker_{self.name}.log")
+
+    @property
+    def pid_file(self) -> str:
+        return posixpath.join(self.root, "run", f"worker_{self.name}.pid")
+
+    @property
+    def worker_dir(self) -> str:
+        return posixpath.join(self.root, "workers", self.name)
+
+    @property
+    def heartbeat(self) -> str:
+        return posixpath.join(self.worker_dir, "status.json")
+
+    @property
+    def outbox(self) -> str:
+        return posixpath.join(self.worker_dir, "outbox")
+
+    def resolve(self, path: str) -> str:
+        """`path` if absolute, else relative to the root."""
+        return path if path.startswith("/") else posixpath.join(self.root, path)
+
+
+def absolute_root(remote_dir: str, home: str) -> str:
+    """Make a configured remote_dir ("~/azgo", "azgo", "/srv/azgo") absolute."""
+    if remote_dir == "~":
+        return home
+    if remote_dir.startswith("~/"):
+        return posixpath.normpath(posixpath.join(home, remote_dir[2:]))
+    if not remote_dir.startswith("/"):
+        return posixpath.normpath(posixpath.join(home, remote_dir))
+    return posixpath.normpath(remote_dir)
+
+
+# ----------------------------------------------------------------------------- preflight
+
+PREFLIGHT_SNIPPET = r"""
+import json, os, platform, shutil, sys
+out = {"python": platform.python_version(), "executable": sys.executable,
+       "hostname": platform.node()}
+try:
+    from importlib.metadata import version
+    out["project_version"] = version(sys.argv[1])
+except Exception:
+    out["project_version"] = None
+out["torch"], out["cuda"], out["gpus"] = None, False, []
+if sys.argv[3] == "1":
+    try:
+        import torch
+        out["torch"] = torch.__version__
+        out["cuda"] = bool(torch.cuda.is_available())
+        if out["cuda"]:
+            out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception as e:
+        out["torch_error"] = repr(e)[:300]
+d = sys.argv[2]
+while not os.path.isdir(d):
+    d = os.path.dirname(d) or "/"
+out["free_disk_gb"] = shutil.disk_usage(d).free / 1e9
+print(json.dumps(out))
+"""
+
+
+def preflight_command(paths: WorkerPaths, python: str, dist: str, with_torch: bool) -> str:
+    """Run the preflight snippet with the worker's venv python if deployed, else `python`."""
+    return (
+        f"p={q(paths.venv_python)}; [ -x \"$p\" ] || p={q(python)}; "
+        f"exec \"$p\" -c {q(PREFLIGHT_SNIPPET)} {q(dist)} {q(paths.root)} "
+        f"{'1' if with_torch else '0'}"
+    )
+
+
+# ----------------------------------------------------------------------------- daemon
+
+# true when pid $1 is alive, not a zombie, and carries our marker for worker $2
+_ALIVE_FN = (
+    "alive() { [ -r /proc/$1/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$1/status "
+    f"&& tr '\\0' '\\n' < /proc/$1/environ 2>/dev/null | grep -qxF \"{WORKER_ENV}=$2\"; }}; "
+)
+
+
+def start_command(paths: WorkerPaths, argv: Sequence[str], gpu_id: int) -> str:
+    """Start `argv` detached (setsid: own session and process group) unless already running.
+
+    Prints `running PID` or `started PID`. `cd X || exit 1; ... &` (not `cd X && cmd &`)
+    so that the SSH channel closes at once.
+    """
+    cuda = "" if gpu_id < 0 else str(gpu_id)
+    return (
+        _ALIVE_FN
+        + f"mkdir -p {q(paths.root)} && cd {q(paths.root)} || exit 1; "
+        + f"mkdir -p logs run {q(paths.outbox)} || exit 1; "
+        + f"p=$(cat {q(paths.pid_file)} 2>/dev/null); "
+        + f"if [ -n \"$p\" ] && alive \"$p\" {q(paths.name)}; then echo running $p; exit 0; fi; "
+        + f"{WORKER_ENV}={q(paths.name)} CUDA_VISIBLE_DEVICES={q(cuda)} "
+        + f"setsid {join(argv)} >> {q(paths.log)} 2>&1 < /dev/null & "
+        + f"echo $! > {q(paths.pid_file)}; echo started $!"
+    )
+
+
+def running_command(paths: WorkerPaths) -> str:
+    """Print the daemon's pid if it runs, nothing otherwise."""
+    return (
+        _ALIVE_FN
+        + f"p=$(cat {q(paths.pid_file)} 2>/dev/null); "
+        + f"if [ -n \"$p\" ] && alive \"$p\" {q(paths.name)}; then echo $p; fi; exit 0"
+    )
+
+
+def stop_command(paths: WorkerPaths, grace_s: float) -> str:
+    """SIGTERM the daemon's process group, SIGKILL it after `grace_s`; prints what happened."""
+    ticks = max(1, int(grace_s / 0.1))
+    return (
+        _ALIVE_FN
+        + f"f={q(paths.pid_file)}; n={q(paths.name)}; p=$(cat \"$f\" 2>/dev/null); "
+        + "if [ -z \"$p\" ] || ! alive \"$p\" \"$n\"; then rm -f \"$f\"; echo not-running; exit 0; fi; "
+        + "kill -TERM -- -\"$p\" 2>/dev/null || kill -TERM \"$p\" 2>/dev/null; "
+        + f"i=0; while alive \"$p\" \"$n\" && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; "
+        + "if alive \"$p\" \"$n\"; then kill -KILL -- -\"$p\" 2>/dev/null || kill -KILL \"$p\"; "
+        + "sleep 0.1; echo killed $p; else echo terminated $p; fi; rm -f \"$f\""
+    )
+
+
+def format_start_argv(template: Sequence[str], **values: object) -> list[str]:
+    """Fill `{python}`, `{name}`, `{config}`, `{root}`, `{gpu_id}` into each argv item."""
+    return [str(item).format(**values) for item in template]
+
+
+# ----------------------------------------------------------------------------- deploy
+
+
+@dataclass(frozen=True)
+class ProjectInfo:
+    """The local project to ship: its distribution name, version and source folder."""
+
+    dist: str
+    version: str
+    root: Path
+
+
+def local_project(root: Path | None = None) -> ProjectInfo:
+    """Read name and version from the project's setup.cfg (the repository this file is in)."""
+    root = root or Path(__file__).resolve().parent.parent
+    cp = configparser.ConfigParser()
+    cp.read(root / "setup.cfg")
+    return ProjectInfo(cp["metadata"]["name"], cp["metadata"]["version"], root)
+
+
+def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
+    """Tar.gz of the project's files git knows (tracked + untracked not ignored).
+
+    Its top folder is `<dist>-<version>/`, so `pip install` accepts it like an sdist.
+    """
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=project.root, capture_output=True, check=True,
+    ).stdout.decode().split("\0")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    archive = out_dir / f"{project.dist}-{project.version}.tar.gz"
+    tmp = archive.with_name(archive.name + ".tmp")
+    prefix = f"{project.dist}-{project.version}"
+    with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
+        for rel in sorted(f for f in files if f):
+            path = project.root / rel
+            if path.is_file():
+                tar.add(path, arcname=f"{prefix}/{rel}", recursive=False)
+    tmp.replace(archive)
+    return archive
+
+
+def installed_version_command(paths: WorkerPaths, dist: str) -> str:
+    """Print the version of `dist` the worker's venv sees, or nothing."""
+    snippet = (
+        "import sys\nfrom importlib.metadata import version\n"
+        "try:\n    print(version(sys.argv[1]))\nexcept Exception:\n    pass\n"
+    )
+    return (
+        f"p={q(paths.venv_python)}; [ -x \"$p\" ] || exit 0; "
+        f"\"$p\" -c {q(snippet)} {q(dist)}"
+    )
+
+
+def make_venv_command(paths: WorkerPaths, python: str) -> str:
+    """Create the venv unless it exists; make the folders.
+
+    `--system-site-packages` reuses the host's torch etc.; `--without-pip` so that the host's
+    own pip and setuptools are used (a venv's bundled setuptools may be too old to build a
+    wheel offline); ensurepip only when the host has no pip.
+    """
+    vpy = q(paths.venv_python)
+    return (
+        f"mkdir -p {q(paths.deploy_dir)} {q(posixpath.join(paths.root, 'logs'))} || exit 1; "
+        f"[ -x {vpy} ] || {q(python)} -m venv --system-site-packages --without-pip "
+        f"{q(paths.venv)} || exit 1; "
+        f"{vpy} -m pip --version > /dev/null 2>&1 || {vpy} -m ensurepip --default-pip"
+    )
+
+
+def pip_install_command(paths: WorkerPaths, archive: str, *, with_deps: bool) -> str:
+    """pip install the shipped archive into the venv (no network when `with_deps` is false)."""
+    flags = "--no-deps --no-build-isolation --no-index" if not with_deps else ""
+    return (
+        f"{q(paths.venv_python)} -m pip install --quiet --disable-pip-version-check "
+        f"--force-reinstall {flags} {q(archive)}"
+    )
+
+
+MISSING_DEPS_SNIPPET = r"""
+import re, sys
+from importlib.metadata import requires, version
+missing = []
+for req in requires(sys.argv[1]) or []:
+    if ";" in req:
+        continue  # extras and markers: not needed to run
+    name = re.split(r"[ <>=!~\[(]", req.strip(), maxsplit=1)[0]
+    try:
+        version(name)
+    except Exception:
+        missing.append(name)
+print(" ".join(missing))
+"""
+
+
+def missing_deps_command(paths: WorkerPaths, dist: str) -> str:
+    """Print the names of `dist`'s requirements the venv cannot find (space separated)."""
+    return f"{q(paths.venv_python)} -c {q(MISSING_DEPS_SNIPPET)} {q(dist)}"

@@ -1,0 +1,863 @@
+"""SSHConnector: the one module that speaks SSH to the worker hosts (paramiko).
+
+Owns, per worker (a `configs.WorkerSpec`, known by its config name):
+  - one reused connection (TCP_NODELAY, TCP_USER_TIMEOUT + SSH keepalives so a dead link
+    becomes an error in seconds instead of a hang), key authentication (the worker's
+    `key_path`, or the SSH agent and default keys when unset; never passwords),
+  - host keys checked against `distributed.known_hosts`: an unknown host is refused unless
+    `accept_new_host_keys` is set (then its key is recorded there); a changed key is ALWAYS
+    refused, with both fingerprints in the error,
+  - timeouts on every call, retries with exponential backoff and jitter for connections and
+    transfers, and paramiko's errors translated into ours (`ConnectError`, `HostKeyError`,
+    `AuthError`, `RemoteCommandError`, `DeployError`, `transfer.TransferError`) that name the
+    worker, the host and the action, chained with `from e`,
+  - the worker lifecycle: `preflight`, `deploy`, `start`, `stop`, `restart`, `is_running`,
+    heartbeats, file transfers; the `*_all` forms return `{name: result | Exception}`.
+
+Remote folder layout: `distributed.remote.WorkerPaths`. `--restart` against a running coach:
+`distributed.restart_requests`. The command line is at the bottom (`python distributed/ssh_connector.py
+--help`). It must not import `training` or torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import logging
+import os
+import random
+import select
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence, TypeVar
+
+import paramiko
+
+from configs import DEFAULT_CONFIG_PATH, ConfigError, DistributedConfig, WorkerSpec, load_config
+from distributed import config_edit, remote, restart_requests
+from distributed.remote import WorkerPaths, q
+from distributed.status import Heartbeat, parse_heartbeat, read_status
+from distributed.transfer import (
+    TransferError,
+    TransferResult,
+    TransferStats,
+    fan_out,
+    get_file,
+    put_file,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_NET_ERRORS = (paramiko.SSHException, EOFError, OSError)
+_KNOWN_HOSTS_LOCK = threading.Lock()
+HEARTBEAT_MAX_BYTES = 1 << 16
+
+
+class SSHError(Exception):
+    """Base of this module's errors; `worker`, `host` and `action` say what failed where."""
+
+    def __init__(self, message: str, *, worker: str = "", host: str = "", action: str = ""):
+        super().__init__(message)
+        self.worker, self.host, self.action = worker, host, action
+
+
+class ConnectError(SSHError):
+    """Could not open or keep a connection (unreachable, refused, timed out, dropped)."""
+
+
+class HostKeyError(ConnectError):
+    """The host key is unknown (and not accepted) or CHANGED; never retried."""
+
+
+class AuthError(ConnectError):
+    """The server refused our key; never retried."""
+
+
+class RemoteCommandError(SSHError):
+    """A remote command exited non-zero or ran past its timeout."""
+
+    def __init__(self, message: str, *, exit_code: int | None = None, stdout: str = "",
+                 stderr: str = "", **kw):
+        super().__init__(message, **kw)
+        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
+
+
+class DeployError(SSHError):
+    """The project could not be installed on a worker."""
+
+
+class UnknownWorkerError(LookupError):
+    """No worker of that name in the config."""
+
+
+_PERMANENT = (HostKeyError, AuthError, RemoteCommandError, DeployError)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style fingerprint, e.g. `SHA256:n4+...` (what `ssh-keygen -lf` prints)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A finished remote command."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """What a worker host offers, and what is wrong with it for us (`problems`)."""
+
+    name: str
+    host: str
+    python: str
+    project_version: str | None
+    torch: str | None
+    cuda: bool
+    gpus: tuple[str, ...]
+    free_disk_gb: float
+    hostname: str = ""
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    """Outcome of `deploy`: the version now installed, and whether anything was done."""
+
+    version: str
+    skipped: bool
+    seconds: float
+
+
+@dataclass
+class _Connection:
+    client: paramiko.SSHClient
+    root: str  # the worker's remote folder, absolute
+    sftp: paramiko.SFTPClient | None = None
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def is_active(self) -> bool:
+        t = self.client.get_transport()
+        return t is not None and t.is_active()
+
+    def open_sftp(self, timeout_s: float) -> paramiko.SFTPClient:
+        if self.sftp is None:
+            self.sftp = self.client.open_sftp()
+        self.sftp.get_channel().settimeout(timeout_s)
+        return self.sftp
+
+    def close(self) -> None:
+        try:
+            if self.sftp is not None:
+                self.sftp.close()
+        finally:
+            self.client.close()
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown host: refuse, or (when accepted explicitly) record the key in known_hosts."""
+
+    def __init__(self, accept: bool, known_hosts: Path, worker: str):
+        self.accept, self.known_hosts, self.worker = accept, known_hosts, worker
+
+    def missing_host_key(self, client, hostname, key):
+        fp = fingerprint(key)
+        if not self.accept:
+            raise HostKeyError(
+                f"{self.worker}: host key of {hostname} ({key.get_name()} {fp}) is not in "
+                f"{self.known_hosts}. Check the fingerprint with the host's owner, then add it "
+                "(`ssh` once, or ssh-keyscan) or allow recording new keys with "
+                "--accept-new-host-keys / distributed.accept_new_host_keys: true",
+                worker=self.worker, host=hostname, action="check host key",
+            )
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _KNOWN_HOSTS_LOCK:
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with open(self.known_hosts, "a") as f:
+                f.write(line)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        log.warning("%s: recorded new host key of %s (%s) in %s", self.worker, hostname, fp,
+                    self.known_hosts)
+
+
+class SSHConnector:
+    """SSH access to the configured workers; see the module docstring.
+
+    `SSHConnector()` loads configs/config.yaml; the coach passes `cfg.distributed`.
+    `start_command` is the daemon's argv template (placeholders `{python}` (the worker's venv
+    python when deployed), `{name}`, `{config}`, `{root}`, `{gpu_id}`); the coach decides it.
+    """
+
+    def __init__(
+        self,
+        cfg: DistributedConfig | None = None,
+        *,
+        config_path: str | os.PathLike | None = None,
+        accept_new_host_keys: bool | None = None,
+        start_command: Sequence[str] = remote.DEFAULT_START_COMMAND,
+        stats: TransferStats | None = None,
+        project: remote.ProjectInfo | None = None,
+    ):
+        self.config_path = Path(config_path) if config_path else DEFAULT_CONFIG_PATH
+        if cfg is None:
+            cfg = load_config(self.config_path).distributed
+        self.cfg = cfg
+        self.accept_new_host_keys = (
+            cfg.accept_new_host_keys if accept_new_host_keys is None else accept_new_host_keys
+        )
+        self.start_command = tuple(start_command)
+        self.stats = stats or TransferStats()
+        self.project = project
+        self._workers = {w.name: w for w in cfg.workers}
+        self._conns: dict[str, _Connection] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._archive: Path | None = None
+        self._archive_dir: tempfile.TemporaryDirectory | None = None
+
+    # ------------------------------------------------------------------ workers and config
+
+    @property
+    def workers(self) -> dict[str, WorkerSpec]:
+        return dict(self._workers)
+
+    def spec(self, name: str) -> WorkerSpec:
+        try:
+            return self._workers[name]
+        except KeyError:
+            raise UnknownWorkerError(
+                f"no worker named {name!r} in the config; known: {sorted(self._workers)}"
+            ) from None
+
+    def _names(self, names: Iterable[str] | None) -> list[str]:
+        names = list(self._workers) if names is None else list(names)
+        for n in names:
+            self.spec(n)
+        return names
+
+    def add_worker(self, host: str, user: str, *, name: str | None = None, port: int = 22,
+                   key_path: str | None = None, gpu_id: int = 0,
+                   weight: float | None = None) -> WorkerSpec:
+        """Add a worker to the config file (comments kept, validated) and to this connector.
+
+        A running coach notices the edited config.yaml and starts the worker.
+        """
+        spec = config_edit.add_worker(self.config_path, host, user, name=name, port=port,
+                                      key_path=key_path, gpu_id=gpu_id, weight=weight)
+        self._workers[spec.name] = spec
+        return spec
+
+    def remove_worker(self, name: str) -> None:
+        """Remove a worker from the config file (comments kept) and from this connector."""
+        config_edit.remove_worker(self.config_path, name)
+        self._workers.pop(name, None)
+        self._drop(name)
+
+    # ------------------------------------------------------------------ connections
+
+    def _where(self, name: str) -> str:
+        s = self.spec(name)
+        return f"{name} ({s.user}@{s.host}:{s.port})"
+
+    def _err(self, cls, name: str, action: str, detail: str, **kw):
+        s = self.spec(name)
+        return cls(f"{self._where(name)}: {action}: {detail}", worker=name, host=s.host,
+                   action=action, **kw)
+
+    def _lock(self, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def _connection(self, name: str) -> _Connection:
+        conn = self._conns.get(name)
+        if conn is not None and conn.is_active:
+            return conn
+        if conn is not None:
+            self._drop(name)
+        conn = self._open(name)
+        self._conns[name] = conn
+        return conn
+
+    def _drop(self, name: str) -> None:
+        conn = self._conns.pop(name, None)
+        if conn is not None:
+            try:
+                conn.close()
+            except _NET_ERRORS:
+                pass
+
+    def close(self) -> None:
+        """Close every connection."""
+        for name in list(self._conns):
+            self._drop(name)
+        if self._archive_dir is not None:
+            self._archive_dir.cleanup()
+            self._archive_dir = None
+
+    def __enter__(self) -> SSHConnector:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self, name: str) -> _Connection:
+        s, cfg = self.spec(name), self.cfg
+        action = "connect"
+        timeout = cfg.connect_timeout_s
+        try:
+            sock = socket.create_connection((s.host, s.port), timeout=timeout)
+        except socket.gaierror as e:
+            raise self._err(ConnectError, name, action, f"could not resolve {s.host}: {e}") from e
+        except (socket.timeout, TimeoutError) as e:
+            raise self._err(ConnectError, name, action,
+                            f"timed out after {timeout:g}s; check the host is up and reachable "
+                            "(network, firewall)") from e
+        except ConnectionRefusedError as e:
+            raise self._err(ConnectError, name, action,
+                            f"connection refused on port {s.port}; is sshd running?") from e
+        except OSError as e:
+            raise self._err(ConnectError, name, action, f"{type(e).__name__}: {e}") from e
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # else ~40 ms per channel
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        # a dead link otherwise hangs paramiko forever; the kernel now aborts the connection
+        # when sent data (SSH keepalives included) stays unacknowledged this long
+        user_timeout_ms = int(1000 * max(1.0, 2 * cfg.keepalive_s))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout_ms)
+        known_hosts = Path(os.path.expanduser(cfg.known_hosts))
+        client = paramiko.SSHClient()
+        try:
+            if known_hosts.exists():
+                client.load_host_keys(str(known_hosts))
+            client.set_missing_host_key_policy(
+                _HostKeyPolicy(self.accept_new_host_keys, known_hosts, name))
+            key = os.path.expanduser(s.key_path) if s.key_path else None
+            client.connect(
+                s.host, port=s.port, username=s.user, sock=sock, key_filename=key,
+                allow_agent=key is None, look_for_keys=key is None, timeout=timeout,
+                banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
+            )
+            transport = client.get_transport()
+            transport.set_keepalive(max(1, round(cfg.keepalive_s)))
+            sftp = client.open_sftp()
+            sftp.get_channel().settimeout(cfg.transfer_timeout_s)
+            home = sftp.normalize(".")
+        except HostKeyError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as e:
+            client.close()
+            raise self._err(
+                HostKeyError, name, "check host key",
+                f"HOST KEY CHANGED for {s.host}: known_hosts ({known_hosts}) has "
+                f"{e.expected_key.get_name()} {fingerprint(e.expected_key)}, the server offered "
+                f"{e.key.get_name()} {fingerprint(e.key)}. This may be an attack or a "
+                "reinstalled host; refusing. If the change is expected, remove the old line "
+                f"(ssh-keygen -R {q(s.host if s.port == 22 else f'[{s.host}]:{s.port}')} "
+                f"-f {q(str(known_hosts))}) and connect again.",
+            ) from e
+        except paramiko.AuthenticationException as e:
+            client.close()
+            raise self._err(
+                AuthError, name, "authenticate",
+                f"the server refused {'key ' + s.key_path if s.key_path else 'agent/default keys'}"
+                f" for user {s.user}: {e}; check authorized_keys on the worker",
+            ) from e
+        except _NET_ERRORS as e:
+            client.close()
+            raise self._err(ConnectError, name, action, f"{type(e).__name__}: {e}") from e
+        root = remote.absolute_root(s.remote_dir or cfg.remote_dir, home)
+        log.debug("%s: connected, root %s", self._where(name), root)
+        return _Connection(client, root, sftp)
+
+    def _backoff_s(self, attempt: int) -> float:
+        cap = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2**attempt)
+        return cap / 2 + random.uniform(0, cap / 2)  # "equal jitter"
+
+    def _with_retries(self, name: str, action: str, fn: Callable[[_Connection], T],
+                      *, retry: bool = True) -> T:
+        """Run fn on the worker's connection; on a dropped connection or failed transfer,
+        reconnect and retry with backoff. Permanent errors are raised at once."""
+        attempts = 1 + (self.cfg.retries if retry else 0)
+        with self._lock(name):
+            for attempt in range(attempts):
+                try:
+                    conn = self._connection(name)
+                    with conn.lock:
+                        return fn(conn)
+                except _PERMANENT:
+                    raise
+                except (ConnectError, TransferError) as e:
+                    self._drop(name)
+                    if attempt + 1 >= attempts:
+                        raise
+                    delay = self._backoff_s(attempt)
+                    log.warning("%s: %s failed (attempt %d/%d), retrying in %.1fs: %s",
+                                name, action, attempt + 1, attempts, delay, e)
+                    time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def paths(self, name: str) -> WorkerPaths:
+        """The worker's remote paths (connects to learn its home folder)."""
+        return self._with_retries(name, "connect", lambda c: WorkerPaths(c.root, name))
+
+    # ------------------------------------------------------------------ commands
+
+    def _exec(self, conn: _Connection, name: str, command: str, timeout_s: float,
+              check: bool) -> CommandResult:
+        action = f"run {command[:60]!r}"
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        try:
+            transport = conn.client.get_transport()
+            chan = transport.open_session(timeout=timeout_s)
+            chan.exec_command(command)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            while True:
+                while chan.recv_ready():
+                    out += chan.recv(1 << 16)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                if chan.exit_status_ready():
+                    while chan.recv_ready():
+                        out += chan.recv(1 << 16)
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 16)
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    chan.close()
+                    raise self._err(RemoteCommandError, name, action,
+                                    f"no exit after {timeout_s:g}s (timed out)",
+                                    stdout=out.decode(errors="replace"),
+                                    stderr=err.decode(errors="replace"))
+                if not transport.is_active():
+                    raise ConnectionError("connection lost while the command ran")
+                if chan.eof_received:  # output done; the exit status is on its way
+                    chan.status_event.wait(min(remaining, 0.1))
+                else:
+                    select.select([chan], [], [], min(remaining, 0.1))
+            code = chan.recv_exit_status()
+            chan.close()
+        except RemoteCommandError:
+            raise
+        except _NET_ERRORS as e:
+            raise self._err(ConnectError, name, action, f"{type(e).__name__}: {e}") from e
+        res = CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"),
+                            time.monotonic() - t0)
+        if check and code != 0:
+            raise self._err(RemoteCommandError, name, action,
+                            f"exit code {code}: {res.stderr.strip()[-500:]}",
+                            exit_code=code, stdout=res.stdout, stderr=res.stderr)
+        return res
+
+    def run(self, name: str, command: str | Sequence[str], *, timeout_s: float | None = None,
+            check: bool = True, retry: bool = False) -> CommandResult:
+        """Run a shell command (a string, or an argv list that gets quoted) on a worker.
+
+        `retry` re-runs it after a dropped connection: only for idempotent commands.
+        """
+        if not isinstance(command, str):
+            command = remote.join(command)
+        timeout = self.cfg.command_timeout_s if timeout_s is None else timeout_s
+        return self._with_retries(
+            name, "run", lambda c: self._exec(c, name, command, timeout, check), retry=retry)
+
+    # ------------------------------------------------------------------ files
+
+    def _sftp(self, conn: _Connection) -> paramiko.SFTPClient:
+        return conn.open_sftp(self.cfg.transfer_timeout_s)
+
+    def put(self, name: str, local: str | os.PathLike, remote_path: str) -> TransferResult:
+        """Upload a file atomically (temp name + posix-rename); relative paths are under the
+        worker's root; parent folders are made. Retries with backoff."""
+
+        def op(c: _Connection) -> TransferResult:
+            target = WorkerPaths(c.root, name).resolve(remote_path)
+            self._makedirs(c, name, os.path.dirname(target))
+            return put_file(self._sftp(c), local, target, where=self._where(name),
+                            stats=self.stats)
+
+        return self._with_retries(name, f"upload {remote_path}", op)
+
+    def get(self, name: str, remote_path: str, local: str | os.PathLike, *,
+            expected_sha256: str | None = None, max_bytes: int | None = None) -> TransferResult:
+        """Download via a `.partial` file, verify size (and sha256 when given), rename."""
+
+        def op(c: _Connection) -> TransferResult:
+            src = WorkerPaths(c.root, name).resolve(remote_path)
+            return get_file(self._sftp(c), src, local, where=self._where(name),
+                            stats=self.stats, expected_sha256=expected_sha256,
+                            max_bytes=max_bytes)
+
+        return self._with_retries(name, f"download {remote_path}", op)
+
+    def read_bytes(self, name: str, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes:
+        """Read a small remote file whole (e.g. a heartbeat)."""
+
+        def op(c: _Connection) -> bytes:
+            path = WorkerPaths(c.root, name).resolve(remote_path)
+            try:
+                sftp = self._sftp(c)
+                size = sftp.stat(path).st_size
+                if size > max_bytes:
+                    raise TransferError(f"{self._where(name)}: {path} is {size} bytes, "
+                                        f"over the limit {max_bytes}")
+                with sftp.open(path, "rb") as f:
+                    return f.read(max_bytes + 1)[:max_bytes]
+            except FileNotFoundError:
+                raise
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                raise TransferError(f"{self._where(name)}: read {path}: "
+                                    f"{type(e).__name__}: {e}") from e
+
+        return self._with_retries(name, f"read {remote_path}", op)
+
+    def listdir(self, name: str, remote_path: str) -> list[str]:
+        """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out)."""
+
+        def op(c: _Connection) -> list[str]:
+            path = WorkerPaths(c.root, name).resolve(remote_path)
+            try:
+                names = self._sftp(c).listdir(path)
+            except FileNotFoundError:
+                return []
+            except _NET_ERRORS as e:
+                raise TransferError(f"{self._where(name)}: list {path}: {e}") from e
+            return sorted(n for n in names if not n.endswith((".tmp", ".partial")))
+
+        return self._with_retries(name, f"list {remote_path}", op)
+
+    def remove(self, name: str, remote_path: str) -> bool:
+        """Delete a remote file; False if it was already gone (idempotent)."""
+
+        def op(c: _Connection) -> bool:
+            path = WorkerPaths(c.root, name).resolve(remote_path)
+            try:
+                self._sftp(c).remove(path)
+                return True
+            except FileNotFoundError:
+                return False
+            except _NET_ERRORS as e:
+                raise TransferError(f"{self._where(name)}: remove {path}: {e}") from e
+
+        return self._with_retries(name, f"remove {remote_path}", op)
+
+    def _makedirs(self, c: _Connection, name: str, path: str) -> None:
+        sftp = self._sftp(c)
+        try:
+            sftp.stat(path)
+            return
+        except FileNotFoundError:
+            pass
+        except _NET_ERRORS as e:
+            raise TransferError(f"{self._where(name)}: stat {path}: {e}") from e
+        self._exec(c, name, f"mkdir -p {q(path)}", self.cfg.command_timeout_s, True)
+
+    def push_file(self, local: str | os.PathLike, remote_path: str,
+                  names: Iterable[str] | None = None) -> dict[str, TransferResult | Exception]:
+        """Upload one file to many workers in parallel; `stats.last_push_s` is the slowest."""
+        t0 = time.perf_counter()
+        res = fan_out(lambda n: self.put(n, local, remote_path), self._names(names))
+        self.stats.last_push_s = time.perf_counter() - t0
+        return res
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _python(self, name: str) -> str:
+        return self.spec(name).python or self.cfg.python
+
+    def _project(self) -> remote.ProjectInfo:
+        if self.project is None:
+            self.project = remote.local_project()
+        return self.project
+
+    def preflight(self, name: str, *, with_torch: bool = True) -> PreflightReport:
+        """Python version, project version, torch/CUDA/GPUs and free disk of one worker."""
+        project = self._project()
+
+        def op(c: _Connection) -> CommandResult:
+            cmd = remote.preflight_command(WorkerPaths(c.root, name), self._python(name),
+                                           project.dist, with_torch)
+            return self._exec(c, name, cmd, self.cfg.command_timeout_s, True)
+
+        res = self._with_retries(name, "preflight", op)
+        try:
+            info = json.loads(res.stdout.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError) as e:
+            raise self._err(RemoteCommandError, name, "preflight",
+                            f"unreadable output {res.stdout[-200:]!r}") from e
+        s = self.spec(name)
+        problems = []
+        major_minor = tuple(int(x) for x in info["python"].split(".")[:2])
+        if major_minor < (3, 10):
+            problems.append(f"python {info['python']} < 3.10")
+        if self.cfg.deploy:
+            pass  # deploy installs the right version; a mismatch now is expected
+        elif info["project_version"] != project.version:
+            problems.append(f"{project.dist} {info['project_version']} installed, coach has "
+                            f"{project.version} (deploy is off: install it by hand)")
+        if with_torch and info["torch"] is None:
+            problems.append("torch not importable" + (f": {info.get('torch_error')}"
+                                                      if info.get("torch_error") else ""))
+        if with_torch and s.gpu_id >= 0 and len(info["gpus"]) <= s.gpu_id:
+            problems.append(f"gpu_id {s.gpu_id} but {len(info['gpus'])} CUDA GPU(s) visible")
+        if info["free_disk_gb"] < 1.0:
+            problems.append(f"only {info['free_disk_gb']:.2f} GB free")
+        return PreflightReport(
+            name=name, host=s.host, python=info["python"],
+            project_version=info["project_version"], torch=info["torch"],
+            cuda=info["cuda"], gpus=tuple(info["gpus"]), free_disk_gb=info["free_disk_gb"],
+            hostname=info.get("hostname", ""), problems=tuple(problems))
+
+    def _source_archive(self) -> Path:
+        if self._archive is None:
+            self._archive_dir = tempfile.TemporaryDirectory(prefix="azgo-deploy-")
+            self._archive = remote.build_source_archive(self._project(),
+                                                        Path(self._archive_dir.name))
+        return self._archive
+
+    def deploy(self, name: str, *, force: bool = False) -> DeployResult:
+        """Install the project's exact version into `<root>/venv` unless already there."""
+        project = self._project()
+        t0 = time.perf_counter()
+        paths = self.paths(name)
+        timeout = max(self.cfg.command_timeout_s, 300.0)  # pip may be slow
+        if not force:
+            have = self.run(name, remote.installed_version_command(paths, project.dist),
+                            retry=True).stdout.strip()
+            if have == project.version:
+                return DeployResult(have, True, time.perf_counter() - t0)
+        try:
+            self.run(name, remote.make_venv_command(paths, self._python(name)),
+                     timeout_s=timeout, retry=True)
+            archive = self._source_archive()
+            target = f"{paths.deploy_dir}/{archive.name}"
+            self.put(name, archive, target)
+            self.run(name, remote.pip_install_command(paths, target, with_deps=False),
+                     timeout_s=timeout, retry=True)
+            missing = self.run(name, remote.missing_deps_command(paths, project.dist),
+                               retry=True).stdout.split()
+            if missing:
+                log.warning("%s: %s missing on the worker, pip installing them: %s",
+                            name, len(missing), " ".join(missing))
+                self.run(name, remote.pip_install_command(paths, target, with_deps=True),
+                         timeout_s=timeout, retry=True)
+            have = self.run(name, remote.installed_version_command(paths, project.dist),
+                            retry=True).stdout.strip()
+        except RemoteCommandError as e:
+            raise self._err(DeployError, name, "deploy",
+                            f"{e}; see the output above, or set distributed.deploy: false and "
+                            "install by hand") from e
+        if have != project.version:
+            raise self._err(DeployError, name, "deploy",
+                            f"after install the venv reports {have or 'nothing'}, "
+                            f"expected {project.version}")
+        log.info("%s: deployed %s %s in %.1fs", name, project.dist, have,
+                 time.perf_counter() - t0)
+        return DeployResult(have, False, time.perf_counter() - t0)
+
+    def start(self, name: str) -> int:
+        """Start the worker daemon detached (no-op if running). Returns its pid."""
+        s = self.spec(name)
+        paths = self.paths(name)
+        python = paths.venv_python if self.cfg.deploy else self._python(name)
+        argv = remote.format_start_argv(self.start_command, python=python, name=name,
+                                        config=paths.config, root=paths.root, gpu_id=s.gpu_id)
+        out = self.run(name, remote.start_command(paths, argv, s.gpu_id), retry=True).stdout
+        words = out.split()
+        if len(words) != 2 or words[0] not in ("started", "running"):
+            raise self._err(RemoteCommandError, name, "start", f"unexpected output {out!r}")
+        log.info("%s: daemon %s, pid %s", name, words[0], words[1])
+        return int(words[1])
+
+    def stop(self, name: str) -> str:
+        """SIGTERM, then SIGKILL after `stop_grace_s`. Returns 'terminated', 'killed' or
+        'not-running'."""
+        paths = self.paths(name)
+        cmd = remote.stop_command(paths, self.cfg.stop_grace_s)
+        out = self.run(name, cmd, timeout_s=self.cfg.command_timeout_s + self.cfg.stop_grace_s,
+                       retry=True).stdout.split()
+        return out[0] if out else "not-running"
+
+    def restart(self, name: str) -> int:
+        """Stop then start. Returns the new pid."""
+        self.stop(name)
+        return self.start(name)
+
+    def is_running(self, name: str) -> int | None:
+        """The daemon's pid if it is alive, else None."""
+        out = self.run(name, remote.running_command(self.paths(name)), retry=True).stdout
+        return int(out.split()[0]) if out.strip() else None
+
+    def read_heartbeat(self, name: str) -> Heartbeat:
+        """The worker's status.json (raises FileNotFoundError before its first heartbeat)."""
+        paths = self.paths(name)
+        return parse_heartbeat(self.read_bytes(name, paths.heartbeat,
+                                               max_bytes=HEARTBEAT_MAX_BYTES))
+
+    # ------------------------------------------------------------------ many workers
+
+    def for_each(self, action: Callable[[str], T],
+                 names: Iterable[str] | None = None) -> dict[str, T | Exception]:
+        """`action(name)` on every (or the given) worker in parallel: {name: result | error}."""
+        return fan_out(action, self._names(names))
+
+    def preflight_all(self, names=None, *, with_torch: bool = True):
+        return self.for_each(lambda n: self.preflight(n, with_torch=with_torch), names)
+
+    def deploy_all(self, names=None):
+        return self.for_each(self.deploy, names)
+
+    def start_all(self, names=None):
+        return self.for_each(self.start, names)
+
+    def stop_all(self, names=None):
+        return self.for_each(self.stop, names)
+
+    def restart_all(self, names=None):
+        return self.for_each(self.restart, names)
+
+    def read_heartbeats(self, names=None) -> dict[str, Heartbeat | Exception]:
+        return self.for_each(self.read_heartbeat, names)
+
+
+# ============================================================================= command line
+
+
+def _print_table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _check_rows(results: dict[str, PreflightReport | Exception]) -> list[list[str]]:
+    rows = [["NAME", "HOST", "PYTHON", "VERSION", "TORCH", "CUDA", "GPUS", "DISK_GB", "RESULT"]]
+    for name, r in results.items():
+        if isinstance(r, Exception):
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-",
+                         f"{type(r).__name__}: {r}"])
+        else:
+            rows.append([name, r.host, r.python, r.project_version or "-", r.torch or "-",
+                         "yes" if r.cuda else "no", str(len(r.gpus)), f"{r.free_disk_gb:.1f}",
+                         "ok" if r.ok else "; ".join(r.problems)])
+    return rows
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python distributed/ssh_connector.py",
+        description="Manage the SSH self-play workers listed in the config.")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH),
+                   help="config file (default: configs/config.yaml)")
+    p.add_argument("--accept-new-host-keys", action="store_true",
+                   help="record keys of hosts not yet in known_hosts (a changed key is refused)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--restart", metavar="NAME",
+                   help="restart a worker: through the running coach if there is one, "
+                        "else directly over SSH")
+    g.add_argument("--add-worker", nargs=2, metavar=("HOST", "USER"))
+    g.add_argument("--remove-worker", metavar="NAME")
+    g.add_argument("--check", nargs="?", const="", metavar="NAME",
+                   help="preflight one worker, or all")
+    g.add_argument("--status", action="store_true", help="print distributed/status.txt parsed")
+    p.add_argument("--name")
+    p.add_argument("--port", type=int, default=22)
+    p.add_argument("--key-path")
+    p.add_argument("--gpu-id", type=int, default=0)
+    p.add_argument("--weight", type=float)
+    p.add_argument("--direct", action="store_true",
+                   help="with --restart: do it over SSH now, without asking the coach")
+    p.add_argument("--wait", type=float, default=10.0,
+                   help="with --restart: seconds to wait for the coach to take the request")
+    p.add_argument("--requests-dir", default=str(restart_requests.DEFAULT_DIR))
+    p.add_argument("--status-file", default="distributed/status.txt")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.status:
+            snap = read_status(args.status_file)
+            print(f"Games/second: {snap.games_per_s:.1f}")
+            print(f"Workers active: {snap.workers_active}/{snap.workers_total}")
+            print("Model sync time: " + ("-" if snap.model_sync_s is None
+                                         else f"{snap.model_sync_s:.1f}s"))
+            print(f"Network usage: {snap.network_mb_per_min:.1f} MB/min")
+            print(f"Generation: {'-' if snap.generation is None else snap.generation}")
+            rows = [["NAME", "HOST", "STATE", "GEN", "GAMES/S", "HEARTBEAT", "LAST ERROR"]]
+            for w in snap.workers:
+                rows.append([w.name, w.host, w.state.value,
+                             "-" if w.generation is None else str(w.generation),
+                             f"{w.games_per_s:.2f}",
+                             "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f}s",
+                             w.last_error or "-"])
+            _print_table(rows)
+            return 0
+        if args.add_worker:
+            host, user = args.add_worker
+            spec = config_edit.add_worker(Path(args.config), host, user, name=args.name,
+                                          port=args.port, key_path=args.key_path,
+                                          gpu_id=args.gpu_id, weight=args.weight)
+            print(f"added {spec.name} ({spec.user}@{spec.host}:{spec.port}) to {args.config}")
+            return 0
+        if args.remove_worker:
+            config_edit.remove_worker(Path(args.config), args.remove_worker)
+            print(f"removed {args.remove_worker} from {args.config}")
+            return 0
+        connector = SSHConnector(config_path=args.config,
+                                 accept_new_host_keys=args.accept_new_host_keys or None)
+        with connector:
+            if args.check is not None:
+                names = [args.check] if args.check else None
+                results = connector.preflight_all(names)
+                _print_table(_check_rows(results))
+                return 0 if all(isinstance(r, PreflightReport) and r.ok
+                                for r in results.values()) else 1
+            name = args.restart
+            connector.spec(name)
+            if not args.direct:
+                req = restart_requests.request_restart(name, Path(args.requests_dir))
+                if restart_requests.wait_taken(req, args.wait):
+                    print(f"restart of {name} handed to the running coach")
+                    return 0
+                if not restart_requests.withdraw(req):
+                    print(f"restart of {name} handed to the running coach")
+                    return 0
+                print(f"no coach took the request within {args.wait:g}s; restarting directly")
+            pid = connector.restart(name)
+            print(f"restarted {name}: pid {pid}")
+            return 0
+    except (SSHError, TransferError, UnknownWorkerError, ConfigError, OSError,
+            config_edit.ConfigEditError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    # Run as a script, this file is `__main__`; use the package's copy so that there is one
+    # SSHConnector class and one set of exceptions.
+    from distributed.ssh_connector import main as _main
+
+    sys.exit(_main())
