@@ -37,7 +37,8 @@ class IllegalMove(ValueError):
     def __init__(self, move: int, size: int, reason: str):
         self.move = move
         self.reason = reason
-        super().__init__(f"illegal move {to_gtp(move, size)}: {reason}")
+        where = to_gtp(move, size) if 0 <= move <= size * size else f"#{move}"
+        super().__init__(f"illegal move {where}: {reason}")
 
 
 @lru_cache(maxsize=None)
