@@ -1,0 +1,49 @@
+"""metrics.json / metrics.csv merging and the progress plot (real files, real matplotlib)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from training.metrics import MetricsError, plot_progress, read_metrics, record_metrics
+
+
+def test_values_from_several_parts_merge_into_one_row_per_generation(run_dir):
+    record_metrics(run_dir, 2, loss=1.5, policy_loss=1.2, value_loss=0.3)
+    record_metrics(run_dir, 1, loss=2.0)
+    record_metrics(run_dir, 2, elo=35.0, elo_ci_low=10.0, elo_ci_high=60.0)
+    rows = read_metrics(run_dir)
+    assert [r["generation"] for r in rows] == [1, 2]
+    assert rows[1] == {
+        "generation": 2, "loss": 1.5, "policy_loss": 1.2, "value_loss": 0.3,
+        "elo": 35.0, "elo_ci_low": 10.0, "elo_ci_high": 60.0,
+    }
+    with open(run_dir / "metrics.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [t["generation"] for t in table] == ["1", "2"]
+    assert table[0]["elo"] == "" and float(table[1]["elo"]) == 35.0
+    assert not list(run_dir.glob("*.tmp"))
+
+
+def test_non_finite_numbers_are_stored_as_null(run_dir):
+    record_metrics(run_dir, 1, val_loss=float("nan"))
+    assert json.loads((run_dir / "metrics.json").read_text())[0]["val_loss"] is None
+
+
+def test_progress_plot_is_a_png(run_dir):
+    for g in range(1, 4):
+        record_metrics(run_dir, g, loss=3.0 - g * 0.5, elo=g * 20.0, games_per_s=1.5 * g)
+    path = plot_progress(run_dir)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_of_an_empty_run_still_draws(run_dir):
+    assert plot_progress(run_dir).stat().st_size > 0
+
+
+def test_damaged_metrics_file_is_reported_by_name(run_dir):
+    (run_dir / "metrics.json").write_text("{not json")
+    with pytest.raises(MetricsError, match="metrics.json"):
+        record_metrics(run_dir, 1, loss=1.0)
