@@ -426,10 +426,23 @@ def test_a_generation_newer_than_the_newest_model_is_rejected(run_dir):
     assert "generation 2" in str(err)
 
 
-def test_a_game_newer_than_its_batch_is_rejected(run_dir):
+def test_a_game_newer_than_the_newest_model_is_rejected(run_dir):
     games = _games(3)
     games[1] = replace(games[1], generation=5)
-    _reject(write_batch_to(run_dir, games), "generation_too_new", game=1)
+    path = write_batch_to(run_dir, games)
+    read_batch(path, max_generation=5)
+    _reject(path, "generation_too_new", game=1, max_generation=4)
+
+
+def test_meta_from_records_names_the_oldest_generation(run_dir):
+    games = _games(3, gen=4)
+    games[0] = replace(games[0], generation=3, simulations=32)
+    meta = BatchMeta.from_records("w9", games, max_moves=0)
+    assert (meta.worker, meta.generation, meta.board_size, meta.komi, meta.simulations) == (
+        "w9", 3, N, KOMI, 32)
+    path = run_dir / batch_name("w9", meta.generation, 1)
+    write_batch(path, games, meta)
+    assert read_batch(path)[0] == meta
 
 
 def test_a_name_that_disagrees_with_the_meta_is_rejected(run_dir):
