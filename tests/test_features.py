@@ -1,0 +1,97 @@
+"""Tests for training.features: the planes, numpy == njit, and the 8 symmetries."""
+
+import random
+
+import numpy as np
+import pytest
+
+from training import fastgo
+from training.coords import from_gtp
+from training.features import (
+    NUM_SYMMETRIES,
+    inverse,
+    inverse_transform_planes,
+    inverse_transform_policy,
+    num_planes,
+    planes,
+    transform_planes,
+    transform_policy,
+    write_planes,
+)
+from training.go import Position
+
+
+def test_plane_layout_side_to_move_first_then_opponent_then_color():
+    assert num_planes(8) == 17 and num_planes(1) == 3
+    pos = Position(9)
+    x = planes(pos)
+    assert x.shape == (17, 9, 9) and x.dtype == np.float32
+    assert not x[:16].any() and (x[16] == 1).all()
+    pos.play(from_gtp("D4", 9))  # black; now white is to move
+    x = planes(pos, history=2)
+    assert x.shape == (5, 9, 9)
+    assert not x[0].any()  # white stones now
+    assert x[1, 5, 3] == 1 and x[1].sum() == 1  # black's D4 = row 5, col 3
+    assert not x[2:4].any()  # one ply ago: the empty board
+    assert not x[4].any()  # white to move
+    pos.play(from_gtp("E5", 9))
+    x = planes(pos, history=2)
+    assert x[0, 5, 3] == 1 and x[1, 4, 4] == 1  # black to move: own D4, opponent E5
+    assert x[2, 5, 3] == 1 and x[2].sum() == 1 and not x[3].any()
+    assert (x[4] == 1).all()
+
+
+@pytest.mark.parametrize("n,history", [(5, 8), (9, 8), (9, 3), (13, 1)])
+def test_njit_planes_equal_numpy_planes_on_random_games(n, history):
+    rng = random.Random(n * 100 + history)
+    batch = np.full((3, num_planes(history), n, n), -7.0, np.float32)
+    for _ in range(3):
+        pos = Position(n)
+        b = fastgo.new_boards(2, n)
+        while not pos.is_over():
+            write_planes(b, 0, history, batch[1])
+            np.testing.assert_array_equal(batch[1], planes(pos, history))
+            move = rng.choice(pos.legal_moves())
+            pos.play(move)
+            assert fastgo.play(b, 0, move)
+    assert (batch[0] == -7).all() and (batch[2] == -7).all()  # only its own slot written
+
+
+def test_asking_for_more_history_than_the_boards_keep_fails():
+    b = fastgo.new_boards(1, 5, history=2)
+    with pytest.raises(AssertionError):
+        write_planes(b, 0, 3, np.zeros((7, 5, 5), np.float32))
+
+
+def test_the_eight_symmetries_are_distinct_and_invert():
+    x = np.arange(2 * 5 * 5, dtype=np.float32).reshape(2, 5, 5)
+    images = {transform_planes(x, s).tobytes() for s in range(NUM_SYMMETRIES)}
+    assert len(images) == 8
+    for s in range(NUM_SYMMETRIES):
+        np.testing.assert_array_equal(inverse_transform_planes(transform_planes(x, s), s), x)
+        assert transform_planes(transform_planes(x, s), inverse(s)).tobytes() == x.tobytes()
+    policy = np.random.default_rng(0).random((3, 26))
+    for s in range(NUM_SYMMETRIES):
+        t = transform_policy(policy, s)
+        assert (t[:, 25] == policy[:, 25]).all()
+        np.testing.assert_array_equal(inverse_transform_policy(t, s), policy)
+
+
+def test_policy_and_planes_move_together_and_rules_are_symmetric():
+    n = 7
+    rng = random.Random(3)
+    pos = Position(n)
+    for _ in range(40):
+        pos.play(rng.choice(pos.legal_moves()))
+    for s in range(NUM_SYMMETRIES):
+        def move_image(m, s=s):
+            onehot = np.zeros(n * n + 1)
+            onehot[m] = 1
+            return int(np.argmax(transform_policy(onehot, s)))
+
+        twin = Position(n)
+        for m in pos.moves:
+            twin.play(move_image(m))
+        np.testing.assert_array_equal(planes(twin), transform_planes(planes(pos), s))
+        assert sorted(move_image(m) for m in pos.legal_moves()) == twin.legal_moves()
+        assert twin.score() == pos.score()
