@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import getpass
 import ipaddress
+import itertools
 import os
 import re
 import shutil
@@ -201,6 +202,7 @@ Subsystem sftp internal-sftp
 # ----------------------------------------------------------------------------- namespaces
 
 _LIVE: list["NetnsHosts"] = []
+_COUNTER = itertools.count(1)
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -241,7 +243,7 @@ class NetnsHosts:
     def __init__(self, state_dir: Path, n: int = 3):
         self.dir = Path(state_dir)
         self.n = n
-        tag = f"azt{os.getpid()}"
+        tag = f"azt{os.getpid()}x{next(_COUNTER)}"
         self.bridge = f"{tag}br"
         self.namespaces = [f"{tag}h{i}" for i in range(1, n + 1)]
         self.veths = [f"{tag}v{i}" for i in range(1, n + 1)]
@@ -325,7 +327,7 @@ def _cleanup_at_exit() -> None:
 
 def leftover_namespaces() -> list[str]:
     """Namespaces of this process still present (for the cleanup assertion)."""
-    tag = f"azt{os.getpid()}"
+    tag = f"azt{os.getpid()}x"
     return [line.split()[0] for line in _ip("netns", "list", check=False).stdout.splitlines()
             if line.startswith(tag)]
 
