@@ -1,0 +1,334 @@
+"""Self-play: many games at once through batched search, finished games as GameRecords.
+
+Owns:
+- `SelfPlay`: `parallel_games` slots, each holding one game in progress; a `step()` plays one
+  move in every game (one search of `mcts.simulations` new simulations each, all games'
+  leaves evaluated together, one network call per search step), and a finished game is
+  returned as a `training.records.GameRecord` while a new game starts in its slot.
+- `play_match`: games between two evaluators (the arena), batched the same way.
+- `MctsPlayer`: search one position for the GTP engine.
+
+Vocabulary: a *slot* is a place for one game in progress (a row of the search's arrays);
+a game's *seed* (derived from the base seed and the game's number) seeds its own numpy
+Generator, which draws its root noise, its sampled moves and whether its resignation is
+disabled, so a game does not depend on which other games share its batches.
+
+Policy targets are the root visit counts of every move (`GameRecord.visits`), never the move
+played. The first `temperature_moves` moves of a game are drawn in proportion to visits, then
+the most visited move is played. A game resigns when its root value (side to move's view)
+falls below `resign_threshold`; in `resign_disabled_fraction` of games resignation is off and
+the record notes the colour that would have resigned (`would_resign_as`), so the share of
+such games that colour went on to win is the false-resignation rate.
+
+A record's `generation` is the model generation when the game STARTED; after
+`set_evaluator(evaluate, generation)` games in progress continue with the new model.
+
+This module imports no torch and reads no files: the evaluator comes in as a callable
+(`training.net.make_evaluator`), and the caller writes the records (`training.records`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from training import fastgo
+from training.coords import BLACK
+from training.mcts import Evaluate, Mcts, choose_moves
+from training.records import GameRecord
+
+log = logging.getLogger(__name__)
+
+
+def game_seed(base_seed: int, game_number: int) -> int:
+    """The seed of game `game_number` of a run with `base_seed` (63 bits, fits an int64)."""
+    state = np.random.SeedSequence([base_seed, game_number]).generate_state(1, np.uint64)
+    return int(state[0] >> np.uint64(1))
+
+
+@dataclass
+class _Game:
+    """A game in progress in one slot."""
+
+    seed: int
+    rng: np.random.Generator
+    generation: int
+    resign_disabled: bool
+    would_resign_as: int = 0
+    moves: list[int] = field(default_factory=list)
+    visits: list[np.ndarray] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+
+class SelfPlay:
+    """Plays `parallel_games` games at once with one evaluator; yields finished GameRecords.
+
+    Args:
+        evaluate: evaluate(planes [B, C, N, N], legal [B, A+1]) -> (priors, values).
+        go_cfg, mcts_cfg, self_play_cfg: the config sections `go`, `mcts` and `self_play`.
+        history: the net's history (C = 2 * history + 1 input planes).
+        generation: the model generation of `evaluate`.
+        seed: base seed; game k of this object has seed game_seed(seed, k).
+    """
+
+    def __init__(
+        self,
+        evaluate: Evaluate,
+        go_cfg,
+        mcts_cfg,
+        self_play_cfg,
+        *,
+        history: int,
+        generation: int = 0,
+        seed: int = 0,
+    ):
+        self.go_cfg = go_cfg
+        self.mcts_cfg = mcts_cfg
+        self.cfg = self_play_cfg
+        self.evaluate = evaluate
+        self.generation = generation
+        self.seed = seed
+        self.n_slots = self_play_cfg.parallel_games
+        self.mcts = Mcts(
+            self.n_slots,
+            go_cfg,
+            mcts_cfg,
+            history=history,
+            batch_size=self_play_cfg.batch_size,
+        )
+        self.games_started = 0
+        self.games_finished = 0
+        self.moves_played = 0
+        self._pending: list[GameRecord] = []
+        self._slots: list[_Game] = [self._new_game(g) for g in range(self.n_slots)]
+
+    def set_evaluator(self, evaluate: Evaluate, generation: int) -> None:
+        """Use a new model from the next move on; games in progress continue with it."""
+        self.evaluate = evaluate
+        self.generation = generation
+
+    def _new_game(self, slot: int) -> _Game:
+        seed = game_seed(self.seed, self.games_started)
+        self.games_started += 1
+        rng = np.random.default_rng(seed)
+        disabled = bool(rng.random() < self.cfg.resign_disabled_fraction)
+        self.mcts.reset_game(slot, komi=self.go_cfg.komi)
+        return _Game(seed=seed, rng=rng, generation=self.generation, resign_disabled=disabled)
+
+    def step(self) -> list[GameRecord]:
+        """One move in every game (one search each); returns the games that finished."""
+        slots = np.arange(self.n_slots)
+        games = self._slots
+        visits = self.mcts.search(self.evaluate, slots, rngs=[s.rng for s in games])
+        values = self.mcts.root_values(slots)
+        threshold = self.cfg.resign_threshold
+        finished: list[GameRecord] = []
+        playing = []
+        for g, game in enumerate(games):
+            if threshold > -1.0 and values[g] < threshold:
+                color = self.mcts.to_play(g)
+                if not game.resign_disabled:
+                    finished.append(self._finish(g, resigned_by=color))
+                    continue
+                if game.would_resign_as == 0:
+                    game.would_resign_as = color
+            playing.append(g)
+        if playing:
+            idx = np.asarray(playing, np.int64)
+            sample = np.array(
+                [len(games[g].moves) < self.cfg.temperature_moves for g in playing], bool
+            )
+            moves = choose_moves(visits[idx], [games[g].rng for g in playing], sample)
+            for g, move in zip(playing, moves):
+                game = games[g]
+                game.moves.append(int(move))
+                game.visits.append(np.minimum(visits[g], 65535).astype(np.uint16))
+                game.values.append(float(values[g]))
+            self.mcts.play(idx, moves)
+            self.moves_played += len(playing)
+            for g in playing:
+                if self.mcts.is_over(g):
+                    finished.append(self._finish(g, resigned_by=0))
+        return finished
+
+    def _finish(self, slot: int, resigned_by: int) -> GameRecord:
+        """The record of the game in `slot`; a new game starts there."""
+        game = self._slots[slot]
+        n = self.go_cfg.board_size
+        if resigned_by:
+            score, result = math.nan, -resigned_by
+        else:
+            score = self.mcts.score(slot)
+            result = 0 if score == 0 else (1 if score > 0 else -1)
+        record = GameRecord(
+            board_size=n,
+            komi=float(self.go_cfg.komi),
+            moves=np.asarray(game.moves, np.int16),
+            visits=(
+                np.stack(game.visits)
+                if game.visits
+                else np.zeros((0, n * n + 1), np.uint16)
+            ),
+            result=int(result),
+            score=float(score),
+            resigned=bool(resigned_by),
+            resign_disabled=game.resign_disabled,
+            would_resign_as=int(game.would_resign_as),
+            generation=game.generation,
+            seed=game.seed,
+            simulations=self.mcts.simulations,
+            values=np.asarray(game.values, np.float16),
+        )
+        self.games_finished += 1
+        log.debug(
+            "game seed=%d moves=%d result=%+d resigned=%s", game.seed, len(game.moves),
+            result, bool(resigned_by),
+        )
+        self._slots[slot] = self._new_game(slot)
+        return record
+
+    def play(
+        self,
+        max_games: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        on_game: Callable[[GameRecord], None] | None = None,
+    ) -> list[GameRecord]:
+        """Play until `max_games` games have finished or `should_stop()` is true (checked
+        between moves). Returns exactly `max_games` records when that many finished; games
+        that finish beyond it are kept for the next call."""
+        out: list[GameRecord] = []
+        while True:
+            while self._pending and (max_games is None or len(out) < max_games):
+                record = self._pending.pop(0)
+                out.append(record)
+                if on_game is not None:
+                    on_game(record)
+            if max_games is not None and len(out) >= max_games:
+                return out
+            if should_stop is not None and should_stop():
+                return out
+            self._pending.extend(self.step())
+
+    def discard_unfinished(self) -> int:
+        """Drop every game in progress (they restart empty); returns how many had moves."""
+        dropped = sum(1 for game in self._slots if game.moves)
+        self._slots = [self._new_game(g) for g in range(self.n_slots)]
+        return dropped
+
+
+# ------------------------------------------------------------------------------ arena
+
+
+def play_match(
+    evaluate_a: Evaluate,
+    evaluate_b: Evaluate,
+    n_games: int,
+    go_cfg,
+    mcts_cfg,
+    seed: int,
+    *,
+    history: int,
+    opening_moves: int = 4,
+    simulations: int | None = None,
+    batch_size: int = 256,
+) -> list[tuple[GameRecord, bool]]:
+    """Play n_games between two evaluators, all at once; returns (record, a_was_black).
+
+    Colours alternate (A is black in games 0, 2, 4, ...). Each move is a fresh search by the
+    side to move's evaluator (no tree reuse, no root noise); the first `opening_moves` moves
+    are drawn in proportion to visits from the game's own seed, so the games differ, then
+    the most visited move is played. No resignation: games are played out and scored.
+    """
+    if n_games <= 0:
+        return []
+    sims = mcts_cfg.simulations if simulations is None else simulations
+    mcts = Mcts(
+        n_games, go_cfg, mcts_cfg, history=history, batch_size=batch_size,
+        simulations=sims, reuse_tree=False,
+    )
+    a_black = np.arange(n_games) % 2 == 0
+    seeds = [game_seed(seed, k) for k in range(n_games)]
+    rngs = [np.random.default_rng(s) for s in seeds]
+    moves: list[list[int]] = [[] for _ in range(n_games)]
+    visits: list[list[np.ndarray]] = [[] for _ in range(n_games)]
+    values: list[list[float]] = [[] for _ in range(n_games)]
+    for g in range(n_games):
+        mcts.reset_game(g, komi=go_cfg.komi)
+    active = np.ones(n_games, bool)
+    while active.any():
+        games = np.flatnonzero(active)
+        to_play = mcts.boards.info[:n_games, fastgo.TO_PLAY]
+        owner = np.where((to_play == BLACK) == a_black, 0, 1)
+        v = mcts.search([evaluate_a, evaluate_b], games, owner=owner)
+        vals = mcts.root_values(games)
+        sample = np.array([len(moves[g]) < opening_moves for g in games], bool)
+        chosen = choose_moves(v, [rngs[g] for g in games], sample)
+        for i, g in enumerate(games):
+            moves[g].append(int(chosen[i]))
+            visits[g].append(np.minimum(v[i], 65535).astype(np.uint16))
+            values[g].append(float(vals[i]))
+        mcts.play(games, chosen)
+        for g in games:
+            if mcts.is_over(int(g)):
+                active[g] = False
+    out = []
+    n = go_cfg.board_size
+    for g in range(n_games):
+        score = mcts.score(g)
+        record = GameRecord(
+            board_size=n,
+            komi=float(go_cfg.komi),
+            moves=np.asarray(moves[g], np.int16),
+            visits=np.stack(visits[g]),
+            result=0 if score == 0 else (1 if score > 0 else -1),
+            score=float(score),
+            resigned=False,
+            resign_disabled=True,
+            would_resign_as=0,
+            generation=-1,
+            seed=seeds[g],
+            simulations=sims,
+            values=np.asarray(values[g], np.float16),
+        )
+        out.append((record, bool(a_black[g])))
+    return out
+
+
+# ------------------------------------------------------------------------------ GTP
+
+
+class MctsPlayer:
+    """Searches one position at a time for the GTP engine (no noise, most visited move)."""
+
+    def __init__(
+        self,
+        evaluate: Evaluate,
+        go_cfg,
+        mcts_cfg,
+        simulations: int | None = None,
+        *,
+        history: int,
+    ):
+        self.evaluate = evaluate
+        self.size = go_cfg.board_size
+        self.mcts = Mcts(
+            1, go_cfg, mcts_cfg, history=history, batch_size=1,
+            simulations=simulations, reuse_tree=False,
+        )
+        self.last_value = 0.0
+
+    def genmove(self, moves: Sequence[int], komi: float) -> int:
+        """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
+
+        Raises ValueError if `moves` holds an illegal move.
+        """
+        self.mcts.reset_game(0, moves, komi=komi)
+        if self.mcts.is_over(0):
+            return self.size * self.size
+        visits = self.mcts.search(self.evaluate, [0])[0]
+        self.last_value = float(self.mcts.root_values([0])[0])
+        return int(np.argmax(visits))
