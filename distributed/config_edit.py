@@ -121,7 +121,11 @@ def remove_worker(path: Path, name: str) -> None:
         if not workers[j].get("name"):
             workers[j]["name"] = names[j]
     del workers[idx]
+    if not workers:
+        workers.fa.set_flow_style()  # an empty block list would be dumped as invalid YAML
     weights = dist.get("worker_weights")
     if weights is not None and name in weights:
         del weights[name]
+        if not weights:
+            weights.fa.set_flow_style()
     _validate_and_write(path, y, data)

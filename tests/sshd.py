@@ -38,7 +38,7 @@ import pytest
 from configs import DistributedConfig, WorkerSpec
 
 SSHD = "/usr/sbin/sshd"
-IN_CI = os.environ.get("CI", "").lower() == "true"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def _unavailable(reason: str) -> None:
