@@ -31,6 +31,9 @@ import numpy as np
 from training.coords import BLACK, EMPTY, MAX_SIZE, MIN_SIZE, WHITE, color_name, to_gtp
 
 
+SUPERKO = "positional superko: repeats an earlier position"
+
+
 class IllegalMove(ValueError):
     """A move that the rules forbid; `reason` says why."""
 
@@ -154,6 +157,14 @@ class Position:
             return False
         return True
 
+    def illegal_reason(self, move: int) -> str | None:
+        """Why `move` is illegal now (IllegalMove.reason), or None if it is legal."""
+        try:
+            self._board_after(move)
+        except IllegalMove as e:
+            return e.reason
+        return None
+
     def legal_moves(self) -> list[int]:
         """All legal moves for the side to move, ascending, PASS last; [] once over."""
         if self.is_over():
@@ -258,5 +269,5 @@ class Position:
             raise IllegalMove(move, n, "suicide")
         new_board = tuple(board)
         if new_board in self._seen:
-            raise IllegalMove(move, n, "positional superko: repeats an earlier position")
+            raise IllegalMove(move, n, SUPERKO)
         return new_board, captured
