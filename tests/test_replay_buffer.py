@@ -1,0 +1,325 @@
+"""Replay window: growth rule, recency, symmetries, a stable validation split, features equal
+to a replay through the reference rules, and sidecars that survive a restart."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configs import ReplayConfig
+from training.go import Position
+from training.records import BatchMeta, GameRecord, batch_name, random_record, write_batch
+from training.replay_buffer import (
+    ReplayWindow,
+    is_validation_game,
+    symmetry_permutations,
+    window_size,
+)
+
+N = 5
+KOMI = 0.5
+H = 3
+
+
+def _cfg(**kw) -> ReplayConfig:
+    base = dict(min_positions=100, max_positions=100_000, growth=0.75, validation_fraction=0.0)
+    base.update(kw)
+    return ReplayConfig(**base)
+
+
+def _write(folder: Path, games: list[GameRecord], worker: str = "w1", seq: int = 0) -> Path:
+    meta = BatchMeta.from_records(worker, games)
+    path = folder / batch_name(worker, meta.generation, seq)
+    write_batch(path, games, meta)
+    return path
+
+
+def _fill(folder: Path, generations: int, games_per_batch: int = 6, seed: int = 0,
+          first: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    out = []
+    for gen in range(first, generations):
+        games = [random_record(N, KOMI, rng, generation=gen, seed=gen * 100 + i)
+                 for i in range(games_per_batch)]
+        _write(folder, games, seq=gen)
+        out.append(games)
+    return out
+
+
+@pytest.fixture
+def replay(run_dir) -> Path:
+    d = run_dir / "replay"
+    d.mkdir()
+    return d
+
+
+# ------------------------------------------------------------------------------ window size
+
+
+def test_window_size_follows_the_growth_rule():
+    assert window_size(50, 100, 1000, 0.75) == 50  # fewer than min: everything
+    assert window_size(100, 100, 1000, 0.75) == 100
+    assert window_size(1600, 100, 1000, 0.75) == 800  # 100 * 16**0.75
+    assert window_size(10**6, 100, 1000, 0.75) == 1000  # capped at max
+    assert window_size(5000, 100, 10**6, 1.0) == 5000  # growth 1: all of it
+    assert window_size(5000, 100, 10**6, 0.0) == 100  # growth 0: a fixed window
+
+
+def test_the_window_grows_with_the_run_and_keeps_the_newest_games(replay):
+    cfg = _cfg(min_positions=60, max_positions=100_000, growth=0.5)
+    _fill(replay, 2)
+    w = ReplayWindow(replay, cfg, history=H, seed=0)
+    first = w.stats()
+    assert first.positions >= window_size(first.total_positions, 60, 100_000, 0.5)
+    _fill(replay, 8, seed=1, first=2)
+    assert w.refresh() == 6
+    second = w.stats()
+    target = window_size(second.total_positions, 60, 100_000, 0.5)
+    assert second.total_positions > first.total_positions
+    assert target <= second.positions < target + 2 * N * N + 1  # whole games, one extra at most
+    assert second.positions > first.positions
+    assert second.generation_max == 7
+    # the newest games: everything newer than the oldest generation in the window is in it
+    older = sum(int(c.info["positions"]) for c in w._sidecars
+                if int(c.info["generation"]) > second.generation_min)
+    assert second.positions >= older
+
+
+def test_a_small_window_holds_only_the_newest_generation(replay):
+    _fill(replay, 5)
+    w = ReplayWindow(replay, _cfg(min_positions=20, max_positions=20, growth=1.0), history=H)
+    s = w.stats()
+    assert s.generation_min == s.generation_max == 4
+    assert s.staleness_mean == 0 and s.staleness_max == 0
+    assert s.positions >= 20 and s.positions < 20 + 2 * N * N + 1
+    assert (w.generation_of(np.arange(len(w))) == 4).all()
+    assert w.stats(current_generation=6).staleness_mean == 2.0
+
+
+def test_every_position_is_tagged_with_its_generation(replay):
+    _fill(replay, 3)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H)
+    gens = w.generation_of(np.arange(len(w)))
+    assert set(gens.tolist()) == {0, 1, 2}
+    assert (np.diff(gens) >= 0).all()  # oldest first
+    s = w.stats()
+    assert s.positions == s.total_positions == len(w)
+    assert s.files == 3 and s.games == 18
+
+
+# ------------------------------------------------------------------------------ samples
+
+
+def _reference_planes(rec: GameRecord, t: int, history: int) -> np.ndarray:
+    """Planes of position t of `rec` computed the plain way, by replaying with go.Position."""
+    pos = Position(rec.board_size, rec.komi)
+    for m in rec.moves[:t].tolist():
+        pos.play(m)
+    n = rec.board_size
+    planes = np.zeros((2 * history + 1, n, n), np.float32)
+    for k in range(history):
+        if t - k < 0:
+            break
+        board = np.array(pos.boards[t - k], np.int8).reshape(n, n)
+        planes[2 * k] = board == pos.to_play
+        planes[2 * k + 1] = board == -pos.to_play
+    planes[2 * history] = 1.0 if pos.to_play == 1 else 0.0
+    return planes
+
+
+def test_features_equal_a_replay_with_the_reference_rules(replay):
+    batches = _fill(replay, 2, games_per_batch=3)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H,
+                     augment=False)
+    games = [g for batch in batches for g in batch]
+    i = 0
+    for rec in games:
+        for t in range(rec.num_moves):
+            planes, policy, value = w[i]
+            np.testing.assert_array_equal(planes, _reference_planes(rec, t, H), err_msg=f"{i}")
+            expected = rec.visits[t].astype(np.float64) / rec.visits[t].sum()
+            np.testing.assert_allclose(policy, expected, rtol=1e-6)
+            assert policy.dtype == np.float32 and abs(policy.sum() - 1) < 1e-5
+            to_play = 1 if t % 2 == 0 else -1
+            assert value == rec.result * to_play and value.dtype == np.float32
+            i += 1
+    assert i == len(w)
+
+
+def test_the_eight_symmetries_are_distinct_and_match_numpy():
+    perms = symmetry_permutations(N)
+    assert len({tuple(p) for p in perms}) == 8
+    board = np.arange(N * N).reshape(N, N)
+    np.testing.assert_array_equal(board.ravel()[perms[0]], board.ravel())
+    np.testing.assert_array_equal(board.ravel()[perms[1]], np.rot90(board).ravel())
+    np.testing.assert_array_equal(board.ravel()[perms[4]], board.T.ravel())
+
+
+def _transformed(rec: GameRecord, perm: np.ndarray) -> GameRecord:
+    """The same game played on a rotated/reflected board (the rules are symmetric)."""
+    a = rec.board_size**2
+    inverse = np.empty(a, np.int64)
+    inverse[perm] = np.arange(a)  # a stone at point q lands on inverse[q]
+    moves = np.where(rec.moves == a, a, inverse[np.minimum(rec.moves, a - 1)]).astype(np.int16)
+    visits = rec.visits.copy()
+    visits[:, :a] = rec.visits[:, :a][:, perm]
+    return replace(rec, moves=moves, visits=visits)
+
+
+@pytest.mark.parametrize("sym", range(8))
+def test_a_symmetry_transforms_planes_and_policy_consistently(run_dir, sym):
+    """Sample i under symmetry s equals sample i of the same games played on a transformed
+    board: planes and policy move together, and the transformed games are legal."""
+    rng = np.random.default_rng(sym)
+    games = [random_record(N, KOMI, rng, generation=1, seed=i) for i in range(3)]
+    perm = symmetry_permutations(N)[sym]
+    (run_dir / "a").mkdir()
+    (run_dir / "b").mkdir()
+    _write(run_dir / "a", games)
+    _write(run_dir / "b", [_transformed(g, perm) for g in games])  # replays legally
+    cfg = _cfg(min_positions=10**6, max_positions=10**6)
+    wa = ReplayWindow(run_dir / "a", cfg, history=H)
+    wb = ReplayWindow(run_dir / "b", cfg, history=H)
+    assert len(wa) == len(wb) > 0
+    idx = np.arange(len(wa))
+    pa, qa, va = wa.batch(idx, symmetries=np.full(len(idx), sym))
+    pb, qb, vb = wb.batch(idx, symmetries=np.zeros(len(idx), np.int64))
+    np.testing.assert_array_equal(pa, pb)
+    np.testing.assert_array_equal(qa, qb)
+    np.testing.assert_array_equal(va, vb)
+
+
+def test_symmetries_are_drawn_per_sample_seeded_and_per_epoch(replay):
+    _fill(replay, 2)
+    cfg = _cfg(min_positions=10**6, max_positions=10**6)
+    w1 = ReplayWindow(replay, cfg, history=H, seed=7)
+    w2 = ReplayWindow(replay, cfg, history=H, seed=7)
+    idx = np.arange(len(w1))
+    s1 = w1.symmetries(idx)
+    assert set(s1.tolist()) == set(range(8))
+    np.testing.assert_array_equal(s1, w2.symmetries(idx))
+    for i in (0, 5, len(w1) - 1):  # __getitem__ applies the drawn symmetry
+        planes, policy, _ = w1[i]
+        p, q, _ = w1.batch([i], symmetries=[s1[i]])
+        np.testing.assert_array_equal(planes, p[0])
+        np.testing.assert_array_equal(policy, q[0])
+    w1.set_epoch(1)
+    assert (w1.symmetries(idx) != s1).mean() > 0.5
+    assert not ReplayWindow(replay, cfg, history=H, seed=8).symmetries(idx).tolist() == \
+        s1.tolist()
+    assert (w1.validation.symmetries(idx) == 0).all()  # no augmentation for validation
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def test_validation_split_is_stable_across_restarts_and_growth(replay):
+    cfg = _cfg(min_positions=10**6, max_positions=10**6, validation_fraction=0.25)
+    _fill(replay, 4, games_per_batch=8)
+    w = ReplayWindow(replay, cfg, history=H)
+    assert 0 < len(w.validation) and 0 < len(w)
+    assert len(w) + len(w.validation) == w.stats().positions
+
+    def held_out(window) -> set:
+        return {(window._sidecars[int(c)].name, int(s)) for c, s, *_ in
+                window.validation._segments}
+
+    before = held_out(w)
+    again = ReplayWindow(replay, cfg, history=H)  # a restart
+    assert held_out(again) == before
+    rng = np.random.default_rng(99)
+    _write(replay, [random_record(N, KOMI, rng, generation=9) for _ in range(8)], seq=9)
+    again.refresh()
+    assert before <= held_out(again)
+    train = {(again._sidecars[int(c)].name, int(s)) for c, s, *_ in again._segments}
+    assert not train & held_out(again)
+
+
+def test_validation_share_is_close_to_the_fraction():
+    held = sum(is_validation_game(f"w_{k:06d}_00000000.npz.zst", g, 0.1)
+               for k in range(50) for g in range(100))
+    assert 400 < held < 600  # 5000 games, expect 500
+    assert not any(is_validation_game("x", g, 0.0) for g in range(100))
+
+
+# ------------------------------------------------------------------------------ files
+
+
+def test_sidecars_are_memory_mapped_and_survive_a_restart(replay):
+    _fill(replay, 2)
+    cfg = _cfg(min_positions=10**6, max_positions=10**6)
+    w = ReplayWindow(replay, cfg, history=H)
+    cache = replay / ".window"
+    folders = sorted(p for p in cache.iterdir())
+    assert len(folders) == 2 and not list(cache.glob(".*tmp"))
+    mtimes = {p: (p / "boards.npy").stat().st_mtime_ns for p in folders}
+    w[0]
+    assert isinstance(w._sidecars[0].array("boards"), np.memmap)
+    ref = w.batch(np.arange(len(w)), symmetries=np.zeros(len(w), np.int64))
+    again = ReplayWindow(replay, cfg, history=H)  # a restart: no rebuild
+    assert {p: (p / "boards.npy").stat().st_mtime_ns for p in folders} == mtimes
+    for a, b in zip(ref, again.batch(np.arange(len(w)), symmetries=np.zeros(len(w), np.int64))):
+        np.testing.assert_array_equal(a, b)
+    # a lost or half-written sidecar is rebuilt
+    (folders[0] / "visits.npy").unlink()
+    (folders[1] / "info.json").unlink()
+    rebuilt = ReplayWindow(replay, cfg, history=H)
+    assert len(rebuilt) == len(w)
+    assert (folders[0] / "visits.npy").exists() and (folders[1] / "info.json").exists()
+
+
+def test_a_window_pickles_without_its_data(replay):
+    _fill(replay, 3, games_per_batch=10)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H)
+    w[0]
+    blob = pickle.dumps(w)
+    assert len(blob) < 20_000
+    copy = pickle.loads(blob)
+    np.testing.assert_array_equal(copy[3][0], w[3][0])
+
+
+def test_a_bad_batch_is_skipped_with_its_reason(replay):
+    _fill(replay, 2)
+    bad = replay / batch_name("w2", 1, 0)
+    bad.write_bytes(b"\x28\xb5\x2f\xfd garbage")
+    (replay / "notes.txt").write_text("not a batch")
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H)
+    assert list(w.skipped) == [bad.name] and bad.name in w.skipped[bad.name]
+    assert w.stats().files == 2 and w.stats().skipped_files == 1
+
+
+def test_add_file_takes_in_a_new_batch(replay):
+    _fill(replay, 1)
+    cfg = _cfg(min_positions=10**6, max_positions=10**6)
+    w = ReplayWindow(replay, cfg, history=H)
+    n = len(w)
+    rng = np.random.default_rng(5)
+    path = _write(replay, [random_record(N, KOMI, rng, generation=3)], seq=1)
+    assert w.add_file(path)
+    assert len(w) > n and w.stats().generation_max == 3
+    with pytest.raises(ValueError, match="not in the replay folder"):
+        w.add_file(replay.parent / "elsewhere.npz.zst")
+
+
+def test_an_empty_folder_gives_an_empty_window(replay):
+    w = ReplayWindow(replay, _cfg(), history=H, board_size=N)
+    assert len(w) == 0 and len(w.validation) == 0 and w.stats().positions == 0
+    with pytest.raises(IndexError):
+        w[0]
+
+
+def test_files_can_be_pinned_so_every_rank_builds_the_same_index(replay):
+    _fill(replay, 3)
+    cfg = _cfg(min_positions=10**6, max_positions=10**6)
+    w = ReplayWindow(replay, cfg, history=H)
+    names = w.names()
+    pinned = ReplayWindow(replay, cfg, history=H, files=names[:2])
+    rng = np.random.default_rng(1)
+    _write(replay, [random_record(N, KOMI, rng, generation=5)], seq=5)
+    pinned.refresh()
+    assert pinned.names() == names[:2]
+    assert len(pinned) < len(w)

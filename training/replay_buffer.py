@@ -1,0 +1,518 @@
+"""The replay window: the most recent self-play positions on disk -> (planes, policy, value).
+
+Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the coach ingested):
+
+- **Sidecar**: per batch file, compact arrays built once by replaying its games
+  (`records.load_batch`, which validates too) and kept in `<cache_dir>/<batch stem>/` as
+  `.npy` files opened with mmap, so a large window never has to sit in memory and a restart
+  reuses them. A missing or outdated sidecar is rebuilt; it is written to a temporary folder
+  and renamed, so concurrent builders (DDP ranks) never see half of one.
+      boards   int8 [M, N*N]    the board before each move (M positions = moves of the file)
+      visits   uint16 [M, P]    root visit counts: the policy target, normalised when sampled
+      to_play  int8 [M]         BLACK 1 / WHITE -1
+      z        int8 [M]         game result from the side to move's view
+      games    int64 [G, 3]     per game: first position, end position, model generation
+      info.json                 name, meta generation, created, board size, counts, version
+- **Window**: files ordered by (generation, created, name), oldest first; games are taken
+  newest first until the window holds `size` positions, where (KataGo's growing window)
+  size = min_positions * (total / min_positions) ** growth, clamped to
+  [min_positions, max_positions] and to the positions on disk.
+- **Validation split**: a game is held out when a stable hash of (batch name, game index) falls
+  below `validation_fraction`, so the split is the same on every rank and after a restart.
+- **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, with
+  C = 2 * history + 1 planes: for k = 0..history-1 (most recent first) the stones of the side
+  to move, then the opponent's, on the board k moves ago (zeros before the game's start); then
+  a plane of ones when black is to move. Policy sums to 1 (pass last); value is the result
+  from the side to move's view, in {-1, 0, 1}. One of the 8 board symmetries is applied per
+  sample (planes and policy alike), drawn from a hash of (seed, epoch, index): deterministic,
+  the same in every DataLoader worker, and different each epoch (`set_epoch`).
+
+Vocabulary as in `training.coords` (N, A = N*N, PASS = A, P = A + 1). This module must not
+import torch (the trainer wraps the window), must not write into the replay folder itself
+(only into its cache folder), and must not load every game into memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from distributed.transfer import write_json_atomic
+from training.records import (
+    BATCH_SUFFIX,
+    DEFAULT_MAX_BYTES,
+    BatchError,
+    load_batch,
+    parse_batch_name,
+)
+
+log = logging.getLogger(__name__)
+
+SIDECAR_VERSION = 1
+CACHE_DIR_NAME = ".window"
+_ARRAYS = ("boards", "visits", "to_play", "z", "games")
+
+
+def window_size(total: int, min_positions: int, max_positions: int, growth: float) -> int:
+    """Positions in the window for `total` positions on disk (KataGo's growing window)."""
+    if total <= min_positions:
+        return int(total)
+    size = min_positions * (total / min_positions) ** growth
+    return int(min(total, max_positions, max(min_positions, math.floor(size))))
+
+
+# ------------------------------------------------------------------------------ symmetries
+
+
+def symmetry_permutations(n: int) -> np.ndarray:
+    """int64 [8, N*N]: for symmetry s, transformed.ravel() == board.ravel()[perm[s]].
+
+    s = 0..3 rotate by s quarter turns (np.rot90); s = 4..7 transpose first. s = 0 is the
+    identity. The same permutation moves the policy's points (pass stays last).
+    """
+    grid = np.arange(n * n).reshape(n, n)
+    perms = []
+    for s in range(8):
+        g = grid.T if s >= 4 else grid
+        perms.append(np.rot90(g, s % 4).ravel())
+    return np.stack(perms).astype(np.int64)
+
+
+def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
+    """A splitmix64 hash of (seed, epoch, index): uint64, vectorised."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(index, dtype=np.uint64) + np.uint64(
+            (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + 1) & (2**64 - 1)
+        )
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def is_validation_game(name: str, game: int, fraction: float) -> bool:
+    """True if game `game` of batch `name` is held out (a stable hash, same on every rank)."""
+    if fraction <= 0:
+        return False
+    digest = hashlib.blake2b(f"{name}/{game}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64 < fraction
+
+
+# ------------------------------------------------------------------------------ sidecars
+
+
+def _stem(name: str) -> str:
+    return name[: -len(BATCH_SUFFIX)]
+
+
+def build_sidecar(batch_path: str | os.PathLike, cache_dir: str | os.PathLike, *,
+                  max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
+    """Replay a batch file into its sidecar folder (atomically); BatchError if it is bad."""
+    batch_path, cache_dir = Path(batch_path), Path(cache_dir)
+    batch = load_batch(batch_path, max_bytes=max_bytes)
+    n = batch.meta.board_size
+    a = n * n
+    lengths = [r.num_moves for r in batch.records]
+    m = int(sum(lengths))
+    boards = np.zeros((m, a), np.int8)
+    visits = np.zeros((m, a + 1), np.uint16)
+    to_play = np.zeros(m, np.int8)
+    z = np.zeros(m, np.int8)
+    games = np.zeros((len(lengths), 3), np.int64)
+    start = 0
+    for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
+        t = rec.num_moves
+        end = start + t
+        boards[start:end] = rec_boards[:-1]
+        visits[start:end] = rec.visits
+        colors = np.where(np.arange(t) % 2 == 0, 1, -1).astype(np.int8)
+        to_play[start:end] = colors
+        z[start:end] = colors * np.int8(rec.result)
+        games[g] = (start, end, rec.generation)
+        start = end
+    info = {
+        "version": SIDECAR_VERSION,
+        "name": batch_path.name,
+        "generation": batch.meta.generation,
+        "created": batch.meta.created,
+        "board_size": n,
+        "positions": m,
+        "games": len(lengths),
+    }
+    final = cache_dir / _stem(batch_path.name)
+    tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp.mkdir(parents=True)
+    try:
+        for key, arr in zip(_ARRAYS, (boards, visits, to_play, z, games)):
+            np.save(tmp / f"{key}.npy", arr)
+        write_json_atomic(tmp / "info.json", info)
+        if final.exists():  # outdated (or another process built it meanwhile): replace
+            _remove_tree(final)
+        os.rename(tmp, final)
+    except OSError:
+        if final.exists() and _read_info(final) is not None:
+            _remove_tree(tmp)  # another process won the race with an equal sidecar
+            return final
+        _remove_tree(tmp)
+        raise
+    return final
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _read_info(folder: Path) -> dict | None:
+    """The sidecar's info if it is complete and current, else None."""
+    try:
+        info = json.loads((folder / "info.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("version") != SIDECAR_VERSION:
+        return None
+    if not all((folder / f"{key}.npy").exists() for key in _ARRAYS):
+        return None
+    return info
+
+
+class _Sidecar:
+    """One batch's sidecar: info read eagerly, arrays mmapped on first use."""
+
+    def __init__(self, folder: Path, info: dict):
+        self.folder = folder
+        self.info = info
+        self.name: str = info["name"]
+        self.games = np.load(folder / "games.npy")  # small: [G, 3]
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def array(self, key: str) -> np.ndarray:
+        arr = self._arrays.get(key)
+        if arr is None:
+            arr = np.load(self.folder / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+            self._arrays[key] = arr
+        return arr
+
+    def __getstate__(self) -> dict:
+        # DataLoader workers started with spawn get the paths, not copies of the mmaps
+        state = dict(self.__dict__)
+        state["_arrays"] = {}
+        return state
+
+    @property
+    def sort_key(self) -> tuple:
+        return (int(self.info["generation"]), float(self.info["created"]), self.name)
+
+
+# ------------------------------------------------------------------------------ samples
+
+
+class WindowView:
+    """A map-style dataset over a list of game segments (the training or validation part)."""
+
+    def __init__(self, sidecars: list[_Sidecar], segments: np.ndarray, *, history: int,
+                 board_size: int, seed: int, augment: bool):
+        self._sidecars = sidecars
+        # segments: int64 [S, 4] rows (sidecar index, first position, end position, generation)
+        self._segments = segments
+        lengths = segments[:, 2] - segments[:, 1] if len(segments) else np.zeros(0, np.int64)
+        self._cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.history = history
+        self.board_size = board_size
+        self.seed = seed
+        self.augment = augment
+        self.epoch = 0
+        self._perms = symmetry_permutations(board_size)
+
+    def __len__(self) -> int:
+        return int(self._cum[-1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw different symmetries in each epoch (call it with DistributedSampler's)."""
+        self.epoch = int(epoch)
+
+    @property
+    def num_games(self) -> int:
+        return len(self._segments)
+
+    def symmetries(self, indices: np.ndarray) -> np.ndarray:
+        """The symmetry (0..7) applied to each sample index in this epoch."""
+        indices = np.asarray(indices)
+        if not self.augment:
+            return np.zeros(indices.shape, np.int64)
+        return (_mix(self.seed, self.epoch, indices) & np.uint64(7)).astype(np.int64)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sample {i} out of range for a window of {len(self)}")
+        i = i % len(self)
+        planes, policy, value = self.batch(np.array([i]))
+        return planes[0], policy[0], value[0]
+
+    def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        seg = np.searchsorted(self._cum, indices, side="right") - 1
+        pos = self._segments[seg, 1] + (indices - self._cum[seg])
+        return seg, self._segments[seg, 0], pos
+
+    def generation_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """int64: the generation of the model that played each sample's position."""
+        seg, _, _ = self._locate(np.asarray(indices, dtype=np.int64))
+        return self._segments[seg, 3]
+
+    def batch(
+        self, indices: Sequence[int] | np.ndarray, symmetries: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Samples at `indices`: planes float32 [B, C, N, N], policy float32 [B, P],
+        value float32 [B]. `symmetries` ([B] ints 0..7) overrides the epoch's draw."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
+            raise IndexError(f"sample index out of range for a window of {len(self)}")
+        syms = self.symmetries(indices) if symmetries is None else np.asarray(symmetries)
+        n, h = self.board_size, self.history
+        a = n * n
+        b = len(indices)
+        seg, files, pos = self._locate(indices)
+        game_start = self._segments[seg, 1]
+        # the first position of a game is the first of its segment (a segment is a game)
+        past = np.zeros((b, h, a), np.int8)
+        policy = np.zeros((b, a + 1), np.float32)
+        value = np.zeros(b, np.float32)
+        to_play = np.zeros(b, np.int8)
+        for f in np.unique(files):
+            rows = np.flatnonzero(files == f)
+            car = self._sidecars[int(f)]
+            boards = car.array("boards")
+            p = pos[rows]
+            back = p[:, None] - np.arange(h)[None, :]  # [R, h]
+            valid = back >= game_start[rows, None]
+            past[rows] = np.where(valid[:, :, None], boards[np.where(valid, back, p[:, None])], 0)
+            visits = np.asarray(car.array("visits")[p], dtype=np.float32)
+            policy[rows] = visits / visits.sum(axis=1, keepdims=True)
+            value[rows] = car.array("z")[p]
+            to_play[rows] = car.array("to_play")[p]
+        perm = self._perms[syms]  # [B, A]
+        past = np.take_along_axis(past, perm[:, None, :], axis=2)
+        policy[:, :a] = np.take_along_axis(policy[:, :a], perm, axis=1)
+        planes = np.zeros((b, 2 * h + 1, a), np.float32)
+        color = to_play[:, None, None]
+        planes[:, 0 : 2 * h : 2] = past == color
+        planes[:, 1 : 2 * h : 2] = past == -color
+        planes[:, 2 * h] = (to_play == 1)[:, None]
+        return planes.reshape(b, 2 * h + 1, n, n), policy, value
+
+
+# ------------------------------------------------------------------------------ the window
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    files: int
+    games: int
+    positions: int
+    """Positions in the window (training + validation)."""
+    train_positions: int
+    validation_positions: int
+    total_positions: int
+    """Positions in every batch on disk."""
+    generation_min: int
+    generation_max: int
+    staleness_mean: float
+    """Mean over window positions of (newest generation - the generation that played it)."""
+    staleness_max: int
+    skipped_files: int
+
+    def as_text(self) -> str:
+        return " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in self.__dict__.items())
+
+
+class ReplayWindow(WindowView):
+    """The training part of the window over `replay_dir`; `.validation` is the held-out part.
+
+    Construction scans the folder, builds missing sidecars (the only expensive part, once per
+    batch file) and selects the window; with all sidecars present it reads only each batch's
+    info.json and games.npy, so every DDP rank can afford to build the same index. For a
+    consistent index across ranks, pass the same `files` (batch names) to each, or have rank 0
+    construct first (building sidecars) and the others after a barrier.
+    """
+
+    def __init__(
+        self,
+        replay_dir: str | os.PathLike,
+        replay_cfg,
+        history: int = 8,
+        *,
+        board_size: int | None = None,
+        seed: int = 0,
+        cache_dir: str | os.PathLike | None = None,
+        augment: bool = True,
+        files: Iterable[str] | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ):
+        self.replay_dir = Path(replay_dir)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else (
+            self.replay_dir / CACHE_DIR_NAME)
+        self.cfg = replay_cfg
+        self.min_positions = int(getattr(replay_cfg, "min_positions", 20_000))
+        self.max_positions = int(getattr(replay_cfg, "max_positions", 500_000))
+        self.growth = float(getattr(replay_cfg, "growth", 0.75))
+        self.validation_fraction = float(getattr(replay_cfg, "validation_fraction", 0.05))
+        self.max_bytes = max_bytes
+        self.skipped: dict[str, str] = {}
+        """Batch names left out, with the reason (a bad file, another board size)."""
+        self._fixed_files = None if files is None else sorted(set(files))
+        self._all: dict[str, _Sidecar] = {}
+        self._board_size = board_size
+        super().__init__([], np.zeros((0, 4), np.int64), history=history,
+                         board_size=board_size or 5, seed=seed, augment=augment)
+        self.validation = WindowView([], np.zeros((0, 4), np.int64), history=history,
+                                     board_size=board_size or 5, seed=seed, augment=False)
+        self.total_positions = 0
+        self.refresh()
+
+    # -- files ------------------------------------------------------------------------
+
+    def _batch_names(self) -> list[str]:
+        if self._fixed_files is not None:
+            return self._fixed_files
+        try:
+            names = os.listdir(self.replay_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if n.endswith(BATCH_SUFFIX) and not n.startswith("."))
+
+    def _open(self, name: str, build: bool) -> _Sidecar | None:
+        if name in self._all:
+            return self._all[name]
+        if name in self.skipped:
+            return None
+        try:
+            parse_batch_name(name)
+        except ValueError as e:
+            self._skip(name, str(e))
+            return None
+        folder = self.cache_dir / _stem(name)
+        info = _read_info(folder)
+        if info is None or info.get("name") != name:
+            if not build:
+                return None
+            try:
+                build_sidecar(self.replay_dir / name, self.cache_dir, max_bytes=self.max_bytes)
+            except BatchError as e:
+                self._skip(name, str(e))
+                return None
+            info = _read_info(folder)
+            assert info is not None, folder
+        if self._board_size is None:
+            self._board_size = int(info["board_size"])
+        if int(info["board_size"]) != self._board_size:
+            self._skip(name, f"board size {info['board_size']}, the window is "
+                       f"{self._board_size}x{self._board_size}")
+            return None
+        car = _Sidecar(folder, info)
+        self._all[name] = car
+        return car
+
+    def _skip(self, name: str, reason: str) -> None:
+        log.warning("replay window skips %s: %s", name, reason)
+        self.skipped[name] = reason
+
+    def add_file(self, path: str | os.PathLike) -> bool:
+        """Take in one newly ingested batch (build its sidecar) and reselect the window.
+
+        Returns False if the file was skipped (see `skipped`)."""
+        path = Path(path)
+        if path.parent.resolve() != self.replay_dir.resolve():
+            raise ValueError(f"{path}: not in the replay folder {self.replay_dir}")
+        if self._fixed_files is not None and path.name not in self._fixed_files:
+            self._fixed_files = sorted({*self._fixed_files, path.name})
+        ok = self._open(path.name, build=True) is not None
+        self._select()
+        return ok
+
+    def refresh(self) -> int:
+        """Scan the replay folder, build missing sidecars, reselect; returns new files seen."""
+        before = len(self._all)
+        for name in self._batch_names():
+            self._open(name, build=True)
+        self._select()
+        return len(self._all) - before
+
+    # -- selection ----------------------------------------------------------------------
+
+    def _select(self) -> None:
+        names = set(self._batch_names())  # a batch deleted from the folder leaves the window
+        cars = sorted((self._all[n] for n in names if n in self._all), key=lambda c: c.sort_key)
+        self.total_positions = int(sum(c.info["positions"] for c in cars))
+        target = window_size(self.total_positions, self.min_positions, self.max_positions,
+                             self.growth)
+        chosen: list[tuple[int, int, int]] = []  # (car index, game, positions), newest first
+        held = 0
+        for ci in range(len(cars) - 1, -1, -1):
+            games = cars[ci].games
+            for g in range(len(games) - 1, -1, -1):
+                if held >= target:
+                    break
+                chosen.append((ci, g, int(games[g, 1] - games[g, 0])))
+                held += int(games[g, 1] - games[g, 0])
+            if held >= target:
+                break
+        chosen.reverse()  # oldest first: a stable order for samplers
+        train, val = [], []
+        for ci, g, _ in chosen:
+            start, end, gen = (int(x) for x in cars[ci].games[g])
+            if end == start:
+                continue
+            row = (ci, start, end, gen)
+            (val if is_validation_game(cars[ci].name, g, self.validation_fraction)
+             else train).append(row)
+        n = self._board_size or 5
+        epoch = self.epoch
+        WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 4),
+                            history=self.history, board_size=n, seed=self.seed,
+                            augment=self.augment)
+        self.epoch = epoch
+        self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 4),
+                                     history=self.history, board_size=n, seed=self.seed,
+                                     augment=False)
+        log.debug("replay window: %s", self.stats().as_text())
+
+    def names(self) -> list[str]:
+        """Batch names the window currently knows, oldest first (pass as `files` to match)."""
+        return [c.name for c in self._sidecars]
+
+    def stats(self, current_generation: int | None = None) -> WindowStats:
+        """Games, positions and the generations in the window; staleness is measured from
+        `current_generation` (default: the newest generation in the window)."""
+        segs = np.concatenate([self._segments, self.validation._segments])
+        lengths = segs[:, 2] - segs[:, 1]
+        gens = segs[:, 3]
+        positions = int(lengths.sum())
+        if positions:
+            newest = int(gens.max()) if current_generation is None else current_generation
+            stale = newest - gens
+            mean, worst = float((stale * lengths).sum() / positions), int(stale.max())
+            gmin, gmax = int(gens.min()), int(gens.max())
+        else:
+            mean, worst, gmin, gmax = 0.0, 0, -1, -1
+        return WindowStats(
+            files=len({int(c) for c in segs[:, 0]}),
+            games=len(segs),
+            positions=positions,
+            train_positions=len(self),
+            validation_positions=len(self.validation),
+            total_positions=self.total_positions,
+            generation_min=gmin,
+            generation_max=gmax,
+            staleness_mean=mean,
+            staleness_max=worst,
+            skipped_files=len(self.skipped),
+        )
