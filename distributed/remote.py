@@ -6,11 +6,15 @@ own `remote_dir`), made absolute against the remote home once connected. Under i
     venv/                       the deployed project (python -m venv --system-site-packages)
     deploy/<dist>-<ver>.tar.gz  the shipped source archive
     config.yaml                 the config the coach pushes for the workers
-    models/                     model_<gen:06d>.pt.zst + manifests (shared by a host's workers)
     logs/worker_<name>.log      the daemon's stdout/stderr
     run/worker_<name>.pid       the daemon's pid (its own session and process group)
-    workers/<name>/status.json  the heartbeat (distributed.status.Heartbeat)
-    workers/<name>/outbox/      finished game batches waiting for the coach
+    workers/<name>/             the worker folder (training.worker's `--dir`):
+        status.json             the heartbeat (distributed.status.Heartbeat)
+        models/                 model_<gen:06d>.pt.zst + manifests pushed by the coach
+        outbox/                 finished game batches waiting for the coach
+
+Several workers may share one host and one root (one per GPU): everything per worker is under
+its name.
 
 Every value that enters a shell command goes through `shlex.quote` (`q`); nothing here
 executes anything. It must not know about Go or torch (the preflight snippet imports torch
@@ -32,8 +36,10 @@ from typing import Sequence
 # reused by an unrelated process is never mistaken for (or killed as) our worker.
 WORKER_ENV = "AZGO_WORKER"
 
+# The daemon's argv; placeholders are filled by `format_start_argv` (see SSHConnector).
 DEFAULT_START_COMMAND = ("{python}", "-m", "training.worker", "--name", "{name}",
-                         "--config", "{config}")
+                         "--config", "{config}", "--dir", "{dir}", "--gpu-id", "{gpu_id}",
+                         "--log-to-stderr-only")
 
 
 def q(value: object) -> str:
@@ -71,7 +77,7 @@ class WorkerPaths:
 
     @property
     def models(self) -> str:
-        return posixpath.join(self.root, "models")
+        return posixpath.join(self.worker_dir, "models")
 
     @property
     def log(self) -> str:
@@ -156,21 +162,21 @@ _ALIVE_FN = (
 )
 
 
-def start_command(paths: WorkerPaths, argv: Sequence[str], gpu_id: int) -> str:
+def start_command(paths: WorkerPaths, argv: Sequence[str]) -> str:
     """Start `argv` detached (setsid: own session and process group) unless already running.
 
-    Prints `running PID` or `started PID`. `cd X || exit 1; ... &` (not `cd X && cmd &`)
-    so that the SSH channel closes at once.
+    Runs in the root folder, output appended to the log. Prints `running PID` or
+    `started PID`. `cd X || exit 1; ... &` (not `cd X && cmd &`) so that the SSH channel
+    closes at once. The GPU is the command's business (`--gpu-id`): no CUDA_VISIBLE_DEVICES,
+    which would renumber the devices under it.
     """
-    cuda = "" if gpu_id < 0 else str(gpu_id)
     return (
         _ALIVE_FN
         + f"mkdir -p {q(paths.root)} && cd {q(paths.root)} || exit 1; "
-        + f"mkdir -p logs run {q(paths.outbox)} || exit 1; "
+        + f"mkdir -p logs run {q(paths.outbox)} {q(paths.models)} || exit 1; "
         + f"p=$(cat {q(paths.pid_file)} 2>/dev/null); "
         + f"if [ -n \"$p\" ] && alive \"$p\" {q(paths.name)}; then echo running $p; exit 0; fi; "
-        + f"{WORKER_ENV}={q(paths.name)} CUDA_VISIBLE_DEVICES={q(cuda)} "
-        + f"setsid {join(argv)} >> {q(paths.log)} 2>&1 < /dev/null & "
+        + f"{WORKER_ENV}={q(paths.name)} setsid {join(argv)} >> {q(paths.log)} 2>&1 < /dev/null & "
         + f"echo $! > {q(paths.pid_file)}; echo started $!"
     )
 
@@ -199,7 +205,8 @@ def stop_command(paths: WorkerPaths, grace_s: float) -> str:
 
 
 def format_start_argv(template: Sequence[str], **values: object) -> list[str]:
-    """Fill `{python}`, `{name}`, `{config}`, `{root}`, `{gpu_id}` into each argv item."""
+    """Fill `{python}`, `{name}`, `{config}`, `{root}`, `{dir}`, `{models}`, `{log}`,
+    `{gpu_id}` into each argv item."""
     return [str(item).format(**values) for item in template]
 
 

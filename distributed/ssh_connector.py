@@ -202,8 +202,11 @@ class SSHConnector:
     """SSH access to the configured workers; see the module docstring.
 
     `SSHConnector()` loads configs/config.yaml; the coach passes `cfg.distributed`.
-    `start_command` is the daemon's argv template (placeholders `{python}` (the worker's venv
-    python when deployed), `{name}`, `{config}`, `{root}`, `{gpu_id}`); the coach decides it.
+    `start_command` is the daemon's argv template, default `remote.DEFAULT_START_COMMAND`
+    (`{python} -m training.worker --name {name} --config {config} --dir {dir} --gpu-id
+    {gpu_id} --log-to-stderr-only`); placeholders: `{python}` (the venv's python when
+    deployed, else the configured one), `{name}`, `{config}` (root/config.yaml, push it with
+    `put`), `{root}`, `{dir}` (the worker folder), `{models}`, `{log}`, `{gpu_id}`.
     """
 
     def __init__(
@@ -680,9 +683,11 @@ class SSHConnector:
         s = self.spec(name)
         paths = self.paths(name)
         python = paths.venv_python if self.cfg.deploy else self._python(name)
-        argv = remote.format_start_argv(self.start_command, python=python, name=name,
-                                        config=paths.config, root=paths.root, gpu_id=s.gpu_id)
-        out = self.run(name, remote.start_command(paths, argv, s.gpu_id), retry=True).stdout
+        argv = remote.format_start_argv(
+            self.start_command, python=python, name=name, config=paths.config,
+            root=paths.root, dir=paths.worker_dir, models=paths.models, log=paths.log,
+            gpu_id=s.gpu_id)
+        out = self.run(name, remote.start_command(paths, argv), retry=True).stdout
         words = out.split()
         if len(words) != 2 or words[0] not in ("started", "running"):
             raise self._err(RemoteCommandError, name, "start", f"unexpected output {out!r}")

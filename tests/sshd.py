@@ -365,18 +365,17 @@ def netns_hosts():
 
 # ----------------------------------------------------------------------------- test config and fake daemon
 # The fake daemon stands in for training.worker (distributed/ must not depend on training): it
-# writes a Heartbeat-format status.json every 0.2 s under `<root>/workers/<name>/`, exits on
+# writes a Heartbeat-format status.json every 0.2 s into its `--dir` (like training.worker), exits on
 # SIGTERM, or ignores it with --ignore-term (to exercise the SIGKILL path).
 
 FAKE_DAEMON = r'''
 import json, os, signal, sys, time
 args = sys.argv[1:]
-name, root = args[args.index("--name") + 1], args[args.index("--root") + 1]
+name, d = args[args.index("--name") + 1], args[args.index("--dir") + 1]
 if "--ignore-term" in args:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 else:
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-d = os.path.join(root, "workers", name)
 os.makedirs(d, exist_ok=True)
 n = 0
 while True:
@@ -401,7 +400,7 @@ def write_fake_daemon(folder: Path) -> Path:
 
 def daemon_command(script: Path, *extra: str) -> tuple[str, ...]:
     """A start-command template running the fake daemon with this test's Python."""
-    return (sys.executable, str(script), "--name", "{name}", "--root", "{root}", *extra)
+    return (sys.executable, str(script), "--name", "{name}", "--dir", "{dir}", *extra)
 
 
 def make_config(workers: list[WorkerSpec], known_hosts: Path, **overrides) -> DistributedConfig:

@@ -182,8 +182,7 @@ def test_cli_restart_without_coach_restarts_over_ssh(sshd_server, tmp_path, caps
     script = write_fake_daemon(tmp_path)
     # a per-host "python" that runs the fake daemon whatever the start command asks for
     fake_python = tmp_path / "fake python"
-    fake_python.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{script}' \"$@\" "
-                           f"--root '{tmp_path / 'remote'}'\n")
+    fake_python.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{script}' \"$@\"\n")
     fake_python.chmod(0o755)
     cfg = _ssh_config(tmp_path, sshd_server, str(fake_python))
     reqs = tmp_path / "requests"
