@@ -19,7 +19,9 @@ Vocabulary (the AlphaZero paper's, as minigo and mctx use it):
 Values are kept from the view of the player who moved INTO a node (the parent's side to
 move), so a parent picks argmax(Q + U) over its children without sign flips; the value of a
 position for its own side to move is -W/N of its node. Unvisited children get the first play
-urgency value Q_parent - fpu_reduction (Leela Zero's FPU reduction).
+urgency value Q_parent - fpu_reduction * sqrt(sum of P over the visited children), Leela
+Zero's FPU reduction: no reduction before the first child is tried, so a node with many
+equal priors does not pour its first visits into whichever child was tried first.
 
 Tree layout, per game g (row g of every [G, M] array, M = `capacity` nodes): node 0 is the
 root; an expanded node's children are one contiguous block
@@ -135,13 +137,18 @@ def _clear_tree(t, g):
 def _pick_child(t, g, node, c_puct, fpu_reduction):
     """The child of `node` with the largest Q + U (the first one on ties)."""
     n_parent = t.visits[g, node]
-    parent_q = -t.value_sum[g, node] / max(n_parent, 1)
-    fpu = parent_q - fpu_reduction
-    scale = c_puct * np.sqrt(np.float32(max(n_parent - 1, 1)))
     first = t.first_child[g, node]
+    end = first + t.n_children[g, node]
+    visited_prior = 0.0
+    for c in range(first, end):
+        if t.visits[g, c] > 0:
+            visited_prior += t.prior[g, c]
+    parent_q = -t.value_sum[g, node] / max(n_parent, 1)
+    fpu = parent_q - fpu_reduction * np.sqrt(visited_prior)
+    scale = c_puct * np.sqrt(np.float32(max(n_parent - 1, 1)))
     best = first
     best_score = -np.inf
-    for c in range(first, first + t.n_children[g, node]):
+    for c in range(first, end):
         n = t.visits[g, c]
         q = t.value_sum[g, c] / n if n > 0 else fpu
         score = q + scale * t.prior[g, c] / (1 + n)
@@ -407,9 +414,9 @@ class Mcts:
         # rows [0, G): the root positions; rows [G, 2G): scratch rows for the leaves
         self.boards = fastgo.new_boards(2 * n_games, n, go_cfg.komi, move_cap, history)
         # One search expands at most simulations + 1 leaves of at most A + 1 children each;
-        # with reuse, up to half as much again may be carried over from the last move.
+        # with reuse, a kept subtree may be as large again (larger ones are dropped).
         per_search = (self.simulations + 1) * self.n_moves + 1
-        self._keep_limit = per_search // 2 if self.reuse_tree else 0
+        self._keep_limit = per_search if self.reuse_tree else 0
         capacity = per_search + self._keep_limit
         self.tree = new_tree(n_games, capacity, max_depth(n, move_cap))
         channels = 2 * history + 1
