@@ -57,24 +57,7 @@ import numpy as np
 from numba import njit
 
 from training import fastgo
-
-try:
-    from training.features import write_planes
-except ImportError:  # TODO(search): remove once training/features.py has landed
-
-    @njit(cache=True)
-    def write_planes(b, g, history, out):
-        """Stand-in for features.write_planes: own/opponent stones per past board, colour."""
-        n = out.shape[1]
-        color = b.info[g, fastgo.TO_PLAY]
-        now = b.info[g, fastgo.N_MOVES]
-        depth = b.recent.shape[1]
-        for k in range(history):
-            for p in range(n * n):
-                s = b.recent[g, (now - k) % depth, p] if k < depth and now - k >= 0 else 0
-                out[2 * k, p // n, p % n] = 1.0 if s == color else 0.0
-                out[2 * k + 1, p // n, p % n] = 1.0 if s == -color else 0.0
-        out[2 * history, :, :] = 1.0 if color == 1 else 0.0
+from training.features import write_planes
 
 log = logging.getLogger(__name__)
 
