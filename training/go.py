@@ -141,7 +141,8 @@ class Position:
         self.captures = {BLACK: 0, WHITE: 0}
         self.passes = 0
         self._seen = Counter([self.board])  # every board of the game, for superko
-        self._undo: list[tuple[int, int]] = []  # (captured count, passes) per ply
+        # per ply: (stones captured, passes before, to_play before, color that moved)
+        self._undo: list[tuple[int, int, int, int]] = []
 
     # -- queries ---------------------------------------------------------------------
 
@@ -149,18 +150,18 @@ class Position:
         """True after two consecutive passes or once max_moves moves have been played."""
         return self.passes >= 2 or len(self.moves) >= self.max_moves
 
-    def is_legal(self, move: int) -> bool:
-        """True if the side to move may play `move` now."""
+    def is_legal(self, move: int, color: int | None = None) -> bool:
+        """True if `color` (default: the side to move) may play `move` now."""
         try:
-            self._board_after(move)
+            self._board_after(move, color)
         except IllegalMove:
             return False
         return True
 
-    def illegal_reason(self, move: int) -> str | None:
+    def illegal_reason(self, move: int, color: int | None = None) -> str | None:
         """Why `move` is illegal now (IllegalMove.reason), or None if it is legal."""
         try:
-            self._board_after(move)
+            self._board_after(move, color)
         except IllegalMove as e:
             return e.reason
         return None
@@ -202,12 +203,16 @@ class Position:
 
     # -- changes ---------------------------------------------------------------------
 
-    def play(self, move: int) -> None:
-        """Play `move` for the side to move; raise IllegalMove and change nothing if illegal."""
-        board, captured = self._board_after(move)
-        color = self.to_play
+    def play(self, move: int, color: int | None = None) -> None:
+        """Play `move` for `color` (default: the side to move), who then hands the turn over.
+
+        Raise IllegalMove and change nothing if the move is illegal. Playing out of turn is
+        for GTP controllers (`play white D4` with black to move); self-play never does.
+        """
+        board, captured = self._board_after(move, color)
+        color = self.to_play if color is None else color
         self.captures[color] += captured
-        self._undo.append((captured, self.passes))
+        self._undo.append((captured, self.passes, self.to_play, color))
         self.passes = self.passes + 1 if move == self.pass_move else 0
         self.board = board
         self.boards.append(board)
@@ -220,14 +225,13 @@ class Position:
         if not self.moves:
             raise IndexError("no move to undo")
         move = self.moves.pop()
-        captured, self.passes = self._undo.pop()
+        captured, self.passes, self.to_play, color = self._undo.pop()
         board = self.boards.pop()
         self._seen[board] -= 1
         if not self._seen[board]:
             del self._seen[board]
         self.board = self.boards[-1]
-        self.to_play = -self.to_play
-        self.captures[self.to_play] -= captured
+        self.captures[color] -= captured
         return move
 
     def copy(self) -> "Position":
@@ -243,8 +247,8 @@ class Position:
 
     # -- the rules -------------------------------------------------------------------
 
-    def _board_after(self, move: int) -> tuple[tuple[int, ...], int]:
-        """(board after `move` by the side to move, stones captured); raise IllegalMove."""
+    def _board_after(self, move: int, color: int | None = None) -> tuple[tuple[int, ...], int]:
+        """(board after `color` plays `move`, stones captured); raise IllegalMove."""
         n = self.size
         if self.is_over():
             raise IllegalMove(move, n, "the game is over")
@@ -254,7 +258,7 @@ class Position:
             raise IllegalMove(move, n, "not a point of the board")
         if self.board[move] != EMPTY:
             raise IllegalMove(move, n, "point is occupied")
-        color = self.to_play
+        color = self.to_play if color is None else color
         board = list(self.board)
         board[move] = color
         captured = 0

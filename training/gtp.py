@@ -1,0 +1,256 @@
+"""Our GTP engine: `python -m training.gtp` speaks GTP version 2 on stdin/stdout.
+
+Commands: protocol_version name version known_command list_commands quit boardsize
+clear_board komi play genmove undo showboard final_score. Replies are `=[id] text` or
+`?[id] message` followed by a blank line, ids echoed. An illegal `play` is answered
+`? illegal move` and leaves the board unchanged; `final_score` is the Tromp-Taylor area
+score of the current board with komi (`B+3.5`, `W+0.5`, `0`), no dead-stone guessing.
+
+Who chooses the moves is a *player*: any object with
+`genmove(position: training.go.Position, color: int) -> move` (a flat index, PASS, or
+`None` to resign). `GtpEngine(player)` owns the board and the protocol; the player only
+chooses. Until a trained network exists the player is `RandomPlayer`: a uniformly random
+legal move that does not fill one of its own single-point eyes, passing when no other move
+is left. After the game is over (two passes) `genmove` answers `pass` without recording it. `--model FILE --simulations N` are accepted now and will select the network with
+search once it exists; today they stop with a clear error.
+
+The game itself is a reference `Position` with no practical move cap (GTP controllers decide
+when a game ends); after two passes it is over and a further `play` of a stone is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from typing import Protocol, TextIO
+
+from training.coords import EMPTY, MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
+from training.go import IllegalMove, Position, neighbors
+
+NAME = "azgo"
+VERSION = "0.1.0"
+PROTOCOL_VERSION = "2"
+COMMANDS = (
+    "protocol_version",
+    "name",
+    "version",
+    "known_command",
+    "list_commands",
+    "quit",
+    "boardsize",
+    "clear_board",
+    "komi",
+    "play",
+    "genmove",
+    "undo",
+    "showboard",
+    "final_score",
+)
+
+
+class Player(Protocol):
+    """Chooses moves; the engine keeps the board."""
+
+    def genmove(self, position: Position, color: int) -> int | None:
+        """A legal move for `color` in `position` (flat index or PASS), or None to resign."""
+
+
+class RandomPlayer:
+    """Uniformly random legal move, never filling its own single-point eye; else pass."""
+
+    def __init__(self, seed: int | None = None):
+        self._rng = random.Random(seed)
+
+    def genmove(self, position: Position, color: int) -> int:
+        n = position.size
+        board = position.board
+        nbrs = neighbors(n)
+        candidates = [
+            p
+            for p in range(n * n)
+            if board[p] == EMPTY
+            and not all(board[q] == color for q in nbrs[p])  # own eye: keep it
+            and position.is_legal(p, color)
+        ]
+        return self._rng.choice(candidates) if candidates else position.pass_move
+
+
+class GtpError(Exception):
+    """A command that fails: its message becomes the `? message` reply."""
+
+
+class GtpEngine:
+    """The GTP protocol over a Position, with moves chosen by `player`."""
+
+    def __init__(self, player: Player, size: int = 9, komi: float = 7.5):
+        self.player = player
+        self.komi = komi
+        self.position = self._new_position(size)
+        self.is_done = False  # set by `quit`
+
+    def _new_position(self, size: int) -> Position:
+        # No move cap of our own: 100*N*N is beyond any game a controller will play.
+        return Position(size, komi=self.komi, max_moves=100 * size * size)
+
+    # -- protocol ----------------------------------------------------------------------
+
+    def handle(self, line: str) -> str | None:
+        """One input line -> the full reply (ending in a blank line), or None to ignore."""
+        line = "".join(c for c in line if c in "\t\n" or ord(c) >= 32 and ord(c) != 127)
+        line = line.split("#", 1)[0].replace("\t", " ").strip()
+        if not line:
+            return None
+        words = line.split()
+        cmd_id = ""
+        if words[0].isdigit():
+            cmd_id = words.pop(0)
+            if not words:
+                return f"?{cmd_id} missing command\n\n"
+        command, args = words[0], words[1:]
+        handler = getattr(self, "cmd_" + command, None) if command in COMMANDS else None
+        if handler is None:
+            return f"?{cmd_id} unknown command\n\n"
+        try:
+            text = handler(args)
+        except GtpError as e:
+            return f"?{cmd_id} {e}\n\n"
+        return f"={cmd_id} {text}\n\n" if text else f"={cmd_id}\n\n"
+
+    def run(self, stdin: TextIO, stdout: TextIO) -> None:
+        """Serve commands until `quit` or end of input."""
+        for line in stdin:
+            reply = self.handle(line)
+            if reply is not None:
+                stdout.write(reply)
+                stdout.flush()
+            if self.is_done:
+                break
+
+    # -- commands ------------------------------------------------------------------------
+
+    def cmd_protocol_version(self, args):
+        return PROTOCOL_VERSION
+
+    def cmd_name(self, args):
+        return NAME
+
+    def cmd_version(self, args):
+        return VERSION
+
+    def cmd_known_command(self, args):
+        _expect(args, 1)
+        return "true" if args[0] in COMMANDS else "false"
+
+    def cmd_list_commands(self, args):
+        return "\n".join(COMMANDS)
+
+    def cmd_quit(self, args):
+        self.is_done = True
+        return ""
+
+    def cmd_boardsize(self, args):
+        _expect(args, 1)
+        try:
+            size = int(args[0])
+        except ValueError:
+            raise GtpError("boardsize not an integer") from None
+        if not MIN_SIZE <= size <= MAX_SIZE:
+            raise GtpError("unacceptable size")
+        self.position = self._new_position(size)
+        return ""
+
+    def cmd_clear_board(self, args):
+        self.position = self._new_position(self.position.size)
+        return ""
+
+    def cmd_komi(self, args):
+        _expect(args, 1)
+        try:
+            self.komi = float(args[0])
+        except ValueError:
+            raise GtpError("komi not a float") from None
+        self.position.komi = self.komi
+        return ""
+
+    def cmd_play(self, args):
+        _expect(args, 2)
+        color = _color(args[0])
+        try:
+            move = from_gtp(args[1], self.position.size)
+        except ValueError:
+            raise GtpError("invalid coordinate") from None
+        try:
+            self.position.play(move, color)
+        except IllegalMove:
+            raise GtpError("illegal move") from None
+        return ""
+
+    def cmd_genmove(self, args):
+        _expect(args, 1)
+        color = _color(args[0])
+        if self.position.is_over():
+            return "pass"  # two passes already: nothing left to play, nothing recorded
+        move = self.player.genmove(self.position, color)
+        if move is None:
+            return "resign"
+        self.position.play(move, color)  # a player returning an illegal move is a bug
+        return to_gtp(move, self.position.size)
+
+    def cmd_undo(self, args):
+        try:
+            self.position.undo()
+        except IndexError:
+            raise GtpError("cannot undo") from None
+        return ""
+
+    def cmd_showboard(self, args):
+        return "\n" + str(self.position)
+
+    def cmd_final_score(self, args):
+        return self.position.result()
+
+
+def _expect(args: list[str], count: int) -> None:
+    if len(args) < count:
+        raise GtpError("syntax error")
+
+
+def _color(text: str) -> int:
+    try:
+        return parse_color(text)
+    except ValueError:
+        raise GtpError("syntax error") from None
+
+
+def make_player(model: str | None, simulations: int, seed: int | None) -> Player:
+    """The move chooser the flags ask for."""
+    if model is None:
+        return RandomPlayer(seed)
+    # TODO(net/mcts owners): load the model and wrap batched MCTS as a Player here.
+    raise SystemExit(
+        f"error: --model {model}: playing with a trained network is not implemented yet "
+        f"(needs training.net and training.mcts); run without --model for a random player"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.gtp", description="azgo GTP engine on stdin/stdout"
+    )
+    parser.add_argument("--size", type=int, default=9, help="initial board size (default 9)")
+    parser.add_argument("--komi", type=float, default=7.5, help="initial komi (default 7.5)")
+    parser.add_argument("--model", help="trained model file (not available yet)")
+    parser.add_argument("--simulations", type=int, default=100,
+                        help="MCTS simulations per move with --model (default 100)")
+    parser.add_argument("--seed", type=int, help="seed of the random player")
+    args = parser.parse_args(argv)
+    if not MIN_SIZE <= args.size <= MAX_SIZE:
+        parser.error(f"--size must be {MIN_SIZE}..{MAX_SIZE}")
+    engine = GtpEngine(make_player(args.model, args.simulations, args.seed), args.size,
+                       args.komi)
+    engine.run(sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
