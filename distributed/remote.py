@@ -196,7 +196,8 @@ def stop_command(paths: WorkerPaths, grace_s: float) -> str:
     return (
         _ALIVE_FN
         + f"f={q(paths.pid_file)}; n={q(paths.name)}; p=$(cat \"$f\" 2>/dev/null); "
-        + "if [ -z \"$p\" ] || ! alive \"$p\" \"$n\"; then rm -f \"$f\"; echo not-running; exit 0; fi; "
+        + "if [ -z \"$p\" ] || ! alive \"$p\" \"$n\"; then "
+        + "rm -f \"$f\"; echo not-running; exit 0; fi; "
         + "kill -TERM -- -\"$p\" 2>/dev/null || kill -TERM \"$p\" 2>/dev/null; "
         + f"i=0; while alive \"$p\" \"$n\" && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; "
         + "if alive \"$p\" \"$n\"; then kill -KILL -- -\"$p\" 2>/dev/null || kill -KILL \"$p\"; "

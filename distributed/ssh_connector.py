@@ -15,8 +15,8 @@ Owns, per worker (a `configs.WorkerSpec`, known by its config name):
     heartbeats, file transfers; the `*_all` forms return `{name: result | Exception}`.
 
 Remote folder layout: `distributed.remote.WorkerPaths`. `--restart` against a running coach:
-`distributed.restart_requests`. The command line is at the bottom (`python distributed/ssh_connector.py
---help`). It must not import `training` or torch.
+`distributed.restart_requests`. The command line is at the bottom
+(`python distributed/ssh_connector.py --help`). It must not import `training` or torch.
 """
 
 from __future__ import annotations

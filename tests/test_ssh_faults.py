@@ -99,7 +99,7 @@ def test_link_down_mid_transfer_then_retry_completes(netns_hosts, tmp_path, capl
                     backoff_base_s=0.3, backoff_max_s=1.0, keepalive_s=1.0) as c:
         c.run("worker1", "true")
         # throttle host 1 so the upload lasts long enough to be cut in the middle
-        netns_hosts_rate(netns_hosts, 1, "80mbit")
+        netns_hosts.rate(1, "80mbit")
         seen_partial_final = []
         out: dict = {}
 
@@ -137,7 +137,7 @@ def test_link_down_mid_transfer_then_retry_completes(netns_hosts, tmp_path, capl
                 if final.exists() and final.stat().st_size != src.stat().st_size:
                     seen_partial_final.append(final.stat().st_size)
                 th.join(0.05)
-        netns_hosts_rate(netns_hosts, 1, None)
+        netns_hosts.rate(1, None)
     assert "err" not in out, out.get("err")
     assert caplog.records, "the cut transfer did not fail within 20 s"
     assert seen_partial_final == [], "a partial file was visible under the final name"
@@ -148,18 +148,6 @@ def test_link_down_mid_transfer_then_retry_completes(netns_hosts, tmp_path, capl
           f"{time.perf_counter() - t_up:.2f} s after link up; first warning: "
           f"{caplog.records[0].getMessage()[:160]}")
     assert t_err < 2.0 + 3.0
-
-
-def netns_hosts_rate(hosts: NetnsHosts, i: int, rate: str | None) -> None:
-    """Cap (or uncap) the bandwidth of host i's root-side veth with tbf."""
-    import subprocess
-
-    dev = hosts.veths[i - 1]
-    if rate is None:
-        subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
-    else:
-        subprocess.run(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-                        "burst", "256kbit", "latency", "400ms"], check=True)
 
 
 def test_killed_sshd_makes_that_worker_offline_only(netns_hosts, tmp_path):
