@@ -572,3 +572,13 @@ def test_cli_reports_a_rejected_batch(run_dir):
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "rejected" in proc.stderr and path.name in proc.stderr
+
+
+def test_cli_bench_prints_one_json_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.records", "--bench", "5", "--bench-games", "3"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["board_size"] == 5 and figures["validate_games_per_s"] > 0

@@ -815,17 +815,47 @@ def _summary(path: Path, batch: Batch) -> str:
     return "\n".join(lines)
 
 
+def measure_validation(board_size: int, n_games: int = 100, seed: int = 0) -> dict:
+    """Games and moves per second that `decode_batch` validates (random legal games)."""
+    rng = np.random.default_rng(seed)
+    games = [random_record(board_size, 7.5, rng, pass_prob=0.03, seed=i) for i in range(n_games)]
+    raw = compress_bytes(encode_batch(games, BatchMeta.from_records("bench", games)))
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        decode_batch(raw)
+        best = min(best, time.perf_counter() - start)
+    moves = sum(g.num_moves for g in games)
+    return {
+        "board_size": board_size,
+        "games": n_games,
+        "mean_moves": round(moves / n_games, 1),
+        "bytes_per_game": round(len(raw) / n_games),
+        "validate_games_per_s": round(n_games / best, 1),
+        "validate_moves_per_s": round(moves / best),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m training.records",
         description="Validate a game batch file, print a summary, export games as SGF.",
     )
-    parser.add_argument("file", type=Path, help="a <worker>_<gen>_<seq>.npz.zst batch file")
+    parser.add_argument("file", type=Path, nargs="?",
+                        help="a <worker>_<gen>_<seq>.npz.zst batch file")
     parser.add_argument("--sgf-dir", type=Path, help="write each game as SGF into this folder")
     parser.add_argument("--game", type=int, help="only this game (0-based); print its SGF")
     parser.add_argument("--max-mb", type=int, default=DEFAULT_MAX_BYTES >> 20,
                         help="decompressed size limit in MiB")
+    parser.add_argument("--bench", type=int, metavar="N",
+                        help="measure validation speed on random N x N games instead")
+    parser.add_argument("--bench-games", type=int, default=100)
     args = parser.parse_args(argv)
+    if args.bench:
+        print(json.dumps(measure_validation(args.bench, args.bench_games)))
+        return 0
+    if args.file is None:
+        parser.error("a batch FILE is needed (or --bench N)")
     try:
         batch = load_batch(args.file, max_bytes=args.max_mb << 20)
     except BatchError as e:
