@@ -1,0 +1,146 @@
+"""Our GTP engine, `python -m training.gtp`, driven as a real subprocess over pipes."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from training.coords import BLACK, WHITE, from_gtp
+from training.go import Position
+from training.gtp import RandomPlayer
+from training.gtp_client import GtpClient, GtpError
+from training.referee import play_game
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINE = [sys.executable, "-m", "training.gtp"]
+
+
+@pytest.fixture
+def engine():
+    with GtpClient(ENGINE + ["--seed", "3"], cwd=REPO, name="azgo") as client:
+        yield client
+
+
+def test_identity_and_command_list(engine):
+    assert engine.send("protocol_version") == "2"
+    assert engine.send("name") == "azgo"
+    assert engine.send("version")
+    commands = engine.send("list_commands").split("\n")
+    for c in ("protocol_version name version known_command list_commands quit boardsize "
+              "clear_board komi play genmove undo showboard final_score").split():
+        assert c in commands
+        assert engine.send(f"known_command {c}") == "true"
+    assert engine.send("known_command fly") == "false"
+
+
+def test_raw_protocol_echoes_ids_and_ignores_comments_and_blank_lines():
+    script = "\n# a comment\n42 name\n\n  7 boardsize 99 # too big\nwhat\n9 quit\n"
+    out = subprocess.run(ENGINE, input=script, capture_output=True, text=True, cwd=REPO,
+                         timeout=60).stdout
+    assert out == "=42 azgo\n\n?7 unacceptable size\n\n? unknown command\n\n=9\n\n"
+
+
+def test_boardsize_and_errors(engine):
+    for bad in ("4", "20", "x"):
+        with pytest.raises(GtpError):
+            engine.send(f"boardsize {bad}")
+    with pytest.raises(GtpError, match="unacceptable size"):
+        engine.send("boardsize 25")
+    engine.send("boardsize 19")
+    engine.send("play black T19")
+    with pytest.raises(GtpError, match="unknown command"):
+        engine.send("teleport")
+    with pytest.raises(GtpError, match="syntax error"):
+        engine.send("play purple A1")
+    with pytest.raises(GtpError):
+        engine.send("komi lots")
+
+
+def test_illegal_play_is_refused_and_leaves_the_board_unchanged(engine):
+    engine.send("boardsize 5")
+    engine.send("clear_board")
+    for move in ("black B5", "white A5", "black A4"):  # black captures A5
+        engine.send(f"play {move}")
+    before = engine.send("showboard")
+    for bad in ("white B5", "white Z9", "black A9"):
+        with pytest.raises(GtpError):
+            engine.send(f"play {bad}")
+    assert engine.send("showboard") == before
+    # suicide: white at A5 would have no liberty and capture nothing
+    with pytest.raises(GtpError, match="illegal move"):
+        engine.send("play white A5")
+    assert engine.send("showboard") == before
+
+
+def test_ko_recapture_is_refused(engine):
+    engine.send("boardsize 5")
+    for move in ("black B5", "white C5", "black A4", "white B4", "black B3", "white C3",
+                 "black E1", "white D4", "black C4"):  # black takes the ko at C4
+        engine.send(f"play {move}")
+    with pytest.raises(GtpError, match="illegal move"):
+        engine.send("play white B4")
+    engine.send("play white E2")
+    engine.send("play black D1")
+    engine.send("play white B4")  # legal after moves elsewhere
+
+
+def test_final_score_is_tromp_taylor_with_komi(engine):
+    engine.send("boardsize 5")
+    engine.send("komi 0.5")
+    assert engine.send("final_score") == "W+0.5"
+    engine.send("komi 0")
+    assert engine.send("final_score") == "0"
+    engine.send("komi 3.5")
+    engine.send("play black C3")
+    assert engine.send("final_score") == "B+21.5"
+
+
+def test_undo_and_out_of_turn_play(engine):
+    engine.send("boardsize 5")
+    with pytest.raises(GtpError, match="cannot undo"):
+        engine.send("undo")
+    empty = engine.send("showboard")
+    engine.send("play white C3")  # white first: GTP allows either color
+    engine.send("play white D3")
+    engine.send("undo")
+    engine.send("undo")
+    assert engine.send("showboard") == empty
+
+
+def test_genmove_plays_legal_moves_until_two_passes(engine):
+    engine.send("boardsize 5")
+    pos = Position(5, max_moves=10_000)
+    color = "black"
+    while not pos.is_over():
+        reply = engine.send(f"genmove {color}")
+        move = from_gtp(reply, 5)
+        pos.play(move)  # raises if the engine's move were illegal
+        color = "white" if color == "black" else "black"
+    assert engine.send("final_score") == pos.result()
+    assert engine.send("genmove black") == "pass"  # the game is over
+
+
+def test_random_player_keeps_its_eyes_and_then_passes():
+    board = [BLACK] * 25
+    for p in (0, 12, 24):  # three single-point eyes of black
+        board[p] = 0
+    pos = Position(5, board=tuple(board), to_play=BLACK)
+    assert RandomPlayer(0).genmove(pos, BLACK) == 25
+    # white may play into them only where it is not suicide: nowhere here
+    assert RandomPlayer(0).genmove(pos, WHITE) == 25
+
+
+def test_two_of_our_engines_play_a_refereed_game():
+    with GtpClient(ENGINE + ["--seed", "1"], cwd=REPO) as a, \
+            GtpClient(ENGINE + ["--seed", "2"], cwd=REPO) as b:
+        game = play_game(a, b, size=7, komi=7.5)
+    assert game.end == "two passes" and game.moves[-2:] == ["pass", "pass"]
+    assert set(game.engine_scores.values()) == {game.result}
+
+
+def test_model_flag_fails_clearly_until_a_network_exists():
+    proc = subprocess.run(ENGINE + ["--model", "model.pt", "--simulations", "8"], input="",
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode != 0
+    assert "not implemented yet" in proc.stderr and "--model" in proc.stderr
