@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from configs import ReplayConfig
+from training import features
 from training.go import Position
 from training.records import BatchMeta, GameRecord, batch_name, random_record, write_batch
 from training.replay_buffer import (
@@ -115,20 +116,11 @@ def test_every_position_is_tagged_with_its_generation(replay):
 
 
 def _reference_planes(rec: GameRecord, t: int, history: int) -> np.ndarray:
-    """Planes of position t of `rec` computed the plain way, by replaying with go.Position."""
+    """Planes of position t of `rec` by replaying with go.Position, as self-play sees them."""
     pos = Position(rec.board_size, rec.komi)
     for m in rec.moves[:t].tolist():
         pos.play(m)
-    n = rec.board_size
-    planes = np.zeros((2 * history + 1, n, n), np.float32)
-    for k in range(history):
-        if t - k < 0:
-            break
-        board = np.array(pos.boards[t - k], np.int8).reshape(n, n)
-        planes[2 * k] = board == pos.to_play
-        planes[2 * k + 1] = board == -pos.to_play
-    planes[2 * history] = 1.0 if pos.to_play == 1 else 0.0
-    return planes
+    return features.planes(pos, history)
 
 
 def test_features_equal_a_replay_with_the_reference_rules(replay):
@@ -150,13 +142,22 @@ def test_features_equal_a_replay_with_the_reference_rules(replay):
     assert i == len(w)
 
 
-def test_the_eight_symmetries_are_distinct_and_match_numpy():
+def test_the_eight_symmetries_are_those_of_features(replay):
     perms = symmetry_permutations(N)
     assert len({tuple(p) for p in perms}) == 8
     board = np.arange(N * N).reshape(N, N)
     np.testing.assert_array_equal(board.ravel()[perms[0]], board.ravel())
     np.testing.assert_array_equal(board.ravel()[perms[1]], np.rot90(board).ravel())
-    np.testing.assert_array_equal(board.ravel()[perms[4]], board.T.ravel())
+    _fill(replay, 1)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H)
+    idx = np.arange(len(w))
+    p0, q0, v0 = w.batch(idx, symmetries=np.zeros(len(idx), np.int64))
+    for s in range(8):
+        ps, qs, vs = w.batch(idx, symmetries=np.full(len(idx), s))
+        np.testing.assert_array_equal(ps, features.transform_planes(p0, s))
+        np.testing.assert_array_equal(qs, features.transform_policy(q0, s))
+        np.testing.assert_array_equal(vs, v0)
+        np.testing.assert_array_equal(features.inverse_transform_policy(qs, s), q0)
 
 
 def _transformed(rec: GameRecord, perm: np.ndarray) -> GameRecord:
@@ -280,6 +281,16 @@ def test_a_window_pickles_without_its_data(replay):
     assert len(blob) < 20_000
     copy = pickle.loads(blob)
     np.testing.assert_array_equal(copy[3][0], w[3][0])
+
+
+def test_getitems_gives_the_batch_as_three_arrays(replay):
+    _fill(replay, 1)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), H, N)  # trainer's call
+    planes, policy, value = w.__getitems__([0, 2, 1])
+    assert planes.shape == (3, 2 * H + 1, N, N) and planes.dtype == np.float32
+    assert policy.shape == (3, N * N + 1) and value.shape == (3,)
+    for k, i in enumerate([0, 2, 1]):
+        np.testing.assert_array_equal(planes[k], w[i][0])
 
 
 def test_a_bad_batch_is_skipped_with_its_reason(replay):
