@@ -191,8 +191,19 @@ def model_payload(net: nn.Module, generation: int, meta: dict | None = None) -> 
         "generation": int(generation),
         "config": dict(inner.config),
         "state_dict": plain_state_dict(inner),
-        "meta": dict(meta or {}),
+        "meta": {k: _plain(v) for k, v in (meta or {}).items()},
     }
+
+
+def _plain(value: Any) -> Any:
+    """numpy/torch scalars -> Python numbers, so that weights_only loading accepts them."""
+    if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def save_bytes(obj: Any) -> bytes:

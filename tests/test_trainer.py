@@ -1,0 +1,206 @@
+"""One process training rounds: files, resume, OOM fallback, LR rules, CLI (real CPU nets).
+
+Multi-process DDP runs are in tests/test_ddp.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from configs import override
+from tests.conftest import REPO
+from training.net import load_model
+from training.trainer import (
+    SampleArrays,
+    FaultHooks,
+    TrainingError,
+    WarmupSchedule,
+    build_parser,
+    config_from_args,
+    load_checkpoint,
+    relaunch_command,
+    scaled_lr,
+    synthetic_samples,
+    train_round,
+    write_initial_model,
+)
+
+
+@pytest.fixture
+def samples(tiny_cfg) -> SampleArrays:
+    data = synthetic_samples(512, tiny_cfg.go.board_size, tiny_cfg.net.history, seed=1)
+    data.validation = synthetic_samples(64, tiny_cfg.go.board_size, tiny_cfg.net.history, seed=2)
+    return data
+
+
+def test_round_writes_model_checkpoint_and_metrics(tiny_cfg, run_dir, samples):
+    result = train_round(tiny_cfg, run_dir, dataset=samples, steps=6, progress=False)
+    assert result.generation == 1 and result.steps == 6 and result.global_step == 6
+    assert result.samples == 6 * tiny_cfg.training.batch_size
+    assert np.isfinite(result.loss) and result.val_loss is not None
+    assert 0.0 <= result.policy_accuracy <= 1.0
+    net, info = load_model(run_dir / "models" / "model_000001.pt")
+    assert info.generation == 1 and info.board_size == tiny_cfg.go.board_size
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "checkpoint_000001.pt")
+    assert ckpt["generation"] == 1 and ckpt["step"] == 6
+    assert set(ckpt) >= {"model", "optimizer", "schedule", "rng", "config", "data"}
+    # the model inside the checkpoint loads for single-device inference too
+    net2, info2 = load_model(run_dir / "checkpoints" / "checkpoint_000001.pt")
+    x = torch.from_numpy(samples.planes[:4])
+    with torch.inference_mode():
+        torch.testing.assert_close(net(x)[0], net2(x)[0], rtol=0, atol=0)
+    rows = json.loads((run_dir / "metrics.json").read_text())
+    assert rows[0]["generation"] == 1 and rows[0]["loss"] == pytest.approx(result.loss)
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_training_lowers_the_loss(tiny_cfg, run_dir, samples):
+    result = train_round(tiny_cfg, run_dir, dataset=samples, steps=60, progress=False)
+    first, last = np.mean(result.step_losses[:5]), np.mean(result.step_losses[-5:])
+    assert last < 0.8 * first, (first, last)
+
+
+def test_checkpoint_resumes_to_the_same_next_step_loss(tiny_cfg, tmp_path, samples):
+    straight = train_round(tiny_cfg, tmp_path / "a", dataset=samples, steps=5, progress=False)
+    train_round(tiny_cfg, tmp_path / "b", dataset=samples, steps=4, progress=False)
+    resumed = train_round(tiny_cfg, tmp_path / "b", dataset=samples, steps=1, progress=False)
+    assert resumed.generation == 2 and resumed.global_step == 5
+    assert resumed.step_losses[0] == straight.step_losses[4]
+    a = load_model(tmp_path / "a" / "models" / "model_000001.pt")[0].state_dict()
+    b = load_model(tmp_path / "b" / "models" / "model_000002.pt")[0].state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+
+
+def test_a_round_starts_from_the_newest_model_when_there_is_no_checkpoint(
+    tiny_cfg, run_dir, samples
+):
+    write_initial_model(tiny_cfg, run_dir)
+    result = train_round(tiny_cfg, run_dir, dataset=samples, steps=1, progress=False)
+    assert result.generation == 1
+    again = train_round(tiny_cfg, run_dir, dataset=samples, steps=1, progress=False)
+    assert again.generation == 2 and again.global_step == 2
+
+
+def test_out_of_memory_halves_the_micro_batch_and_accumulates(tiny_cfg, tmp_path, samples):
+    hooks = FaultHooks(fake_oom_at_micro_batch=16)  # batch 32: 32 and 16 fail, 8 fits
+    result = train_round(tiny_cfg, tmp_path / "oom", dataset=samples, steps=4, progress=False,
+                         hooks=hooks)
+    assert result.micro_batch == 8 and result.accumulation == 4
+    assert result.samples == 4 * 32 and len(result.step_losses) == 4
+    # the same optimizer steps as without OOM (BatchNorm sees smaller batches: close, not equal)
+    plain = train_round(tiny_cfg, tmp_path / "ok", dataset=samples, steps=4, progress=False)
+    np.testing.assert_allclose(result.step_losses, plain.step_losses, rtol=0.1)
+
+
+def test_out_of_memory_at_micro_batch_one_is_raised(tiny_cfg, run_dir, samples):
+    with pytest.raises(RuntimeError, match="out of memory"):
+        train_round(tiny_cfg, run_dir, dataset=samples, steps=1, progress=False,
+                    hooks=FaultHooks(fake_oom_at_micro_batch=1))
+
+
+def test_grad_accumulation_matches_the_full_batch_in_size(tiny_cfg, run_dir, samples):
+    cfg = override(tiny_cfg, {"training.grad_accumulation": 4})
+    result = train_round(cfg, run_dir, dataset=samples, steps=2, progress=False)
+    assert result.micro_batch == 8 and result.accumulation == 4 and result.samples == 64
+
+
+def test_epochs_set_the_round_length(tiny_cfg, run_dir, samples):
+    cfg = override(tiny_cfg, {"training.epochs": 2})
+    small = synthetic_samples(100, tiny_cfg.go.board_size, tiny_cfg.net.history)
+    result = train_round(cfg, run_dir, dataset=small, progress=False)
+    assert result.steps == 2 * 3  # 100 // 32 full batches per pass (drop_last)
+
+
+def test_too_few_samples_for_one_batch_is_a_clear_error(tiny_cfg, run_dir):
+    small = synthetic_samples(8, tiny_cfg.go.board_size, tiny_cfg.net.history)
+    with pytest.raises(TrainingError, match="fewer than one batch"):
+        train_round(tiny_cfg, run_dir, dataset=small, steps=1, progress=False)
+
+
+def test_damaged_checkpoint_is_named_in_the_error(tiny_cfg, run_dir, samples):
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "checkpoint_000003.pt").write_bytes(b"garbage")
+    with pytest.raises(TrainingError, match="checkpoint_000003.pt"):
+        train_round(tiny_cfg, run_dir, dataset=samples, steps=1, progress=False)
+
+
+def test_lr_scaling_rules_and_warmup():
+    assert scaled_lr(0.02, 512, 256, "linear") == pytest.approx(0.04)
+    assert scaled_lr(0.02, 1024, 256, "sqrt") == pytest.approx(0.04)
+    assert scaled_lr(0.02, 1024, 256, "none") == pytest.approx(0.02)
+    sched = WarmupSchedule(peak_lr=1.0, warmup_steps=4)
+    lrs = []
+    for _ in range(6):
+        lrs.append(sched.lr())
+        sched.step += 1
+    assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+
+
+def test_flags_override_the_config_and_are_validated(tmp_path):
+    args = build_parser().parse_args(
+        ["--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(tmp_path),
+         "--batch-size", "64", "--lr", "0.1", "--epochs", "3", "--mixed-precision"]
+    )
+    cfg = config_from_args(args)
+    assert cfg.training.batch_size == 64 and cfg.training.lr == 0.1
+    assert cfg.training.epochs == 3 and cfg.training.mixed_precision
+    assert cfg.run.dir == str(tmp_path)
+    bad = build_parser().parse_args(
+        ["--config", str(REPO / "configs" / "tiny.yaml"), "--batch-size", "0"]
+    )
+    with pytest.raises(Exception, match="training.batch_size"):
+        config_from_args(bad)
+
+
+def test_gpus_and_nodes_relaunch_through_torch_distributed_run(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    argv = ["--config", tiny, "--gpus", "2"]
+    args = build_parser().parse_args(argv)
+    cmd = relaunch_command(args, argv, config_from_args(args))
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
+    assert cmd[-len(argv) - 2 :] == ["-m", "training.trainer", *argv]
+    argv = ["--config", tiny, "--gpus", "1", "--nodes", "2", "--node-rank", "1",
+            "--master-addr", "10.0.0.1", "--master-port", "29600"]
+    args = build_parser().parse_args(argv)
+    cmd = relaunch_command(args, argv, config_from_args(args))
+    assert "--nnodes=2" in cmd and "--node_rank=1" in cmd
+    assert "--master_addr=10.0.0.1" in cmd and "--master_port=29600" in cmd
+    args = build_parser().parse_args(["--config", tiny])
+    assert relaunch_command(args, [], config_from_args(args)) is None  # one process: no relaunch
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    args = build_parser().parse_args(["--config", tiny, "--gpus", "2"])
+    assert relaunch_command(args, [], config_from_args(args)) is None  # already under torchrun
+
+
+def test_command_line_round_prints_a_json_summary(tiny_cfg, tmp_path, samples):
+    samples.save(tmp_path / "samples.npz")
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.trainer", "--config", str(REPO / "configs/tiny.yaml"),
+         "--run-dir", str(tmp_path / "run"), "--samples", str(tmp_path / "samples.npz"),
+         "--steps", "3"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["generation"] == 1 and summary["steps"] == 3
+    assert "train gen 1" in proc.stderr  # the progress bar goes to stderr
+    assert (tmp_path / "run" / "models" / "model_000001.pt").exists()
+
+
+def test_command_line_without_games_says_what_to_do(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.trainer", "--config", str(REPO / "configs/tiny.yaml"),
+         "--run-dir", str(tmp_path / "run"), "--samples", str(tmp_path / "missing.npz")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "missing.npz" in proc.stderr and "cannot read samples" in proc.stderr

@@ -1,0 +1,950 @@
+"""One training round: replay window -> new generation's model and checkpoint, alone or DDP.
+
+Owns `train_round(cfg, run_dir, ...)` and its command line. The same code runs
+- alone:                    python -m training.trainer --config FILE --run-dir DIR
+- under torchrun:           torchrun --nproc_per_node=N -m training.trainer ...
+- multi-node:               torchrun --nnodes M --node_rank R --master_addr A --master_port P ...
+- relaunched by itself:     python -m training.trainer --gpus N [--nodes M --node-rank R ...]
+                            (re-executes itself through torch.distributed.run)
+- from the coach, as a subprocess of one of the above; the last stdout line is a JSON summary.
+
+Vocabulary (torchrun's): `rank`, `local_rank`, `world_size`; rank 0 is the main process, the
+only one that logs progress and writes files. A **round** trains `training.steps_per_generation`
+optimizer steps (or `training.epochs` passes) and produces generation G+1 from generation G.
+A **micro-batch** is one forward/backward; `accumulation` micro-batches make one optimizer step
+(gradients are all-reduced only on the last, `no_sync` before).
+
+Behaviour (issue 4): backend NCCL with CUDA, Gloo otherwise (one device on MPS); the total
+batch `training.batch_size` is split across ranks; LR scaled linearly / by sqrt from
+`lr_reference_batch`, with linear warmup; DistributedSampler with `set_epoch` and `drop_last`;
+losses reduced across ranks; a process-group timeout (`training.timeout_s`); a rank that fails
+makes the others exit (the collective raises, the launcher ends the group); an out-of-memory
+micro-batch halves the micro-batch and accumulates twice as many. Checkpoints hold the model,
+optimizer, schedule, step, generation, data position and every rank's RNG state, are written
+atomically and resume exactly (the next step's loss is the same).
+
+Files (rank 0, then a barrier): checkpoints/checkpoint_<gen:06d>.pt, models/model_<gen:06d>.pt
+(net.save_model) and one metrics row (training.metrics).
+
+Must not: play games, read game batch files itself (the replay window does), or talk to workers.
+Only this module touches torch.distributed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
+
+from configs import Config, ConfigError, load_config, override, to_dict
+from training import metrics
+from training.logsetup import configure_logging
+from training.net import (
+    ModelError,
+    PolicyValueNet,
+    load_payload,
+    model_payload,
+    net_from_config,
+    net_from_payload,
+    save_bytes,
+    save_model,
+    write_file_atomic,
+)
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "azgo-checkpoint"
+CHECKPOINT_VERSION = 1
+MAX_VALIDATION_SAMPLES = 4096
+_NAME_RE = re.compile(r"^(model|checkpoint)_(\d{6,})\.pt$")
+
+
+class TrainingError(Exception):
+    """A round that cannot start or finish: no data, a bad checkpoint, a bad option."""
+
+
+class SampleDataset(Protocol):
+    """What the trainer reads: replay_buffer.ReplayWindow, or SampleArrays below."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, float]: ...
+
+
+# --------------------------------------------------------------------------------- data
+
+
+class SampleArrays:
+    """A map-style dataset over in-memory arrays (an .npz of planes, policy, value).
+
+    Used for training from a fixed sample file (`--samples FILE.npz`), benchmarks and tests.
+    planes float32 [S, C, N, N], policy float32 [S, N*N+1], value float32 [S].
+    """
+
+    def __init__(self, planes: np.ndarray, policy: np.ndarray, value: np.ndarray,
+                 validation: "SampleArrays | None" = None):
+        assert len(planes) == len(policy) == len(value), "planes, policy, value lengths differ"
+        self.planes = np.ascontiguousarray(planes, dtype=np.float32)
+        self.policy = np.ascontiguousarray(policy, dtype=np.float32)
+        self.value = np.ascontiguousarray(value, dtype=np.float32)
+        self.validation = validation
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, validation_fraction: float = 0.0) -> SampleArrays:
+        """Read an .npz with arrays planes, policy, value (no pickles)."""
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                planes, policy, value = data["planes"], data["policy"], data["value"]
+        except (OSError, ValueError, KeyError) as e:
+            raise TrainingError(
+                f"{path}: cannot read samples ({e}); expected an .npz with arrays "
+                "planes [S,C,N,N], policy [S,N*N+1], value [S]"
+            ) from e
+        if not (len(planes) == len(policy) == len(value)) or planes.ndim != 4:
+            raise TrainingError(f"{path}: planes, policy and value must have the same length")
+        held = int(len(planes) * validation_fraction)
+        validation = cls(planes[:held], policy[:held], value[:held]) if held else None
+        return cls(planes[held:], policy[held:], value[held:], validation)
+
+    def save(self, path: str | os.PathLike) -> None:
+        buf = _npz_bytes(planes=self.planes, policy=self.policy, value=self.value)
+        write_file_atomic(path, buf)
+
+    def __len__(self) -> int:
+        return len(self.planes)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, float]:
+        return self.planes[i], self.policy[i], float(self.value[i])
+
+    def __getitems__(self, idx: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        idx = np.asarray(idx)
+        return self.planes[idx], self.policy[idx], self.value[idx]
+
+
+def synthetic_samples(count: int, board_size: int, history: int, seed: int = 0) -> SampleArrays:
+    """Random positions with learnable targets, for benchmarks and smoke tests.
+
+    The policy target is the first stone of the side to move (row-major), or pass on an
+    empty plane; the value is tanh of the stone difference between the two newest planes.
+    """
+    rng = np.random.default_rng(seed)
+    n = board_size
+    planes = (rng.random((count, 2 * history + 1, n, n)) < 0.3).astype(np.float32)
+    planes[:, -1] = rng.integers(0, 2, (count, 1, 1))
+    policy = np.zeros((count, n * n + 1), np.float32)
+    own = planes[:, 0].reshape(count, -1)
+    first = np.where(own.any(axis=1), own.argmax(axis=1), n * n)
+    policy[np.arange(count), first] = 1.0
+    value = np.tanh(own.sum(axis=1) - planes[:, 1].reshape(count, -1).sum(axis=1))
+    return SampleArrays(planes, policy, value.astype(np.float32))
+
+
+def _npz_bytes(**arrays: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _fetch(dataset: SampleDataset, idx: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """One batch as tensors (planes [B,C,N,N], policy [B,M], value [B])."""
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems is not None:
+        got = getitems(list(idx))
+        if isinstance(got, tuple) and len(got) == 3 and isinstance(got[0], np.ndarray):
+            planes, policy, value = got
+        else:  # a list of samples
+            planes, policy, value = zip(*got)
+            planes, policy, value = np.stack(planes), np.stack(policy), np.asarray(value)
+    else:
+        samples = [dataset[i] for i in idx]
+        planes = np.stack([s[0] for s in samples])
+        policy = np.stack([s[1] for s in samples])
+        value = np.asarray([s[2] for s in samples])
+    return (
+        torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32)),
+        torch.from_numpy(np.ascontiguousarray(policy, dtype=np.float32)),
+        torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)).reshape(-1),
+    )
+
+
+def open_replay_window(cfg: Config, run_dir: Path) -> SampleDataset:
+    """replay_buffer.ReplayWindow over run_dir/replay (TrainingError when it is empty)."""
+    from training.replay_buffer import ReplayWindow  # helper "records"' module
+
+    replay_dir = run_dir / "replay"
+    window = ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size)
+    if len(window) == 0:
+        raise TrainingError(
+            f"{replay_dir}: the replay window holds no positions; self-play batches must be "
+            "ingested first (or pass --samples FILE.npz)"
+        )
+    return window
+
+
+# ------------------------------------------------------------------------ distributed setup
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process stands: rank, world_size, its device and the backend."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: str = "cpu"
+    backend: str | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def under_torchrun() -> bool:
+    """True in a process started by torchrun / torch.distributed.run."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or (
+        "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    )
+
+
+def pick_device_and_backend(local_rank: int, world_size: int) -> tuple[str, str]:
+    """NCCL on CUDA (one GPU per local rank), MPS alone, Gloo on CPU otherwise."""
+    if torch.cuda.is_available():
+        return f"cuda:{local_rank % torch.cuda.device_count()}", "nccl"
+    has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if has_mps:
+        if world_size == 1:
+            return "mps", "gloo"
+        log.warning("MPS is one device: DDP over %d processes runs on CPU with Gloo", world_size)
+    return "cpu", "gloo"
+
+
+def init_distributed(timeout_s: float) -> DistContext:
+    """Join the process group torchrun describes in the environment (or run alone)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device, backend = pick_device_and_backend(local_rank, world_size)
+    if world_size == 1:
+        return DistContext(device=device)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    timeout = timedelta(seconds=timeout_s)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # After an elastic restart the agent's store still holds the dead group's addresses;
+        # prefixing keys with the attempt keeps them apart (measured: shared/tools/README.md).
+        base = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+            is_master=False, timeout=timeout,
+        )
+        store = dist.PrefixStore(f"attempt{attempt}", base)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+    return DistContext(rank, local_rank, world_size, device, backend)
+
+
+def _all_reduce_sum(values: list[float], ctx: DistContext) -> list[float]:
+    if not ctx.is_distributed:
+        return [float(v) for v in values]
+    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def _barrier(ctx: DistContext) -> None:
+    if ctx.is_distributed:
+        dist.barrier()
+
+
+# ------------------------------------------------------------------------ schedule, RNG
+
+
+@dataclass
+class WarmupSchedule:
+    """LR = peak * min(1, (step + 1) / warmup_steps); peak scaled from the reference batch."""
+
+    peak_lr: float
+    warmup_steps: int
+    step: int = 0
+
+    def lr(self) -> float:
+        if self.warmup_steps <= 0:
+            return self.peak_lr
+        return self.peak_lr * min(1.0, (self.step + 1) / self.warmup_steps)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": "linear_warmup_constant", **asdict(self)}
+
+
+def scaled_lr(lr: float, total_batch: int, reference_batch: int, scaling: str) -> float:
+    """The guides' scaling rules: linear, sqrt or none (lr applies at reference_batch)."""
+    ratio = total_batch / reference_batch
+    if scaling == "linear":
+        return lr * ratio
+    if scaling == "sqrt":
+        return lr * math.sqrt(ratio)
+    return lr
+
+
+def _rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss},
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np_state = state["numpy"]
+    np.random.set_state((
+        "MT19937", np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+        np_state["has_gauss"], np_state["cached"],
+    ))
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def model_path(run_dir: Path, generation: int) -> Path:
+    return run_dir / "models" / f"model_{generation:06d}.pt"
+
+
+def checkpoint_path(run_dir: Path, generation: int) -> Path:
+    return run_dir / "checkpoints" / f"checkpoint_{generation:06d}.pt"
+
+
+def latest(folder: Path, kind: str) -> tuple[int, Path] | None:
+    """(generation, path) of the newest `kind` ("model"/"checkpoint") file in `folder`."""
+    best = None
+    if folder.is_dir():
+        for p in folder.iterdir():
+            m = _NAME_RE.match(p.name)
+            if m and m.group(1) == kind and (best is None or int(m.group(2)) > best[0]):
+                best = (int(m.group(2)), p)
+    return best
+
+
+def write_initial_model(cfg: Config, run_dir: str | os.PathLike) -> Path:
+    """models/model_000000.pt: a freshly initialised net seeded by run.seed (idempotent)."""
+    path = model_path(Path(run_dir), 0)
+    if not path.exists():
+        torch.manual_seed(cfg.run.seed)
+        save_model(path, net_from_config(cfg.net, cfg.go.board_size), 0, {"initial": True})
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint dict (weights_only load), or TrainingError naming the file."""
+    path = Path(path)
+    try:
+        ckpt = load_payload(path, what="checkpoint")
+    except ModelError as e:
+        raise TrainingError(str(e)) from e
+    if ckpt.get("format") != CHECKPOINT_FORMAT or ckpt.get("version") != CHECKPOINT_VERSION:
+        raise TrainingError(
+            f"{path}: not a version-{CHECKPOINT_VERSION} checkpoint of this project "
+            f"(format {ckpt.get('format')!r}, version {ckpt.get('version')!r}); pass a "
+            "checkpoints/checkpoint_<gen>.pt file, or --checkpoint none to start afresh"
+        )
+    return ckpt
+
+
+# ------------------------------------------------------------------------------ the round
+
+
+@dataclass
+class RoundResult:
+    """What a round produced; the CLI prints it as the last stdout line (JSON)."""
+
+    generation: int
+    steps: int
+    global_step: int
+    samples: int
+    seconds: float
+    samples_per_s: float
+    loss: float
+    policy_loss: float
+    value_loss: float
+    policy_accuracy: float
+    val_loss: float | None
+    lr: float
+    world_size: int
+    micro_batch: int
+    accumulation: int
+    model_path: str
+    checkpoint_path: str
+    step_losses: list[float] = field(default_factory=list)
+    rank_checksums: list[float] = field(default_factory=list)
+    """One weights checksum per rank; DDP keeps them equal (checked at the end of a round)."""
+
+
+@dataclass
+class FaultHooks:
+    """Fault injection for the tests (real processes, fake faults that cannot occur here)."""
+
+    fake_oom_at_micro_batch: int | None = None
+    """Raise an out-of-memory error for any micro-batch of at least this many samples."""
+    kill_rank_at_step: tuple[int, int] | None = None
+    """(rank, step): that rank SIGKILLs itself before that optimizer step."""
+    hang_rank_at_step: tuple[int, int] | None = None
+    """(rank, step): that rank sleeps forever before that optimizer step."""
+
+
+def _is_oom(err: BaseException) -> bool:
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(err, oom_type):
+        return True
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def _losses(net: torch.nn.Module, planes: torch.Tensor, policy: torch.Tensor,
+            value: torch.Tensor, autocast: torch.dtype | None, device: str
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(policy cross-entropy, value MSE, correct top-1 count) for one micro-batch (means)."""
+    if autocast is not None:
+        with torch.autocast(device_type=torch.device(device).type, dtype=autocast):
+            logits, v = net(planes)
+        logits, v = logits.float(), v.float()
+    else:
+        logits, v = net(planes)
+    p_loss = -(policy * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
+    v_loss = F.mse_loss(v, value)
+    correct = (logits.argmax(dim=1) == policy.argmax(dim=1)).sum()
+    return p_loss, v_loss, correct
+
+
+class _Batches:
+    """Index batches of one rank: DistributedSampler(set_epoch, drop_last), resumable."""
+
+    def __init__(self, length: int, per_rank: int, ctx: DistContext, seed: int,
+                 epoch: int = 0, offset: int = 0):
+        self.sampler = DistributedSampler(
+            range(length), num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
+            seed=seed, drop_last=True,
+        )
+        self.per_rank = per_rank
+        self.epoch, self.offset = epoch, offset
+        self.per_epoch = len(self.sampler) // per_rank
+        if self.per_epoch == 0:
+            raise TrainingError(
+                f"the window holds {length} positions, fewer than one batch of "
+                f"{per_rank} x {ctx.world_size} ranks; lower --batch-size or play more games"
+            )
+        self._indices: list[int] | None = None
+
+    def next(self) -> list[int]:
+        if self.offset >= self.per_epoch:
+            self.epoch, self.offset, self._indices = self.epoch + 1, 0, None
+        if self._indices is None:
+            self.sampler.set_epoch(self.epoch)
+            self._indices = list(self.sampler)
+        lo = self.offset * self.per_rank
+        self.offset += 1
+        return self._indices[lo : lo + self.per_rank]
+
+
+def _autocast_dtype(ctx: DistContext, mixed_precision: bool) -> tuple[torch.dtype | None, bool]:
+    """(autocast dtype, use a GradScaler): bf16 where supported, fp16 + scaler otherwise."""
+    if not mixed_precision:
+        return None, False
+    if not ctx.device.startswith("cuda"):
+        log.info("mixed precision is for GPUs; training in float32 on %s", ctx.device)
+        return None, False
+    if torch.cuda.is_bf16_supported():
+        return torch.bfloat16, False
+    return torch.float16, True
+
+
+def _resolve_start(cfg: Config, run_dir: Path, checkpoint: str | os.PathLike | None
+                   ) -> tuple[dict | None, dict | None, int]:
+    """(checkpoint dict or None, model payload to start from or None, base generation)."""
+    if checkpoint is not None and str(checkpoint).lower() == "none":
+        found = None
+    elif checkpoint is not None:
+        found = (None, Path(checkpoint))
+    else:
+        found = latest(run_dir / "checkpoints", "checkpoint")
+    if found is not None:
+        ckpt = load_checkpoint(found[1])
+        return ckpt, ckpt["model"], int(ckpt["generation"])
+    newest = latest(run_dir / "models", "model")
+    if newest is not None and str(checkpoint).lower() != "none":
+        try:
+            payload = load_payload(newest[1])
+        except ModelError as e:
+            raise TrainingError(str(e)) from e
+        return None, payload, newest[0]
+    return None, None, 0
+
+
+def train_round(
+    cfg: Config,
+    run_dir: str | os.PathLike,
+    *,
+    dataset: SampleDataset | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    steps: int | None = None,
+    generation: int | None = None,
+    progress: bool = True,
+    hooks: FaultHooks | None = None,
+) -> RoundResult:
+    """Train one round and write the next generation's model and checkpoint.
+
+    Must be called in every process of the group (alone, it is a group of one). Starts from
+    `checkpoint`, else the newest checkpoint in run_dir/checkpoints, else the newest model in
+    run_dir/models, else a fresh net; "none" forces a fresh start. `dataset` defaults to the
+    replay window over run_dir/replay. `steps` overrides the config's round length.
+    """
+    run_dir = Path(run_dir)
+    hooks = hooks or FaultHooks()
+    tcfg = cfg.training
+    ctx = init_distributed(tcfg.timeout_s)
+    try:
+        return _train(cfg, run_dir, ctx, dataset, checkpoint, steps, generation, progress, hooks)
+    finally:
+        if ctx.is_distributed and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset | None,
+           checkpoint: str | os.PathLike | None, steps: int | None, generation: int | None,
+           progress: bool, hooks: FaultHooks) -> RoundResult:
+    tcfg = cfg.training
+    if dataset is None:
+        dataset = open_replay_window(cfg, run_dir)
+    ckpt, start_payload, base_gen = _resolve_start(cfg, run_dir, checkpoint)
+    new_gen = generation if generation is not None else base_gen + 1
+
+    per_rank = tcfg.batch_size // ctx.world_size
+    if per_rank < 1:
+        raise TrainingError(
+            f"training.batch_size {tcfg.batch_size} is smaller than the {ctx.world_size} ranks"
+        )
+    if per_rank * ctx.world_size != tcfg.batch_size:
+        log.warning("batch_size %d does not split over %d ranks; using %d total",
+                    tcfg.batch_size, ctx.world_size, per_rank * ctx.world_size)
+    total_batch = per_rank * ctx.world_size
+    accumulation = min(tcfg.grad_accumulation, per_rank)
+    micro = per_rank // accumulation
+
+    # Same initial weights everywhere (DDP also broadcasts rank 0's at construction).
+    _seed_everything(cfg.run.seed)
+    if start_payload is not None:
+        try:
+            net = net_from_payload(start_payload, checkpoint or run_dir)
+        except ModelError as e:
+            raise TrainingError(str(e)) from e
+        if net.config != net_from_config(cfg.net, cfg.go.board_size).config:
+            log.warning("the starting model's net %s differs from the config's net section; "
+                        "continuing with the model's", net.config)
+    else:
+        net = net_from_config(cfg.net, cfg.go.board_size)
+    net.to(ctx.device).train()
+    model: torch.nn.Module = DDP(net) if ctx.is_distributed else net
+    autocast, use_scaler = _autocast_dtype(ctx, tcfg.mixed_precision)
+    scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+
+    peak = scaled_lr(tcfg.lr, total_batch, tcfg.lr_reference_batch, tcfg.lr_scaling)
+    schedule = WarmupSchedule(peak, tcfg.warmup_steps)
+    optimizer = torch.optim.SGD(net.parameters(), lr=schedule.lr(), momentum=tcfg.momentum,
+                                weight_decay=tcfg.weight_decay)
+    epoch = offset = 0
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        schedule.step = int(ckpt["schedule"]["step"])
+        data = ckpt.get("data", {})
+        if (data.get("length"), data.get("per_rank"), data.get("world_size")) == (
+            len(dataset), per_rank, ctx.world_size
+        ):
+            epoch, offset = int(data["epoch"]), int(data["offset"])
+        else:
+            epoch = int(data.get("epoch", -1)) + 1  # the window changed: a new pass
+        rng = ckpt.get("rng") or []
+        if len(rng) == ctx.world_size:
+            _set_rng_state(rng[ctx.rank])
+        else:
+            log.warning("checkpoint has RNG states for %d ranks, this run has %d; reseeding",
+                        len(rng), ctx.world_size)
+            _seed_everything(cfg.run.seed + 1000 * ctx.rank + schedule.step)
+    else:
+        _seed_everything(cfg.run.seed + 1000 * ctx.rank)
+    batches = _Batches(len(dataset), per_rank, ctx, cfg.run.seed, epoch, offset)
+    if steps is None:
+        steps = tcfg.epochs * batches.per_epoch if tcfg.epochs > 0 else tcfg.steps_per_generation
+
+    if ctx.is_main:
+        log.info(
+            "training generation %d from %s: steps=%d world_size=%d total_batch=%d "
+            "micro_batch=%d accumulation=%d lr=%.4g device=%s backend=%s window=%d",
+            new_gen, f"generation {base_gen}" if start_payload is not None else "a fresh net",
+            steps, ctx.world_size, total_batch, micro, accumulation, peak, ctx.device,
+            ctx.backend or "none", len(dataset),
+        )
+    bar = _progress_bar(steps, new_gen, enabled=progress and ctx.is_main)
+    sums = np.zeros(4)  # policy loss * n, value loss * n, correct, n   (this rank)
+    step_losses: list[float] = []
+    t0 = time.perf_counter()
+    for step in range(steps):
+        _maybe_inject_fault(hooks, ctx.rank, step)
+        idx = batches.next()
+        planes, policy, value = _fetch(dataset, idx)
+        for g in optimizer.param_groups:
+            g["lr"] = schedule.lr()
+        while True:
+            try:
+                step_sums = _step(model, optimizer, scaler, planes, policy, value, micro,
+                                  autocast, ctx, hooks)
+                break
+            except RuntimeError as e:
+                if not _is_oom(e) or micro == 1:
+                    raise
+                optimizer.zero_grad(set_to_none=True)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                micro = max(1, micro // 2)
+                log.warning("rank %d: out of memory at step %d; micro-batch halved to %d "
+                            "(%d micro-batches per step)", ctx.rank, schedule.step, micro,
+                            math.ceil(per_rank / micro))
+        schedule.step += 1
+        sums += step_sums
+        reduced = _all_reduce_sum([step_sums[0] + step_sums[1], step_sums[3]], ctx)
+        step_losses.append(reduced[0] / reduced[1])
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{step_losses[-1]:.3f}", lr=f"{schedule.lr():.3g}")
+    elapsed = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    p_sum, v_sum, correct, n = (float(v) for v in _all_reduce_sum(list(sums), ctx))
+    n = max(n, 1.0)
+    checksums = _weights_checksums(net, ctx)
+    # RNG states before validation, so that a resumed run continues as an unbroken one would
+    rng_states = _gather_objects(_rng_state(), ctx)
+    val_loss = _validate(model, getattr(dataset, "validation", None), per_rank, ctx, autocast)
+
+    model_file = model_path(run_dir, new_gen)
+    ckpt_file = checkpoint_path(run_dir, new_gen)
+    result = RoundResult(
+        generation=new_gen, steps=steps, global_step=schedule.step,
+        samples=int(n), seconds=elapsed, samples_per_s=n / max(elapsed, 1e-9),
+        loss=(p_sum + v_sum) / n, policy_loss=p_sum / n, value_loss=v_sum / n,
+        policy_accuracy=correct / n, val_loss=val_loss, lr=schedule.lr(),
+        world_size=ctx.world_size, micro_batch=micro,
+        accumulation=math.ceil(per_rank / micro),
+        model_path=str(model_file), checkpoint_path=str(ckpt_file), step_losses=step_losses,
+        rank_checksums=checksums,
+    )
+    if ctx.is_main:
+        meta = {"global_step": schedule.step, "loss": result.loss, "samples": result.samples}
+        save_model(model_file, net, new_gen, meta)
+        state = {
+            "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION,
+            "generation": new_gen, "step": schedule.step,
+            "model": model_payload(net, new_gen, meta),
+            "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+            "data": {"length": len(dataset), "per_rank": per_rank,
+                     "world_size": ctx.world_size, "epoch": batches.epoch,
+                     "offset": batches.offset},
+            "rng": rng_states, "config": to_dict(cfg),
+        }
+        ckpt_file.parent.mkdir(parents=True, exist_ok=True)
+        write_file_atomic(ckpt_file, save_bytes(state))
+        metrics.record_metrics(
+            run_dir, new_gen, loss=result.loss, policy_loss=result.policy_loss,
+            value_loss=result.value_loss, policy_accuracy=result.policy_accuracy,
+            val_loss=val_loss, train_samples_per_s=result.samples_per_s,
+            train_steps=steps, global_step=schedule.step, lr=result.lr,
+            world_size=ctx.world_size, time=time.time(),
+        )
+    _barrier(ctx)  # nobody reads the new files before they are all written
+    return result
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+          scaler: torch.amp.GradScaler | None, planes: torch.Tensor, policy: torch.Tensor,
+          value: torch.Tensor, micro: int, autocast: torch.dtype | None, ctx: DistContext,
+          hooks: FaultHooks) -> np.ndarray:
+    """One optimizer step over this rank's batch in micro-batches (no_sync on all but last)."""
+    optimizer.zero_grad(set_to_none=True)
+    rows = planes.shape[0]
+    chunks = [(lo, min(rows, lo + micro)) for lo in range(0, rows, micro)]
+    out = np.zeros(4)
+    for i, (lo, hi) in enumerate(chunks):
+        if hooks.fake_oom_at_micro_batch is not None and hi - lo >= hooks.fake_oom_at_micro_batch:
+            raise RuntimeError(f"CUDA out of memory (fake, micro-batch {hi - lo})")
+        is_last = i == len(chunks) - 1
+        sync = model.no_sync() if isinstance(model, DDP) and not is_last else _nullcontext()
+        with sync:
+            x = planes[lo:hi].to(ctx.device, non_blocking=True)
+            pi = policy[lo:hi].to(ctx.device, non_blocking=True)
+            z = value[lo:hi].to(ctx.device, non_blocking=True)
+            p_loss, v_loss, correct = _losses(model, x, pi, z, autocast, ctx.device)
+            share = (hi - lo) / rows  # the step's loss is the mean over the whole rank batch
+            loss = (p_loss + v_loss) * share
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        out += [p_loss.item() * (hi - lo), v_loss.item() * (hi - lo), correct.item(), hi - lo]
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    return out
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@torch.no_grad()
+def _validate(model: torch.nn.Module, validation: SampleDataset | None, per_rank: int,
+              ctx: DistContext, autocast: torch.dtype | None) -> float | None:
+    """Mean policy + value loss on (up to MAX_VALIDATION_SAMPLES of) the held-out samples."""
+    size = 0 if validation is None else min(len(validation), MAX_VALIDATION_SAMPLES)
+    if size < ctx.world_size:
+        return None
+    net = model.module if isinstance(model, DDP) else model
+    net.eval()
+    mine = list(range(ctx.rank, size - size % ctx.world_size, ctx.world_size))
+    total = np.zeros(2)
+    for lo in range(0, len(mine), per_rank):
+        planes, policy, value = _fetch(validation, mine[lo : lo + per_rank])
+        p_loss, v_loss, _ = _losses(net, planes.to(ctx.device), policy.to(ctx.device),
+                                    value.to(ctx.device), autocast, ctx.device)
+        rows = planes.shape[0]
+        total += [(p_loss.item() + v_loss.item()) * rows, rows]
+    net.train()
+    loss_sum, rows = _all_reduce_sum(list(total), ctx)
+    return loss_sum / rows if rows else None
+
+
+def _weights_checksums(net: torch.nn.Module, ctx: DistContext) -> list[float]:
+    """A position-weighted sum of every parameter, gathered from every rank.
+
+    Parameters only: BatchNorm running statistics legitimately differ after the last step
+    (each rank saw its own batch; DDP broadcasts rank 0's at the next forward, and rank 0's
+    are the ones saved).
+    """
+    total = torch.zeros((), dtype=torch.float64)
+    for i, t in enumerate(net.parameters()):
+        if t.is_floating_point():
+            flat = t.detach().to("cpu", torch.float64).flatten()
+            weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64) / flat.numel()
+            total += (flat * weights).sum() * (i + 1)
+    sums = _gather_objects(float(total), ctx)
+    assert all(s == sums[0] for s in sums), f"weights differ across ranks: {sums}"
+    return sums
+
+
+def _gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
+    if not ctx.is_distributed:
+        return [obj]
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _maybe_inject_fault(hooks: FaultHooks, rank: int, step: int) -> None:
+    if hooks.kill_rank_at_step == (rank, step):
+        log.error("test hook: rank %d kills itself at step %d", rank, step)
+        os.kill(os.getpid(), 9)
+    if hooks.hang_rank_at_step == (rank, step):
+        log.error("test hook: rank %d hangs at step %d", rank, step)
+        while True:
+            time.sleep(60)
+
+
+def _progress_bar(total: int, generation: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"train gen {generation}", unit="step", file=sys.stderr,
+                mininterval=1.0, dynamic_ncols=True)
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m training.trainer",
+        description="Train one generation from the replay window (alone, DDP or multi-node).",
+    )
+    ap.add_argument("--config", default=None, help="config file (default configs/config.yaml)")
+    ap.add_argument("--run-dir", default=None, help="run folder (default run.dir)")
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="processes per node: one per GPU (CPU processes when no GPU)")
+    ap.add_argument("--nodes", type=int, default=None, help="training nodes (multi-node)")
+    ap.add_argument("--node-rank", type=int, default=0, help="this node's rank (0 = master)")
+    ap.add_argument("--master-addr", default="127.0.0.1", help="address of node 0")
+    ap.add_argument("--master-port", type=int, default=None, help="rendezvous port on node 0")
+    ap.add_argument("--batch-size", type=int, default=None, help="total batch over all ranks")
+    ap.add_argument("--mixed-precision", action="store_true", default=None,
+                    help="bf16/fp16 autocast on GPUs")
+    ap.add_argument("--epochs", type=int, default=None, help="passes over the window")
+    ap.add_argument("--lr", type=float, default=None, help="LR at lr_reference_batch")
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps this round")
+    ap.add_argument("--checkpoint", default=None,
+                    help="resume from this checkpoint ('none' = fresh net; default newest)")
+    ap.add_argument("--generation", type=int, default=None, help="number the new model so")
+    ap.add_argument("--samples", default=None,
+                    help="train from this .npz (planes, policy, value) instead of the window")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default config)")
+    # Fault injection for tests/test_ddp.py and tests/test_trainer.py.
+    ap.add_argument("--test-fake-oom-at", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--test-kill-rank-at", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--test-hang-rank-at", default=None, help=argparse.SUPPRESS)
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """load_config + the flags, validated again by the config's dataclasses."""
+    cfg = load_config(args.config)
+    changes: dict[str, Any] = {}
+    for flag, key in (("batch_size", "training.batch_size"), ("epochs", "training.epochs"),
+                      ("lr", "training.lr"), ("gpus", "training.gpus"),
+                      ("nodes", "training.nodes"), ("master_port", "training.master_port"),
+                      ("mixed_precision", "training.mixed_precision")):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[key] = value
+    if args.run_dir is not None:
+        changes["run.dir"] = str(args.run_dir)
+    return override(cfg, changes) if changes else cfg
+
+
+def _is_peer_failure(err: BaseException) -> bool:
+    """A collective that failed because of another rank (gloo/NCCL wording varies)."""
+    if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    text = str(err).lower()
+    return any(w in text for w in ("timeout", "timed out", "pair closure", "connection reset",
+                                   "connection closed", "broken pipe", "nccl"))
+
+
+def _rank_step(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    rank, step = text.split(":")
+    return int(rank), int(step)
+
+
+def relaunch_command(args: argparse.Namespace, argv: list[str], cfg: Config) -> list[str] | None:
+    """The torch.distributed.run command that re-executes this trainer, or None to run here."""
+    if under_torchrun():
+        return None
+    nproc = cfg.training.gpus
+    if nproc == 0:
+        nproc = torch.cuda.device_count() or 1
+    nodes = cfg.training.nodes
+    if nproc * nodes <= 1:
+        return None
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
+    if nodes == 1 and args.master_port is None:
+        cmd.append("--standalone")
+    else:
+        cmd += [f"--nnodes={nodes}", f"--node_rank={args.node_rank}",
+                f"--master_addr={args.master_addr}",
+                f"--master_port={cfg.training.master_port}"]
+    return cmd + ["-m", "training.trainer", *argv]
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rank = int(os.environ.get("RANK", "0"))
+    level = args.log_level or cfg.logging.level
+    configure_logging(None, level if rank == 0 else "WARNING")  # other ranks: problems only
+    cmd = relaunch_command(args, argv, cfg)
+    if cmd is not None:
+        log.info("relaunching through torch.distributed.run: %s", " ".join(cmd))
+        return subprocess.call(cmd)
+    run_dir = Path(cfg.run.dir)
+    hooks = FaultHooks(
+        fake_oom_at_micro_batch=args.test_fake_oom_at,
+        kill_rank_at_step=_rank_step(args.test_kill_rank_at),
+        hang_rank_at_step=_rank_step(args.test_hang_rank_at),
+    )
+    try:
+        dataset = None
+        if args.samples:
+            dataset = SampleArrays.load(args.samples, cfg.replay.validation_fraction)
+        result = train_round(cfg, run_dir, dataset=dataset, checkpoint=args.checkpoint,
+                             steps=args.steps, generation=args.generation,
+                             progress=not args.no_progress, hooks=hooks)
+    except (TrainingError, ConfigError) as e:
+        log.error("%s", e)
+        return 1
+    except RuntimeError as e:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and _is_peer_failure(e):
+            log.error(
+                "rank %d: training stopped: another rank failed or a collective timed out "
+                "(training.timeout_s=%s): %s", rank, cfg.training.timeout_s,
+                str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__,
+            )
+            return 1
+        raise
+    if rank == 0:
+        print(json.dumps(asdict(result)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
