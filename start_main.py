@@ -1,0 +1,116 @@
+"""Start the coach: flags -> load_config -> Coach(cfg).run().
+
+    python start_main.py                                   # local workers, configs/config.yaml
+    python start_main.py --config configs/tiny.yaml --iterations 2
+    python start_main.py --workers 4 --workers-per-gpu 2   # local parallel self-play
+    python start_main.py --distributed                     # the workers in the config, over SSH
+
+A run folder that exists is resumed (`--resume` says so explicitly; `--fresh` moves the old
+one aside first). The coach logs to logs/distributed_training.log and keeps
+distributed/status.txt current (`watch -n 1 cat distributed/status.txt`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from configs import DEFAULT_CONFIG_PATH, ConfigError, load_config, override
+from training.logsetup import configure_logging
+
+log = logging.getLogger("start_main")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="AZ-Go coach: self-play workers + training")
+    p.add_argument("--config", default=None, help="config file (default configs/config.yaml)")
+    p.add_argument("--distributed", action="store_true",
+                   help="self-play on distributed.workers over SSH (else local processes)")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="stop after N new generations (run.iterations; 0 = endless)")
+    p.add_argument("--workers", type=int, default=None, help="local worker processes")
+    p.add_argument("--workers-per-gpu", type=int, default=None, help="local workers per GPU")
+    p.add_argument("--cpu-only", action="store_true", help="self-play on the CPU only")
+    p.add_argument("--run-dir", default=None, help="run folder (run.dir)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true",
+                   help="continue the run folder (the default when it exists)")
+    g.add_argument("--fresh", action="store_true",
+                   help="move an existing run folder aside and start from generation 0")
+    p.add_argument("--status-file", default=None,
+                   help="where to write the status table (default distributed/status.txt)")
+    p.add_argument("--worker-class", default=None,
+                   help="module:Class, a training.worker.Worker subclass for local workers")
+    p.add_argument("--no-watch", action="store_true", help="do not watch the config file")
+    # the training guides' options, applied to the config's training section
+    p.add_argument("--gpus", type=int, default=None, help="training GPUs (training.gpus)")
+    p.add_argument("--batch-size", type=int, default=None, help="training.batch_size")
+    p.add_argument("--mixed-precision", action="store_true", help="training.mixed_precision")
+    p.add_argument("--lr", type=float, default=None, help="training.lr")
+    p.add_argument("--epochs", type=int, default=None, help="training.epochs")
+    p.add_argument("--filters", type=int, default=None, help="net.filters (new runs)")
+    p.add_argument("--blocks", type=int, default=None, help="net.blocks (new runs)")
+    return p.parse_args(argv)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """The dotted config keys the flags set (validated again by the config schema)."""
+    pairs = {
+        "run.iterations": args.iterations,
+        "self_play.workers": args.workers,
+        "self_play.workers_per_gpu": args.workers_per_gpu,
+        "self_play.cpu_only": True if args.cpu_only else None,
+        "run.dir": args.run_dir,
+        "distributed.enabled": True if args.distributed else None,
+        "training.gpus": args.gpus,
+        "training.batch_size": args.batch_size,
+        "training.mixed_precision": True if args.mixed_precision else None,
+        "training.lr": args.lr,
+        "training.epochs": args.epochs,
+        "net.filters": args.filters,
+        "net.blocks": args.blocks,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        overrides = overrides_from_args(args)
+        if overrides:
+            cfg = override(cfg, overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
+    run_dir = Path(cfg.run.dir)
+    if args.fresh and run_dir.exists():
+        aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir.rename(aside)
+        log.info("moved the old run folder to %s", aside)
+    elif run_dir.exists():
+        log.info("resuming the run in %s", run_dir)
+    if cfg.distributed.enabled and not cfg.distributed.workers:
+        print(f"error: {args.config or 'configs/config.yaml'}: distributed mode needs "
+              "distributed.workers (add one with `python distributed/ssh_connector.py "
+              "--add-worker HOST USER`)", file=sys.stderr)
+        return 2
+    from training.coach import Coach
+
+    coach = Coach(cfg, config_path=args.config or DEFAULT_CONFIG_PATH, overrides=overrides,
+                  status_path=args.status_file, worker_class=args.worker_class,
+                  watch_config=not args.no_watch)
+    coach.install_signal_handlers()
+    summary = coach.run()
+    print(f"generations={summary.generations} last_generation={summary.last_generation} "
+          f"games={summary.games} batches={summary.batches} rejected={summary.rejected} "
+          f"seconds={summary.seconds:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,525 @@
+"""The self-play worker daemon: newest model -> self-play -> outbox batches + heartbeat.
+
+A `Worker` owns one worker folder (`runs/main/workers/<name>` in local mode, the worker's
+`remote_dir` on a host):
+
+    models/model_<gen>.pt.zst + model_<gen>.json   pushed by the coach (manifest written last)
+    cache/model_<gen>.pt                           the verified, decompressed model in use
+    outbox/<name>_<gen:06d>_<seq:08d>.npz.zst      finished game batches, written atomically
+    status.json                                    heartbeat (distributed.status), a thread
+    worker_state.json                              next batch sequence number (survives crashes)
+
+Loop: wait for a model (state Syncing) -> play `self_play.parallel_games` games at once ->
+every `distributed.batch_size` finished games write one batch to outbox/ -> every
+`distributed.sync_interval` finished games, if the model folder changed (a watchdog observer
+sets a flag; a slow poll backs it up), load the newest model (Syncing while it loads). A model
+whose size or sha256 disagrees with its manifest, or that does not load, is refused: the worker
+keeps the model it has, reports Error with the reason in its heartbeat, and carries on. When
+`distributed.max_outbox_batches` batches wait uncollected it pauses (heartbeat `paused: true`).
+
+Stopping: SIGTERM/SIGINT (or `stop()`) ends the loop after the current step; the finished
+games not yet in a batch are written as a last, smaller batch, the unfinished ones are
+discarded and counted (heartbeat `discarded_games`). After a crash a new daemon finds its
+outbox untouched and continues the sequence numbers from `worker_state.json` (a number is
+reserved before its batch is written, so a name is never used twice; the coach treats a batch
+name as its idempotency key).
+
+Extension point (the user guide's custom workers): subclass `Worker` and override
+`load_evaluator`, `make_selfplay` or `write_batch`; name the class with `start_worker.py
+--worker-class module:Class` (or the config's `self_play.worker_class` when it exists).
+
+It must not: talk to the coach or any network (the coach pulls files over SFTP or reads them
+locally), train, or delete anything in outbox/ (only the coach deletes collected batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from configs import Config, ConfigError, load_config
+from distributed.status import HEARTBEAT_NAME, Heartbeat, WorkerState
+from distributed.transfer import write_json_atomic
+from training import model_store
+from training.logsetup import configure_logging
+from training.model_store import Manifest, ModelStoreError
+
+log = logging.getLogger(__name__)
+
+STATE_NAME = "worker_state.json"
+_BATCH_SUFFIX = ".npz.zst"
+# how often the model folder is re-scanned even without a watchdog event (a missed inotify
+# event, or a file system without it, must not leave a worker on an old model forever)
+_POLL_MODELS_S = 30.0
+
+
+@dataclass
+class WorkerSummary:
+    """What one `run()` did."""
+
+    games: int
+    batches: int
+    discarded_games: int
+    generation: int
+
+
+def batch_file_name(worker: str, generation: int, seq: int) -> str:
+    """`<worker>_<gen:06d>_<seq:08d>.npz.zst` (the records module owns the format)."""
+    from training.records import batch_name
+
+    return batch_name(worker, generation, seq)
+
+
+def parse_batch_file_name(name: str) -> tuple[str, int, int] | None:
+    """(worker, generation, seq) of a batch file name, or None for anything else."""
+    from training.records import parse_batch_name
+
+    try:
+        return tuple(parse_batch_name(name))  # type: ignore[return-value]
+    except ValueError:
+        return None
+
+
+def outbox_batches(outbox: str | os.PathLike) -> list[str]:
+    """Names of complete batch files in an outbox (temporary and partial names skipped)."""
+    try:
+        names = os.listdir(outbox)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if not n.startswith(".") and n.endswith(_BATCH_SUFFIX))
+
+
+class Worker:
+    """One self-play daemon; `run()` until stopped (SIGTERM) or `max_games` are played."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        name: str,
+        folder: str | os.PathLike,
+        *,
+        device: str = "cpu",
+        seed: int | None = None,
+        min_seq: int = 0,
+        models_dir: str | os.PathLike | None = None,
+    ):
+        self.cfg = cfg
+        self.name = name
+        self.folder = Path(folder)
+        self.device = device
+        self.models_dir = Path(models_dir) if models_dir else self.folder / "models"
+        self.cache_dir = self.folder / "cache"
+        self.outbox = self.folder / "outbox"
+        self.heartbeat_path = self.folder / HEARTBEAT_NAME
+        for d in (self.models_dir, self.cache_dir, self.outbox):
+            d.mkdir(parents=True, exist_ok=True)
+        self.seed = seed if seed is not None else _derive_seed(cfg.run.seed, name)
+        self._stop = threading.Event()
+        self._models_changed = threading.Event()
+        self._models_changed.set()  # look once at start
+        self._lock = threading.Lock()  # guards the fields the heartbeat thread reads
+        self.state = WorkerState.SYNCING
+        self.generation = -1
+        self.games_done = 0
+        self.positions_done = 0
+        self.batches_written = 0
+        self.discarded_games = 0
+        self.paused = False
+        self.last_error = ""
+        self._refused: dict[int, tuple[str, int]] = {}  # gen -> (sha256, size) known bad
+        self._rate: collections.deque[tuple[float, int, int]] = collections.deque()
+        self._next_seq = self._load_next_seq(min_seq)
+        self._selfplay: Any = None
+        self._pending: list[Any] = []  # finished games not yet in a batch
+
+    # ------------------------------------------------------------------ extension points
+
+    def load_evaluator(self, model_path: Path) -> tuple[Callable, int]:
+        """Load a decompressed model file; returns (evaluate, generation)."""
+        from training.net import load_model, make_evaluator
+
+        net, info = load_model(model_path, self.device)
+        return make_evaluator(net, self.device, max_batch=self.cfg.self_play.batch_size), (
+            info.generation
+        )
+
+    def make_selfplay(self, evaluate: Callable, generation: int) -> Any:
+        """The self-play engine: `.step() -> [GameRecord]`, `.set_evaluator(fn, gen)`,
+        `.discard_unfinished() -> int`."""
+        from training.selfplay import SelfPlay
+
+        return SelfPlay(evaluate, self.cfg.go, self.cfg.mcts, self.cfg.self_play,
+                        history=self.cfg.net.history, generation=generation, seed=self.seed)
+
+    def write_batch(self, records: Sequence[Any], path: Path) -> None:
+        """Write finished games as one batch file (atomically: temporary name, rename)."""
+        from training.records import BatchMeta, write_batch
+
+        meta = BatchMeta.from_records(self.name, records, max_moves=self.cfg.go.max_moves)
+        write_batch(path, records, meta, level=self.cfg.distributed.compression_level)
+
+    # ------------------------------------------------------------------ the daemon
+
+    def stop(self) -> None:
+        """Ask `run()` to finish after the current step (safe from signal handlers)."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the daemon cleanly (main thread only)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: self.stop())
+
+    def run(self, max_games: int | None = None) -> WorkerSummary:
+        """Play until stopped or `max_games` games are finished; returns a summary."""
+        log.info("worker %s starting in %s on %s (pid %d, seed %d, next batch seq %d)",
+                 self.name, self.folder, self.device, os.getpid(), self.seed, self._next_seq)
+        observer = self._watch_models()
+        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        beat.start()
+        games_since_sync = 0
+        last_scan = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                if self._selfplay is None:
+                    if not self._sync():
+                        self._wait_for_models()
+                    continue
+                if self._outbox_full():
+                    continue
+                finished = self._selfplay.step()
+                for rec in finished:
+                    self._pending.append(rec)
+                    games_since_sync += 1
+                    with self._lock:
+                        self.games_done += 1
+                        self.positions_done += int(getattr(rec, "num_moves", 0))
+                while len(self._pending) >= self.cfg.distributed.batch_size:
+                    self._flush(self.cfg.distributed.batch_size)
+                if max_games is not None and self.games_done >= max_games:
+                    break
+                due = games_since_sync >= self.cfg.distributed.sync_interval
+                stale = time.monotonic() - last_scan > _POLL_MODELS_S
+                if due and (self._models_changed.is_set() or stale):
+                    self._sync()
+                    games_since_sync = 0
+                    last_scan = time.monotonic()
+        finally:
+            self._shutdown(observer)
+        return WorkerSummary(self.games_done, self.batches_written, self.discarded_games,
+                             self.generation)
+
+    def _shutdown(self, observer: Any) -> None:
+        if self._selfplay is not None:
+            n = int(self._selfplay.discard_unfinished() or 0)
+            with self._lock:
+                self.discarded_games += n
+        if self._pending:
+            try:
+                self._flush(len(self._pending))
+            except OSError as e:
+                log.error("could not write the last %d games: %s", len(self._pending), e)
+        if observer is not None:
+            observer.stop()
+            observer.join(timeout=5)
+        self._stop.set()
+        with self._lock:
+            self.state = WorkerState.OFFLINE
+        self._write_heartbeat()
+        log.info("worker %s stopped: games=%d batches=%d discarded_unfinished=%d gen=%d",
+                 self.name, self.games_done, self.batches_written, self.discarded_games,
+                 self.generation)
+
+    # ------------------------------------------------------------------ models
+
+    def _watch_models(self) -> Any:
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:  # the slow poll still finds new models
+            return None
+        changed = self._models_changed
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, event: Any) -> None:
+                if str(getattr(event, "dest_path", "") or event.src_path).endswith(".json"):
+                    changed.set()
+
+        observer = Observer()
+        observer.daemon = True
+        observer.schedule(_Handler(), str(self.models_dir), recursive=False)
+        try:
+            observer.start()
+        except OSError as e:  # e.g. inotify watch limit: fall back to polling
+            log.warning("cannot watch %s (%s); polling for models instead", self.models_dir, e)
+            return None
+        return observer
+
+    def _wait_for_models(self) -> None:
+        """No usable model yet: wait for the model folder to change (or a short poll)."""
+        self._models_changed.wait(timeout=min(5.0, self.cfg.distributed.heartbeat_interval_s))
+
+    def _sync(self) -> bool:
+        """Load the newest valid model if it is newer than ours; True when one is in use."""
+        self._models_changed.clear()
+        try:
+            manifest = model_store.newest_manifest(self.models_dir)
+        except ModelStoreError as e:
+            self._report_error(str(e))
+            return self._selfplay is not None
+        if manifest is None or manifest.generation <= self.generation:
+            return self._selfplay is not None
+        if self._refused.get(manifest.generation) == (manifest.sha256, manifest.size):
+            return self._selfplay is not None
+        with self._lock:
+            previous_state = self.state
+            self.state = WorkerState.SYNCING
+        t0 = time.perf_counter()
+        try:
+            evaluate, generation = self._load(manifest)
+        except (ModelStoreError, OSError, ValueError, RuntimeError) as e:
+            self._refused[manifest.generation] = (manifest.sha256, manifest.size)
+            self._report_error(f"model generation {manifest.generation} refused: {e}")
+            if self._selfplay is not None:
+                log.error("keeping model generation %d", self.generation)
+            with self._lock:
+                if self._selfplay is None:
+                    self.state = WorkerState.ERROR
+            return self._selfplay is not None
+        if self._selfplay is None:
+            self._selfplay = self.make_selfplay(evaluate, generation)
+        else:
+            self._selfplay.set_evaluator(evaluate, generation)
+        with self._lock:
+            self.generation = generation
+            self.state = WorkerState.ACTIVE
+            if previous_state == WorkerState.ERROR or self.last_error.startswith("model"):
+                self.last_error = ""
+        log.info("loaded model generation %d in %.2fs", generation, time.perf_counter() - t0)
+        self._write_heartbeat()
+        for old in self.cache_dir.glob("model_*.pt"):
+            if old.name != f"{manifest.stem}.pt":
+                old.unlink(missing_ok=True)
+        return True
+
+    def _load(self, manifest: Manifest) -> tuple[Callable, int]:
+        dest = self.cache_dir / f"{manifest.stem}.pt"
+        model_store.unpack_model(self.models_dir, manifest, dest)
+        try:
+            evaluate, generation = self.load_evaluator(dest)
+        except Exception as e:  # noqa: BLE001 - any load failure means: refuse this model
+            dest.unlink(missing_ok=True)
+            raise ModelStoreError(f"{dest}: does not load: {type(e).__name__}: {e}") from e
+        if generation != manifest.generation:
+            raise ModelStoreError(
+                f"{dest}: holds generation {generation}, its manifest says {manifest.generation}"
+            )
+        return evaluate, generation
+
+    def _report_error(self, message: str) -> None:
+        log.error("%s", message)
+        with self._lock:
+            self.last_error = message
+            if self._selfplay is None:
+                self.state = WorkerState.ERROR
+        self._write_heartbeat()
+
+    # ------------------------------------------------------------------ outbox
+
+    def _outbox_full(self) -> bool:
+        backlog = len(outbox_batches(self.outbox))
+        full = backlog >= self.cfg.distributed.max_outbox_batches
+        if full != self.paused:
+            log.warning("outbox holds %d batches (limit %d): %s", backlog,
+                        self.cfg.distributed.max_outbox_batches,
+                        "pausing self-play until the coach collects" if full else "resuming")
+            with self._lock:
+                self.paused = full
+            self._write_heartbeat()
+        if full:
+            self._stop.wait(timeout=self.cfg.distributed.heartbeat_interval_s)
+        return full
+
+    def _flush(self, count: int) -> None:
+        records, self._pending = self._pending[:count], self._pending[count:]
+        seq = self._reserve_seq()
+        generation = min(int(getattr(r, "generation", self.generation)) for r in records)
+        path = self.outbox / batch_file_name(self.name, generation, seq)
+        self.write_batch(records, path)
+        with self._lock:
+            self.batches_written += 1
+        log.info("wrote %s (%d games)", path.name, len(records))
+
+    def _load_next_seq(self, min_seq: int) -> int:
+        seq = min_seq
+        path = self.folder / STATE_NAME
+        if path.exists():
+            try:
+                seq = max(seq, int(json.loads(path.read_text())["next_seq"]))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                log.warning("%s unreadable (%s); continuing from the outbox", path, e)
+        for name in outbox_batches(self.outbox):
+            parsed = parse_batch_file_name(name)
+            if parsed and parsed[0] == self.name:
+                seq = max(seq, parsed[2] + 1)
+        return seq
+
+    def _reserve_seq(self) -> int:
+        """The next sequence number, persisted BEFORE its batch is written."""
+        seq = self._next_seq
+        self._next_seq += 1
+        write_json_atomic(self.folder / STATE_NAME, {"next_seq": self._next_seq})
+        return seq
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.cfg.distributed.heartbeat_interval_s
+        while not self._stop.is_set():
+            try:
+                self._write_heartbeat()
+            except OSError as e:  # a full disk must not kill the daemon; retry next beat
+                log.warning("heartbeat not written: %s", e)
+            self._stop.wait(interval)
+
+    def heartbeat(self) -> Heartbeat:
+        """The current heartbeat (what status.json says)."""
+        now = time.time()
+        with self._lock:
+            games_per_s, positions_per_s = self._rates(now)
+            return Heartbeat(
+                name=self.name,
+                state=self.state,
+                pid=os.getpid(),
+                generation=self.generation,
+                games_done=self.games_done,
+                games_per_s=games_per_s,
+                positions_per_s=positions_per_s,
+                outbox_backlog=len(outbox_batches(self.outbox)),
+                paused=self.paused,
+                last_error=self.last_error,
+                time=now,
+            )
+
+    def _rates(self, now: float) -> tuple[float, float]:
+        """Games/s and positions/s over the last minute (caller holds the lock)."""
+        self._rate.append((now, self.games_done, self.positions_done))
+        while len(self._rate) > 2 and self._rate[0][0] < now - 60.0:
+            self._rate.popleft()
+        t0, g0, p0 = self._rate[0]
+        dt = now - t0
+        if dt <= 0:
+            return 0.0, 0.0
+        return (self.games_done - g0) / dt, (self.positions_done - p0) / dt
+
+    def _write_heartbeat(self) -> None:
+        hb = self.heartbeat()
+        extra = {"discarded_games": self.discarded_games, "batches_written":
+                 self.batches_written, "next_seq": self._next_seq, "device": self.device}
+        write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
+
+
+def _derive_seed(base: int, name: str) -> int:
+    """A per-worker seed from the run seed and the worker's name (stable across restarts
+    would repeat games, so the pid and time are mixed in)."""
+    mix = sum((i + 1) * ord(c) for i, c in enumerate(name))
+    return (base * 1_000_003 + mix * 7919 + os.getpid() * 31 + int(time.time())) % (2**31 - 1)
+
+
+def import_worker_class(spec: str) -> type[Worker]:
+    """`"package.module:ClassName"` -> the class; it must be a subclass of Worker."""
+    import importlib
+
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name:
+        raise ValueError(f"worker class {spec!r}: expected 'module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"worker class {spec!r}: cannot import {module_name}: {e}") from e
+    cls = getattr(module, class_name, None)
+    # under `python -m training.worker` this module is __main__: compare with the importable one
+    base = importlib.import_module("training.worker").Worker
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ValueError(f"worker class {spec!r}: {class_name} is not a subclass of "
+                         "training.worker.Worker")
+    return cls
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="AZ-Go self-play worker daemon")
+    p.add_argument("--config", default=None, help="config file (default configs/config.yaml)")
+    p.add_argument("--name", default="worker1", help="worker name (batch names, status)")
+    p.add_argument("--dir", default=None,
+                   help="worker folder with models/ and outbox/ (default runs/main/workers/NAME)")
+    p.add_argument("--log-dir", default=None, help="folder of worker_<name>.log (default DIR/logs)")
+    p.add_argument("--log-to-stderr-only", action="store_true",
+                   help="no log file of its own (stderr is already redirected to one)")
+    p.add_argument("--models-dir", default=None,
+                   help="folder the coach pushes models to (default DIR/models)")
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda or cuda:N (default: cuda:<gpu> when CUDA is present, else cpu)")
+    p.add_argument("--gpu-id", type=int, default=None, help="GPU for self-play; -1 for CPU")
+    p.add_argument("--seed", type=int, default=None, help="self-play seed (default: derived)")
+    p.add_argument("--min-seq", type=int, default=0,
+                   help="first batch sequence number (the coach passes the ledger's next one)")
+    p.add_argument("--max-games", type=int, default=None, help="stop after this many games")
+    p.add_argument("--worker-class", default=None,
+                   help="module:Class, a subclass of training.worker.Worker to run")
+    return p.parse_args(argv)
+
+
+def _device(args: argparse.Namespace) -> str:
+    if args.device:
+        return args.device
+    if args.gpu_id is not None and args.gpu_id < 0:
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{args.gpu_id or 0}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    folder = Path(args.dir or Path(cfg.run.dir) / "workers" / args.name)
+    log_dir = Path(args.log_dir) if args.log_dir else folder / "logs"
+    log_file = None if args.log_to_stderr_only else log_dir / f"worker_{args.name}.log"
+    configure_logging(log_file, cfg.logging.level)
+    spec = args.worker_class or getattr(cfg.self_play, "worker_class", "") or ""
+    try:
+        cls = import_worker_class(spec or "training.worker:Worker")
+    except ValueError as e:
+        logging.getLogger(__name__).error("%s", e)
+        return 2
+    import torch
+
+    torch.set_num_threads(cfg.self_play.threads_per_worker)
+    worker = cls(cfg, args.name, folder, device=_device(args), seed=args.seed,
+                 min_seq=args.min_seq, models_dir=args.models_dir)
+    worker.install_signal_handlers()
+    log.info("pid %d, class %s.%s", os.getpid(), cls.__module__, cls.__name__)
+    worker.run(max_games=args.max_games)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
