@@ -395,6 +395,14 @@ def test_a_result_outside_minus_one_to_one_is_rejected(run_dir):
     _reject(_corrupt(run_dir, change), "bad_result", game=1)
 
 
+def test_a_resignation_must_be_won_by_the_player_who_did_not_resign(run_dir):
+    games = _games(3)
+    games[0] = _resigned(games[0])
+    games[0] = replace(games[0], result=-games[0].result)
+    err = _reject(write_batch_to(run_dir, games), "result_mismatch", game=0)
+    assert "resign" in str(err)
+
+
 def test_a_resigned_game_must_have_a_nan_score(run_dir):
     games = _games(3)
     games[1] = replace(_resigned(games[1]), score=1.5)
@@ -582,3 +590,30 @@ def test_cli_bench_prints_one_json_line():
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["board_size"] == 5 and figures["validate_games_per_s"] > 0
+
+
+def _uniform_evaluator(planes: np.ndarray, legal: np.ndarray):
+    """Uniform priors over legal moves; white to move believes it has lost (so it resigns)."""
+    priors = legal.astype(np.float32)
+    priors /= priors.sum(axis=1, keepdims=True)
+    values = np.where(planes[:, -1, 0, 0] == 0, -0.99, 0.0).astype(np.float32)
+    return priors, values
+
+
+def test_real_selfplay_games_validate(run_dir, tiny_cfg):
+    """The contract with training.selfplay: its records pass validation unchanged."""
+    from training.selfplay import SelfPlay
+
+    cfg = tiny_cfg
+    sp = SelfPlay(_uniform_evaluator, cfg.go, cfg.mcts, cfg.self_play,
+                  history=cfg.net.history, generation=3, seed=1)
+    games = sp.play(max_games=12)
+    assert any(g.resigned for g in games) and any(not g.resigned for g in games)
+    meta = BatchMeta.from_records("w1", games, max_moves=cfg.go.max_moves)
+    path = run_dir / batch_name("w1", meta.generation, 0)
+    write_batch(path, games, meta)
+    meta_back, back = read_batch(path, max_generation=3)
+    assert meta_back == meta and len(back) == 12
+    for a, b in zip(games, back):
+        np.testing.assert_array_equal(a.moves, b.moves)
+        assert _sgfmill_moves(to_sgf(b), cfg.go.board_size) == b.moves.tolist()

@@ -605,6 +605,10 @@ def _replay_checked(rec: GameRecord, move_cap: int, path, g: int) -> np.ndarray:
         if pos.is_over():
             raise BatchError(path, f"resigned after the game had ended ({_end_reason(pos)})",
                              kind="after_end", game=g)
+        if rec.result != -pos.to_play:  # the side to move is the one that resigns
+            raise BatchError(path, f"result {rec.result:+d} of a resignation: the side to move "
+                             f"({pos.to_play:+d}) resigned, so {-pos.to_play:+d} won",
+                             kind="result_mismatch", game=g)
         return boards
     if not pos.is_over():
         raise BatchError(
