@@ -211,6 +211,7 @@ class NetnsHosts:
 
     def __init__(self, state_dir: Path, n: int = 3):
         self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.n = n
         tag = f"azt{os.getpid()}x{next(_COUNTER)}"
         self.bridge = f"{tag}br"
