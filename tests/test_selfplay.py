@@ -1,0 +1,174 @@
+"""Self-play, arena matches and the GTP player, with stand-in evaluators and one real net."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from configs import override
+from training.coords import BLACK, WHITE, from_gtp
+from training.go import Position
+from training.selfplay import MctsPlayer, SelfPlay, game_seed, play_match
+from tests.test_mcts import black_to_move, hashed, uniform, winning_point
+
+
+def white_wins(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform priors; every position is lost for black (value -0.99 / +0.99)."""
+    priors, _ = uniform(planes, legal)
+    return priors, np.where(black_to_move(planes), -0.99, 0.99).astype(np.float32)
+
+
+def loves_pass(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearly all prior on PASS, value 0."""
+    priors = legal * np.float32(1e-4)
+    priors[:, -1] = 1.0
+    return priors / priors.sum(1, keepdims=True), np.zeros(len(planes), np.float32)
+
+
+def replay(record, max_moves: int) -> Position:
+    """The record's game through the reference rules; fails on an illegal move."""
+    pos = Position(record.board_size, record.komi, max_moves)
+    for m in record.moves:
+        pos.play(int(m))
+    return pos
+
+
+def check_record(record, cfg) -> None:
+    n = cfg.go.board_size
+    t = record.num_moves
+    assert record.board_size == n and record.komi == cfg.go.komi
+    assert record.moves.dtype == np.int16 and record.moves.shape == (t,)
+    assert record.visits.dtype == np.uint16 and record.visits.shape == (t, n * n + 1)
+    assert record.values.dtype == np.float16 and record.values.shape == (t,)
+    assert np.all(np.abs(record.values.astype(np.float32)) <= 1.0)
+    assert (record.visits.sum(1) >= record.simulations).all()
+    pos = replay(record, cfg.go.move_cap)
+    if record.resigned:
+        assert math.isnan(record.score) and record.result in (BLACK, WHITE)
+    else:
+        assert pos.is_over()
+        assert record.score == pos.score()
+        assert record.result == int(np.sign(record.score))
+
+
+def test_games_finish_legal_with_visit_targets_and_scores(tiny_cfg):
+    sp = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2, seed=3)
+    records = sp.play(max_games=20)
+    assert len(records) == 20 and sp.games_finished >= 20
+    for r in records:
+        check_record(r, tiny_cfg)
+        assert r.generation == 0 and r.simulations == tiny_cfg.mcts.simulations
+        # the policy target is a visit distribution, not a one-hot of the move played
+        assert (np.count_nonzero(r.visits, axis=1) > 1).mean() > 0.5
+    assert len({r.seed for r in records}) == 20
+    assert {r.seed for r in records} <= {game_seed(3, k) for k in range(sp.games_started)}
+
+
+def test_resignation_and_resign_disabled_games(tiny_cfg):
+    cfg = override(tiny_cfg, {"self_play.resign_disabled_fraction": 0.5})
+    sp = SelfPlay(white_wins, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=0)
+    # resigning games end at once; play until a few resign-disabled ones were played out
+    records: list = []
+    sp.play(
+        should_stop=lambda: sum(not r.resigned for r in records) >= 3, on_game=records.append
+    )
+    resigned = [r for r in records if r.resigned]
+    played_out = [r for r in records if not r.resigned]
+    assert resigned and played_out
+    for r in resigned:
+        check_record(r, cfg)
+        assert r.result == WHITE and not r.resign_disabled and r.num_moves == 0
+    for r in played_out:
+        check_record(r, cfg)
+        assert r.resign_disabled and r.would_resign_as == BLACK
+
+
+def test_no_resignation_at_threshold_minus_one(tiny_cfg):
+    cfg = override(tiny_cfg, {"self_play.resign_threshold": -1.0})
+    sp = SelfPlay(white_wins, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=0)
+    records = sp.play(max_games=4)
+    assert not any(r.resigned or r.would_resign_as for r in records)
+
+
+def test_a_game_depends_on_its_seed_not_on_the_games_beside_it(tiny_cfg):
+    wide = dataclasses.replace(tiny_cfg.self_play, parallel_games=4, batch_size=3)
+    narrow = dataclasses.replace(tiny_cfg.self_play, parallel_games=1, batch_size=1)
+    a = SelfPlay(hashed, tiny_cfg.go, tiny_cfg.mcts, wide, history=2, seed=11).play(8)
+    b = SelfPlay(hashed, tiny_cfg.go, tiny_cfg.mcts, narrow, history=2, seed=11).play(4)
+    by_seed = {r.seed: r for r in a}
+    common = [r for r in b if r.seed in by_seed]
+    assert len(common) >= 3
+    for r in common:
+        np.testing.assert_array_equal(r.moves, by_seed[r.seed].moves)
+        np.testing.assert_array_equal(r.visits, by_seed[r.seed].visits)
+        assert r.result == by_seed[r.seed].result
+
+
+def test_new_model_applies_to_games_started_after_it(tiny_cfg):
+    sp = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2)
+    sp.step()
+    sp.set_evaluator(hashed, generation=5)
+    records = sp.play(max_games=tiny_cfg.self_play.parallel_games + 8)
+    started_before = {game_seed(0, k) for k in range(tiny_cfg.self_play.parallel_games)}
+    assert {r.generation for r in records if r.seed in started_before} == {0}
+    assert {r.generation for r in records if r.seed not in started_before} == {5}
+
+
+def test_discard_unfinished_counts_games_in_progress(tiny_cfg):
+    sp = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2)
+    sp.step()
+    sp.step()
+    assert sp.discard_unfinished() == tiny_cfg.self_play.parallel_games
+    assert sp.discard_unfinished() == 0
+    assert all(r.num_moves > 0 for r in sp.play(max_games=2))
+
+
+def test_match_alternates_colours_and_asks_the_side_to_move(tiny_cfg):
+    results = play_match(
+        uniform, loves_pass, 4, tiny_cfg.go, tiny_cfg.mcts, seed=1, history=2, opening_moves=0
+    )
+    assert [a_black for _, a_black in results] == [True, False, True, False]
+    for record, a_black in results:
+        check_record(record, tiny_cfg)
+        b_moves = record.moves[1::2] if a_black else record.moves[0::2]
+        a_moves = record.moves[0::2] if a_black else record.moves[1::2]
+        assert (b_moves == 25).all()  # B only ever passes
+        assert (a_moves != 25).any()
+
+
+def test_match_games_differ_by_their_opening_seed(tiny_cfg):
+    results = play_match(uniform, uniform, 4, tiny_cfg.go, tiny_cfg.mcts, seed=2, history=2)
+    openings = {tuple(r.moves[:4]) for r, _ in results}
+    assert len(openings) > 1
+
+
+def test_mcts_player_finds_the_winning_point_and_passes_when_over(tiny_cfg):
+    point = from_gtp("C3", 5)
+    player = MctsPlayer(winning_point(point), tiny_cfg.go, tiny_cfg.mcts, 48, history=2)
+    assert player.genmove([], komi=0.5) == point
+    assert player.genmove([25, 25], komi=0.5) == 25
+    with pytest.raises(ValueError, match="illegal"):
+        player.genmove([3, 3], komi=0.5)
+
+
+def test_self_play_with_a_real_network(tiny_cfg):
+    torch = pytest.importorskip("torch")
+    from training.net import make_evaluator, net_from_config
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches: more threads only contend on a shared machine
+    try:
+        net = net_from_config(tiny_cfg.net, tiny_cfg.go.board_size)
+        evaluate = make_evaluator(net, "cpu", jit=False)
+        sp_cfg = dataclasses.replace(tiny_cfg.self_play, parallel_games=4, batch_size=4)
+        sp = SelfPlay(
+            evaluate, tiny_cfg.go, tiny_cfg.mcts, sp_cfg, history=tiny_cfg.net.history, seed=5
+        )
+        for r in sp.play(max_games=2):
+            check_record(r, tiny_cfg)
+    finally:
+        torch.set_num_threads(threads)
