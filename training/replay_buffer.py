@@ -9,9 +9,8 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   and renamed, so concurrent builders (DDP ranks) never see half of one.
       boards   int8 [M, N*N]    the board before each move (M positions = moves of the file)
       visits   uint16 [M, P]    root visit counts: the policy target, normalised when sampled
-      to_play  int8 [M]         BLACK 1 / WHITE -1
-      z        int8 [M]         game result from the side to move's view
-      games    int64 [G, 3]     per game: first position, end position, model generation
+      games    int64 [G, 4]     per game: first position, end position, model generation,
+                                result (+1 black won); black moves at even offsets in a game
       info.json                 name, meta generation, created, board size, counts, version
 - **Window**: files ordered by (generation, created, name), oldest first; games are taken
   newest first until the window holds `size` positions, where (KataGo's growing window)
@@ -61,9 +60,9 @@ from training.records import (
 
 log = logging.getLogger(__name__)
 
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2
 CACHE_DIR_NAME = ".window"
-_ARRAYS = ("boards", "visits", "to_play", "z", "games")
+_ARRAYS = ("boards", "visits", "games")
 
 
 def window_size(total: int, min_positions: int, max_positions: int, growth: float) -> int:
@@ -125,19 +124,14 @@ def build_sidecar(batch_path: str | os.PathLike, cache_dir: str | os.PathLike, *
     m = int(sum(lengths))
     boards = np.zeros((m, a), np.int8)
     visits = np.zeros((m, a + 1), np.uint16)
-    to_play = np.zeros(m, np.int8)
-    z = np.zeros(m, np.int8)
-    games = np.zeros((len(lengths), 3), np.int64)
+    games = np.zeros((len(lengths), 4), np.int64)
     start = 0
     for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
         t = rec.num_moves
         end = start + t
         boards[start:end] = rec_boards[:-1]
         visits[start:end] = rec.visits
-        colors = np.where(np.arange(t) % 2 == 0, 1, -1).astype(np.int8)
-        to_play[start:end] = colors
-        z[start:end] = colors * np.int8(rec.result)
-        games[g] = (start, end, rec.generation)
+        games[g] = (start, end, rec.generation, rec.result)
         start = end
     info = {
         "version": SIDECAR_VERSION,
@@ -152,7 +146,7 @@ def build_sidecar(batch_path: str | os.PathLike, cache_dir: str | os.PathLike, *
     tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     tmp.mkdir(parents=True)
     try:
-        for key, arr in zip(_ARRAYS, (boards, visits, to_play, z, games)):
+        for key, arr in zip(_ARRAYS, (boards, visits, games)):
             np.save(tmp / f"{key}.npy", arr)
         write_json_atomic(tmp / "info.json", info)
         if final.exists():  # outdated (or another process built it meanwhile): replace
@@ -197,7 +191,8 @@ class _Sidecar:
     def array(self, key: str) -> np.ndarray:
         arr = self._arrays.get(key)
         if arr is None:
-            arr = np.load(self.folder / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+            mapped = np.load(self.folder / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+            arr = mapped.view(np.ndarray)  # same pages, without np.memmap's per-index overhead
             self._arrays[key] = arr
         return arr
 
@@ -221,7 +216,8 @@ class WindowView:
     def __init__(self, sidecars: list[_Sidecar], segments: np.ndarray, *, history: int,
                  board_size: int, seed: int, augment: bool):
         self._sidecars = sidecars
-        # segments: int64 [S, 4] rows (sidecar index, first position, end position, generation)
+        # segments: int64 [S, 5], one game per row: (sidecar index, first position, end
+        # position, generation, result)
         self._segments = segments
         lengths = segments[:, 2] - segments[:, 1] if len(segments) else np.zeros(0, np.int64)
         self._cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -284,24 +280,23 @@ class WindowView:
         a = n * n
         b = len(indices)
         seg, files, pos = self._locate(indices)
-        game_start = self._segments[seg, 1]
-        # the first position of a game is the first of its segment (a segment is a game)
-        past = np.zeros((b, h, a), np.int8)
-        policy = np.zeros((b, a + 1), np.float32)
-        value = np.zeros(b, np.float32)
-        to_play = np.zeros(b, np.int8)
-        for f in np.unique(files):
-            rows = np.flatnonzero(files == f)
-            car = self._sidecars[int(f)]
-            boards = car.array("boards")
-            p = pos[rows]
-            back = p[:, None] - np.arange(h)[None, :]  # [R, h]
-            valid = back >= game_start[rows, None]
-            past[rows] = np.where(valid[:, :, None], boards[np.where(valid, back, p[:, None])], 0)
-            visits = np.asarray(car.array("visits")[p], dtype=np.float32)
-            policy[rows] = visits / visits.sum(axis=1, keepdims=True)
-            value[rows] = car.array("z")[p]
-            to_play[rows] = car.array("to_play")[p]
+        game_start = self._segments[seg, 1]  # a segment is one whole game
+        to_play = np.where((pos - game_start) % 2 == 0, 1, -1).astype(np.int8)
+        value = (self._segments[seg, 4] * to_play).astype(np.float32)
+        back = pos[:, None] - np.arange(h)[None, :]  # [B, h] positions k moves ago
+        valid = back >= game_start[:, None]
+        back = np.where(valid, back, pos[:, None])
+        past = np.empty((b, h, a), np.int8)
+        visits = np.empty((b, a + 1), np.uint16)
+        order = np.argsort(files, kind="stable")
+        cuts = np.flatnonzero(np.diff(files[order])) + 1
+        for rows in np.split(order, cuts) if b else []:
+            car = self._sidecars[int(files[rows[0]])]
+            past[rows] = car.array("boards")[back[rows]]
+            visits[rows] = car.array("visits")[pos[rows]]
+        past *= valid[:, :, None]  # zeros before the game's start
+        policy = visits.astype(np.float32)
+        policy /= policy.sum(axis=1, keepdims=True)
         perm = self._perms[syms]  # [B, A]
         past = np.take_along_axis(past, perm[:, None, :], axis=2)
         policy[:, :a] = np.take_along_axis(policy[:, :a], perm, axis=1)
@@ -375,9 +370,9 @@ class ReplayWindow(WindowView):
         self._fixed_files = None if files is None else sorted(set(files))
         self._all: dict[str, _Sidecar] = {}
         self._board_size = board_size
-        super().__init__([], np.zeros((0, 4), np.int64), history=history,
+        super().__init__([], np.zeros((0, 5), np.int64), history=history,
                          board_size=board_size or 5, seed=seed, augment=augment)
-        self.validation = WindowView([], np.zeros((0, 4), np.int64), history=history,
+        self.validation = WindowView([], np.zeros((0, 5), np.int64), history=history,
                                      board_size=board_size or 5, seed=seed, augment=False)
         self.total_positions = 0
         self.refresh()
@@ -472,19 +467,19 @@ class ReplayWindow(WindowView):
         chosen.reverse()  # oldest first: a stable order for samplers
         train, val = [], []
         for ci, g, _ in chosen:
-            start, end, gen = (int(x) for x in cars[ci].games[g])
+            start, end, gen, result = (int(x) for x in cars[ci].games[g])
             if end == start:
                 continue
-            row = (ci, start, end, gen)
+            row = (ci, start, end, gen, result)
             (val if is_validation_game(cars[ci].name, g, self.validation_fraction)
              else train).append(row)
         n = self._board_size or 5
         epoch = self.epoch
-        WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 4),
+        WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 5),
                             history=self.history, board_size=n, seed=self.seed,
                             augment=self.augment)
         self.epoch = epoch
-        self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 4),
+        self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 5),
                                      history=self.history, board_size=n, seed=self.seed,
                                      augment=False)
         log.debug("replay window: %s", self.stats().as_text())
