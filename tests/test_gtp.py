@@ -9,7 +9,7 @@ import pytest
 from training.coords import BLACK, WHITE, from_gtp
 from training.go import Position
 from training.gtp import RandomPlayer
-from training.gtp_client import GtpClient, GtpError
+from training.gtp_client import GtpClient, GtpEngineError, GtpError
 from training.referee import play_game
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,3 +144,14 @@ def test_model_flag_fails_clearly_until_a_network_exists():
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode != 0
     assert "not implemented yet" in proc.stderr and "--model" in proc.stderr
+
+
+def test_client_times_out_on_a_silent_engine_and_reports_a_dead_one():
+    silent = GtpClient([sys.executable, "-c", "import time; time.sleep(60)"], timeout_s=0.5)
+    with pytest.raises(GtpEngineError, match="no answer"):
+        silent.send("name")
+    assert silent.returncode is not None  # killed
+    dead = GtpClient([sys.executable, "-c", "pass"], timeout_s=10)
+    with pytest.raises(GtpEngineError):
+        dead.send("name")
+    dead.close()
