@@ -11,11 +11,12 @@ Who chooses the moves is a *player*: any object with
 `None` to resign). `GtpEngine(player)` owns the board and the protocol; the player only
 chooses. Until a trained network exists the player is `RandomPlayer`: a uniformly random
 legal move that does not fill one of its own single-point eyes, passing when no other move
-is left. After the game is over (two passes) `genmove` answers `pass` without recording it. `--model FILE --simulations N` are accepted now and will select the network with
+is left. `--model FILE --simulations N` are accepted now and will select the network with
 search once it exists; today they stop with a clear error.
 
 The game itself is a reference `Position` with no practical move cap (GTP controllers decide
-when a game ends); after two passes it is over and a further `play` of a stone is refused.
+when a game ends); after two passes it is over: a further `play` of a stone is refused and
+`genmove` answers `pass` without recording it.
 """
 
 from __future__ import annotations
