@@ -268,6 +268,10 @@ def test_wrong_visits_shape_is_rejected(run_dir):
     assert "visits" in str(err)
 
 
+def test_two_dimensional_moves_are_rejected_as_a_shape_error(run_dir):
+    _reject(_corrupt(run_dir, _set("moves", lambda v: v.reshape(1, -1))), "shape")
+
+
 def test_wrong_per_game_shape_is_rejected(run_dir):
     _reject(_corrupt(run_dir, _set("result", lambda v: v[:-1].copy())), "shape")
 

@@ -467,7 +467,10 @@ def _check_arrays(arrays: dict[str, np.ndarray], meta: BatchMeta, path) -> np.nd
         raise BatchError(path, f"offsets must be int64 [G+1], got {offsets.dtype} "
                          f"{list(offsets.shape)}", kind="dtype")
     n_games = len(offsets) - 1
-    n_moves = len(arrays["moves"]) if arrays["moves"].ndim == 1 else -1
+    if arrays["moves"].ndim != 1:
+        raise BatchError(path, f"array moves has shape {list(arrays['moves'].shape)}, expected "
+                         "[M] (the moves of every game, concatenated)", kind="shape")
+    n_moves = len(arrays["moves"])
     if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != n_moves:
         raise BatchError(
             path,
