@@ -64,6 +64,7 @@ code, or from Python through `FastBoard`):
     play(b, g, move) -> bool          plays for b.info[g, TO_PLAY]; False (no change) if illegal
     legal_mask(b, g, out) -> int      out[A + 1] bool := legal moves (all False once over),
                                       returns how many
+    play_then_mask(b, g, move, out)   both in one call (-1 if illegal); FastBoard uses it
     score(b, g) -> float              Tromp-Taylor area score with komi, black's view
     random_playout(b, g) -> float     uniformly random legal moves (pass included) to the end,
                                       returns score(b, g); numba's RNG, seeded by seed(s)
@@ -249,6 +250,17 @@ def play(b, g, move):
     _play_legal(b.stones, b.chains, b.chain_hash, b.info, b.hashes, b.seen, b.moves,
                 b.recent, b.neighbors, b.zobrist, g, move)
     return True
+
+
+@njit(cache=True)
+def play_then_mask(b, g, move, out):
+    """play(b, g, move), then legal_mask(b, g, out): one call per move from Python.
+
+    Returns the number of legal moves after the move, or -1 (and no change) if illegal.
+    """
+    if not play(b, g, move):
+        return -1
+    return legal_mask(b, g, out)
 
 
 @njit(cache=True)
@@ -541,9 +553,12 @@ def _area(stones, neighbors, g):
 
 
 class FastBoard:
-    """One game on the fast engine, with a Python-friendly API (one njit call per method).
+    """One game on the fast engine, with a Python-friendly API.
 
-    For many games at once, or from njit code, use `new_boards` and the njit functions.
+    It keeps the legal-move mask of the current position up to date, so a move costs one
+    call into numba (`play_then_mask`): from Python, each call costs a few microseconds of
+    numba dispatch (unboxing the Boards tuple), more than the move itself on 9x9. For many
+    games at once, or from njit code, use `new_boards` and the njit functions.
     """
 
     def __init__(self, size: int = 9, komi: float = 7.5, max_moves: int | None = None,
@@ -552,6 +567,7 @@ class FastBoard:
         self.pass_move = size * size
         self.boards = new_boards(1, size, komi, max_moves, history)
         self._mask = np.zeros(size * size + 1, np.bool_)
+        legal_mask(self.boards, 0, self._mask)
 
     @property
     def to_play(self) -> int:
@@ -575,24 +591,24 @@ class FastBoard:
         return self.boards.stones[0].reshape(self.size, self.size).copy()
 
     def is_over(self) -> bool:
-        return bool(is_over(self.boards, 0))
+        return not self._mask[self.pass_move]  # pass is legal until the game is over
 
     def is_legal(self, move: int) -> bool:
-        return bool(is_legal(self.boards, 0, move))
+        return 0 <= move <= self.pass_move and bool(self._mask[move])
 
     def legal_mask(self) -> np.ndarray:
-        """[N*N + 1] bool, PASS last (a buffer reused by the next call)."""
-        legal_mask(self.boards, 0, self._mask)
-        return self._mask
+        """[N*N + 1] bool, PASS last (read-only view, valid until the next move)."""
+        view = self._mask.view()
+        view.flags.writeable = False
+        return view
 
     def legal_moves(self) -> np.ndarray:
         """Legal moves ascending, PASS last; empty once the game is over."""
-        legal_mask(self.boards, 0, self._mask)
         return np.flatnonzero(self._mask)
 
     def play(self, move: int) -> None:
         """Play for the side to move; IllegalMove (and no change) if illegal."""
-        if not play(self.boards, 0, move):
+        if play_then_mask(self.boards, 0, move, self._mask) < 0:
             raise IllegalMove(move, self.size, "refused by the fast engine")
 
     def score(self) -> float:
@@ -603,5 +619,5 @@ class FastBoard:
         other.size = self.size
         other.pass_move = self.pass_move
         other.boards = Boards(*(a.copy() for a in self.boards))
-        other._mask = np.zeros_like(self._mask)
+        other._mask = self._mask.copy()
         return other
