@@ -15,13 +15,12 @@ Owns, per worker (a `configs.WorkerSpec`, known by its config name):
     heartbeats, file transfers; the `*_all` forms return `{name: result | Exception}`.
 
 Remote folder layout: `distributed.remote.WorkerPaths`. `--restart` against a running coach:
-`distributed.restart_requests`. The command line is at the bottom
-(`python distributed/ssh_connector.py --help`). It must not import `training` or torch.
+`distributed.restart_requests`. The command line (`python distributed/ssh_connector.py
+--help`) is in `distributed/cli.py`. It must not import `training` or torch.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import json
@@ -40,10 +39,10 @@ from typing import Callable, Iterable, Sequence, TypeVar
 
 import paramiko
 
-from configs import DEFAULT_CONFIG_PATH, ConfigError, DistributedConfig, WorkerSpec, load_config
-from distributed import config_edit, remote, restart_requests
+from configs import DEFAULT_CONFIG_PATH, DistributedConfig, WorkerSpec, load_config
+from distributed import config_edit, remote
 from distributed.remote import WorkerPaths, q
-from distributed.status import Heartbeat, parse_heartbeat, read_status
+from distributed.status import Heartbeat, parse_heartbeat
 from distributed.transfer import (
     TransferError,
     TransferResult,
@@ -590,13 +589,37 @@ class SSHConnector:
             raise TransferError(f"{self._where(name)}: stat {path}: {e}") from e
         self._exec(c, name, f"mkdir -p {q(path)}", self.cfg.command_timeout_s, True)
 
-    def push_file(self, local: str | os.PathLike, remote_path: str,
-                  names: Iterable[str] | None = None) -> dict[str, TransferResult | Exception]:
-        """Upload one file to many workers in parallel; `stats.last_push_s` is the slowest."""
+    def push_files(self, files: Sequence[tuple[str | os.PathLike, str]],
+                   names: Iterable[str] | None = None
+                   ) -> dict[str, list[TransferResult] | Exception]:
+        """Upload files, in order, to many workers in parallel (one thread per worker).
+
+        `files` is [(local path, remote path template)]; a template may use `{models}`,
+        `{dir}`, `{outbox}` or `{root}` for that worker's folders, e.g.
+        `("runs/main/models/model_000013.pt.zst", "{models}/model_000013.pt.zst")`. A worker
+        whose upload fails gets no later file (push a model before its manifest). Returns
+        `{name: [TransferResult, ...] | Exception}`; `stats.last_push_s` is the wall time.
+        """
+
+        def push(name: str) -> list[TransferResult]:
+            p = self.paths(name)
+            out = []
+            for local, template in files:
+                target = template.format(models=p.models, dir=p.worker_dir, outbox=p.outbox,
+                                         root=p.root)
+                out.append(self.put(name, local, target))
+            return out
+
         t0 = time.perf_counter()
-        res = fan_out(lambda n: self.put(n, local, remote_path), self._names(names))
+        res = fan_out(push, self._names(names))
         self.stats.last_push_s = time.perf_counter() - t0
         return res
+
+    def push_file(self, local: str | os.PathLike, remote_path: str,
+                  names: Iterable[str] | None = None) -> dict[str, TransferResult | Exception]:
+        """`push_files` of one file: `{name: TransferResult | Exception}`."""
+        res = self.push_files([(local, remote_path)], names)
+        return {n: (r if isinstance(r, Exception) else r[0]) for n, r in res.items()}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -760,124 +783,10 @@ class SSHConnector:
         return self.for_each(self.read_heartbeat, names)
 
 
-# ============================================================================= command line
-
-
-def _print_table(rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-
-
-def _check_rows(results: dict[str, PreflightReport | Exception]) -> list[list[str]]:
-    rows = [["NAME", "HOST", "PYTHON", "VERSION", "TORCH", "CUDA", "GPUS", "DISK_GB", "RESULT"]]
-    for name, r in results.items():
-        if isinstance(r, Exception):
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-",
-                         f"{type(r).__name__}: {r}"])
-        else:
-            rows.append([name, r.host, r.python, r.project_version or "-", r.torch or "-",
-                         "yes" if r.cuda else "no", str(len(r.gpus)), f"{r.free_disk_gb:.1f}",
-                         "ok" if r.ok else "; ".join(r.problems)])
-    return rows
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python distributed/ssh_connector.py",
-        description="Manage the SSH self-play workers listed in the config.")
-    p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH),
-                   help="config file (default: configs/config.yaml)")
-    p.add_argument("--accept-new-host-keys", action="store_true",
-                   help="record keys of hosts not yet in known_hosts (a changed key is refused)")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--restart", metavar="NAME",
-                   help="restart a worker: through the running coach if there is one, "
-                        "else directly over SSH")
-    g.add_argument("--add-worker", nargs=2, metavar=("HOST", "USER"))
-    g.add_argument("--remove-worker", metavar="NAME")
-    g.add_argument("--check", nargs="?", const="", metavar="NAME",
-                   help="preflight one worker, or all")
-    g.add_argument("--status", action="store_true", help="print distributed/status.txt parsed")
-    p.add_argument("--name")
-    p.add_argument("--port", type=int, default=22)
-    p.add_argument("--key-path")
-    p.add_argument("--gpu-id", type=int, default=0)
-    p.add_argument("--weight", type=float)
-    p.add_argument("--direct", action="store_true",
-                   help="with --restart: do it over SSH now, without asking the coach")
-    p.add_argument("--wait", type=float, default=10.0,
-                   help="with --restart: seconds to wait for the coach to take the request")
-    p.add_argument("--requests-dir", default=str(restart_requests.DEFAULT_DIR))
-    p.add_argument("--status-file", default="distributed/status.txt")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit code."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        if args.status:
-            snap = read_status(args.status_file)
-            print(f"Games/second: {snap.games_per_s:.1f}")
-            print(f"Workers active: {snap.workers_active}/{snap.workers_total}")
-            print("Model sync time: " + ("-" if snap.model_sync_s is None
-                                         else f"{snap.model_sync_s:.1f}s"))
-            print(f"Network usage: {snap.network_mb_per_min:.1f} MB/min")
-            print(f"Generation: {'-' if snap.generation is None else snap.generation}")
-            rows = [["NAME", "HOST", "STATE", "GEN", "GAMES/S", "HEARTBEAT", "LAST ERROR"]]
-            for w in snap.workers:
-                rows.append([w.name, w.host, w.state.value,
-                             "-" if w.generation is None else str(w.generation),
-                             f"{w.games_per_s:.2f}",
-                             "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f}s",
-                             w.last_error or "-"])
-            _print_table(rows)
-            return 0
-        if args.add_worker:
-            host, user = args.add_worker
-            spec = config_edit.add_worker(Path(args.config), host, user, name=args.name,
-                                          port=args.port, key_path=args.key_path,
-                                          gpu_id=args.gpu_id, weight=args.weight)
-            print(f"added {spec.name} ({spec.user}@{spec.host}:{spec.port}) to {args.config}")
-            return 0
-        if args.remove_worker:
-            config_edit.remove_worker(Path(args.config), args.remove_worker)
-            print(f"removed {args.remove_worker} from {args.config}")
-            return 0
-        connector = SSHConnector(config_path=args.config,
-                                 accept_new_host_keys=args.accept_new_host_keys or None)
-        with connector:
-            if args.check is not None:
-                names = [args.check] if args.check else None
-                results = connector.preflight_all(names)
-                _print_table(_check_rows(results))
-                return 0 if all(isinstance(r, PreflightReport) and r.ok
-                                for r in results.values()) else 1
-            name = args.restart
-            connector.spec(name)
-            if not args.direct:
-                req = restart_requests.request_restart(name, Path(args.requests_dir))
-                if restart_requests.wait_taken(req, args.wait):
-                    print(f"restart of {name} handed to the running coach")
-                    return 0
-                if not restart_requests.withdraw(req):
-                    print(f"restart of {name} handed to the running coach")
-                    return 0
-                print(f"no coach took the request within {args.wait:g}s; restarting directly")
-            pid = connector.restart(name)
-            print(f"restarted {name}: pid {pid}")
-            return 0
-    except (SSHError, TransferError, UnknownWorkerError, ConfigError, OSError,
-            config_edit.ConfigEditError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
 if __name__ == "__main__":
-    # Run as a script, this file is `__main__`; use the package's copy so that there is one
-    # SSHConnector class and one set of exceptions.
-    from distributed.ssh_connector import main as _main
+    # `python distributed/ssh_connector.py ...` (the user guide's command): the command line
+    # lives in distributed/cli.py; importing it through the package keeps one copy of this
+    # module (and of its exception classes) in the process.
+    from distributed.cli import main
 
-    sys.exit(_main())
+    sys.exit(main())

@@ -16,8 +16,9 @@ import pytest
 
 from configs import load_config
 from distributed import config_edit, restart_requests
+from distributed.cli import main
 from distributed.config_edit import ConfigEditError
-from distributed.ssh_connector import SSHConnector, main
+from distributed.ssh_connector import SSHConnector
 from distributed.status import StatusSnapshot, WorkerRow, WorkerState, write_status
 from tests.sshd import sshd_server, write_fake_daemon  # noqa: F401 - sshd_server is a fixture
 

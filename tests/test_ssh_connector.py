@@ -145,6 +145,17 @@ def test_push_file_fans_out_to_every_worker(sshd_server, tmp_path):
             assert not isinstance(r, Exception), r
             assert Path(r.path).read_bytes() == src.read_bytes()
         assert c.stats.last_push_s is not None
+        manifest = tmp_path / "m.json"
+        manifest.write_text("{}")
+        res = c.push_files([(src, "{models}/model_000002.pt.zst"),
+                            (manifest, "{models}/model_000002.json")], ["w1", "w3"])
+        assert set(res) == {"w1", "w3"}
+        for name in ("w1", "w3"):
+            models = Path(c.paths(name).models)
+            assert sorted(p.name for p in models.iterdir()) == ["model_000002.json",
+                                                               "model_000002.pt.zst"]
+            assert [r.path for r in res[name]] == [str(models / "model_000002.pt.zst"),
+                                                   str(models / "model_000002.json")]
 
 
 def test_daemon_lifecycle_start_is_running_heartbeat_stop(sshd_server, tmp_path):
