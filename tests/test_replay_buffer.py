@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import mmap
 import pickle
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,12 +16,22 @@ import pytest
 from configs import ReplayConfig
 from training import features
 from training.go import Position
-from training.records import BatchMeta, GameRecord, batch_name, random_record, write_batch
+from tests.conftest import REPO
+from training.records import (
+    BatchMeta,
+    GameRecord,
+    batch_name,
+    load_batch,
+    random_record,
+    write_batch,
+)
 from training.replay_buffer import (
     ReplayWindow,
     is_validation_game,
+    sidecar_dir,
     symmetry_permutations,
     window_size,
+    write_sidecar,
 )
 
 N = 5
@@ -342,3 +354,26 @@ def test_files_can_be_pinned_so_every_rank_builds_the_same_index(replay):
     pinned.refresh()
     assert pinned.names() == names[:2]
     assert len(pinned) < len(w)
+
+
+def test_a_sidecar_written_at_ingest_is_used_as_is(replay, run_dir):
+    """The coach validates once (load_batch) and writes the sidecar; the window reuses it."""
+    incoming = run_dir / "incoming"
+    incoming.mkdir()
+    path = _write(incoming, [random_record(N, KOMI, np.random.default_rng(3)) for _ in range(4)])
+    batch = load_batch(path)
+    folder = write_sidecar(batch, path.name, sidecar_dir(replay))
+    path.rename(replay / path.name)
+    stamp = (folder / "boards.npy").stat().st_mtime_ns
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), H)
+    assert len(w) == sum(r.num_moves for r in batch.records)
+    assert (folder / "boards.npy").stat().st_mtime_ns == stamp
+
+
+def test_cli_prints_the_window(replay):
+    _fill(replay, 2)
+    proc = subprocess.run([sys.executable, "-m", "training.replay_buffer", str(replay),
+                           "--config", str(REPO / "configs" / "tiny.yaml")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "files=2" in proc.stdout and "generation_max=1" in proc.stdout

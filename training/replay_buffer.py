@@ -53,6 +53,7 @@ from training import features
 from training.records import (
     BATCH_SUFFIX,
     DEFAULT_MAX_BYTES,
+    Batch,
     BatchError,
     load_batch,
     parse_batch_name,
@@ -113,11 +114,27 @@ def _stem(name: str) -> str:
     return name[: -len(BATCH_SUFFIX)]
 
 
+def sidecar_dir(replay_dir: str | os.PathLike) -> Path:
+    """The default cache folder of the sidecars of `replay_dir`."""
+    return Path(replay_dir) / CACHE_DIR_NAME
+
+
 def build_sidecar(batch_path: str | os.PathLike, cache_dir: str | os.PathLike, *,
                   max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
     """Replay a batch file into its sidecar folder (atomically); BatchError if it is bad."""
-    batch_path, cache_dir = Path(batch_path), Path(cache_dir)
+    batch_path = Path(batch_path)
     batch = load_batch(batch_path, max_bytes=max_bytes)
+    return write_sidecar(batch, batch_path.name, cache_dir)
+
+
+def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path:
+    """Write the sidecar of an already validated batch named `name` (atomically).
+
+    The coach can validate once with `records.load_batch` and pass the result here, so that
+    ingesting a batch replays its games once and the trainer finds the sidecar ready.
+    """
+    cache_dir = Path(cache_dir)
+    parse_batch_name(name)
     n = batch.meta.board_size
     a = n * n
     lengths = [r.num_moves for r in batch.records]
@@ -135,14 +152,14 @@ def build_sidecar(batch_path: str | os.PathLike, cache_dir: str | os.PathLike, *
         start = end
     info = {
         "version": SIDECAR_VERSION,
-        "name": batch_path.name,
+        "name": name,
         "generation": batch.meta.generation,
         "created": batch.meta.created,
         "board_size": n,
         "positions": m,
         "games": len(lengths),
     }
-    final = cache_dir / _stem(batch_path.name)
+    final = cache_dir / _stem(name)
     tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     tmp.mkdir(parents=True)
     try:
@@ -357,8 +374,7 @@ class ReplayWindow(WindowView):
         max_bytes: int = DEFAULT_MAX_BYTES,
     ):
         self.replay_dir = Path(replay_dir)
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else (
-            self.replay_dir / CACHE_DIR_NAME)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else sidecar_dir(replay_dir)
         self.cfg = replay_cfg
         self.min_positions = int(getattr(replay_cfg, "min_positions", 20_000))
         self.max_positions = int(getattr(replay_cfg, "max_positions", 500_000))
@@ -515,3 +531,30 @@ class ReplayWindow(WindowView):
             staleness_max=worst,
             skipped_files=len(self.skipped),
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.replay_buffer RUN/replay`: build missing sidecars, print the window."""
+    import argparse
+    import sys
+
+    from configs import load_config
+
+    parser = argparse.ArgumentParser(prog="python -m training.replay_buffer",
+                                     description="Summarise the replay window of a run.")
+    parser.add_argument("replay_dir", type=Path, help="a run's replay folder (runs/main/replay)")
+    parser.add_argument("--config", type=Path, help="config file (default configs/config.yaml)")
+    args = parser.parse_args(argv)
+    if not args.replay_dir.is_dir():
+        print(f"{args.replay_dir}: no such folder", file=sys.stderr)
+        return 1
+    cfg = load_config(args.config)
+    window = ReplayWindow(args.replay_dir, cfg.replay, cfg.net.history)
+    print(window.stats().as_text())
+    for name, reason in window.skipped.items():
+        print(f"skipped {name}: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
