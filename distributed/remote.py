@@ -24,6 +24,7 @@ only on the remote side, inside a try).
 from __future__ import annotations
 
 import configparser
+import gzip
 import posixpath
 import shlex
 import subprocess
@@ -37,6 +38,8 @@ from typing import Sequence
 WORKER_ENV = "AZGO_WORKER"
 
 # The daemon's argv; placeholders are filled by `format_start_argv` (see SSHConnector).
+CHECK_AFTER_START_S = 0.3  # a daemon gone this soon after start is reported as failed
+
 DEFAULT_START_COMMAND = ("{python}", "-m", "training.worker", "--name", "{name}",
                          "--config", "{config}", "--dir", "{dir}", "--gpu-id", "{gpu_id}",
                          "--log-to-stderr-only")
@@ -177,7 +180,10 @@ def start_command(paths: WorkerPaths, argv: Sequence[str]) -> str:
         + f"p=$(cat {q(paths.pid_file)} 2>/dev/null); "
         + f"if [ -n \"$p\" ] && alive \"$p\" {q(paths.name)}; then echo running $p; exit 0; fi; "
         + f"{WORKER_ENV}={q(paths.name)} setsid {join(argv)} >> {q(paths.log)} 2>&1 < /dev/null & "
-        + f"echo $! > {q(paths.pid_file)}; echo started $!"
+        + f"p=$!; echo $p > {q(paths.pid_file)}; "
+        # a daemon that dies at once (bad python path, missing module) is reported now
+        + f"sleep {CHECK_AFTER_START_S}; if ! alive $p {q(paths.name)}; then "
+        + f"echo exited $p; tail -n 20 {q(paths.log)} >&2; exit 1; fi; echo started $p"
     )
 
 
@@ -234,7 +240,9 @@ def local_project(root: Path | None = None) -> ProjectInfo:
 def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
     """Tar.gz of the project's files git knows (tracked + untracked not ignored).
 
-    Its top folder is `<dist>-<version>/`, so `pip install` accepts it like an sdist.
+    Its top folder is `<dist>-<version>/`, so `pip install` accepts it like an sdist. The bytes
+    depend only on the files' contents and modes (times, owners and the gzip header are fixed),
+    so its sha256 identifies the code that a worker runs.
     """
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -244,13 +252,26 @@ def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
     archive = out_dir / f"{project.dist}-{project.version}.tar.gz"
     tmp = archive.with_name(archive.name + ".tmp")
     prefix = f"{project.dist}-{project.version}"
-    with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
-        for rel in sorted(f for f in files if f):
-            path = project.root / rel
-            if path.is_file():
-                tar.add(path, arcname=f"{prefix}/{rel}", recursive=False)
+
+    def normalize(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        return info
+
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                                compresslevel=6, filename="") as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in sorted(f for f in files if f):
+                path = project.root / rel
+                if path.is_file():
+                    tar.add(path, arcname=f"{prefix}/{rel}", recursive=False,
+                            filter=normalize)
     tmp.replace(archive)
     return archive
+
+
+def deployed_marker(paths: WorkerPaths) -> str:
+    """File in the venv holding `<version> <archive sha256>` of the last successful deploy."""
+    return posixpath.join(paths.venv, "azgo-deployed.txt")
 
 
 def installed_version_command(paths: WorkerPaths, dist: str) -> str:

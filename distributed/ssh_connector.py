@@ -50,6 +50,7 @@ from distributed.transfer import (
     fan_out,
     get_file,
     put_file,
+    sha256_file,
 )
 
 log = logging.getLogger(__name__)
@@ -677,20 +678,25 @@ class SSHConnector:
         return self._archive
 
     def deploy(self, name: str, *, force: bool = False) -> DeployResult:
-        """Install the project's exact version into `<root>/venv` unless already there."""
+        """Install the project's exact version into `<root>/venv` unless already there.
+
+        "Already there" means the venv's marker holds this version AND the sha256 of this
+        exact source archive (so edited code under an unchanged version is redeployed).
+        """
         project = self._project()
         t0 = time.perf_counter()
         paths = self.paths(name)
+        archive = self._source_archive()
+        want = f"{project.version} {sha256_file(archive)}"
+        marker = remote.deployed_marker(paths)
         timeout = max(self.cfg.command_timeout_s, 300.0)  # pip may be slow
         if not force:
-            have = self.run(name, remote.installed_version_command(paths, project.dist),
-                            retry=True).stdout.strip()
-            if have == project.version:
-                return DeployResult(have, True, time.perf_counter() - t0)
+            have = self.run(name, f"cat {q(marker)} 2>/dev/null; exit 0", retry=True)
+            if have.stdout.strip() == want:
+                return DeployResult(project.version, True, time.perf_counter() - t0)
         try:
             self.run(name, remote.make_venv_command(paths, self._python(name)),
                      timeout_s=timeout, retry=True)
-            archive = self._source_archive()
             target = f"{paths.deploy_dir}/{archive.name}"
             self.put(name, archive, target)
             self.run(name, remote.pip_install_command(paths, target, with_deps=False),
@@ -712,6 +718,7 @@ class SSHConnector:
             raise self._err(DeployError, name, "deploy",
                             f"after install the venv reports {have or 'nothing'}, "
                             f"expected {project.version}")
+        self.run(name, f"printf '%s\\n' {q(want)} > {q(marker)}", retry=True)
         log.info("%s: deployed %s %s in %.1fs", name, project.dist, have,
                  time.perf_counter() - t0)
         return DeployResult(have, False, time.perf_counter() - t0)
@@ -725,7 +732,15 @@ class SSHConnector:
             self.start_command, python=python, name=name, config=paths.config,
             root=paths.root, dir=paths.worker_dir, models=paths.models, log=paths.log,
             gpu_id=s.gpu_id)
-        out = self.run(name, remote.start_command(paths, argv), retry=True).stdout
+        try:
+            out = self.run(name, remote.start_command(paths, argv), retry=True).stdout
+        except RemoteCommandError as e:
+            if not e.stdout.startswith("exited"):
+                raise
+            raise self._err(RemoteCommandError, name, "start",
+                            f"the daemon exited right after start ({remote.join(argv)}); "
+                            f"end of {paths.log}:\n{e.stderr.strip()}",
+                            exit_code=e.exit_code, stdout=e.stdout, stderr=e.stderr) from e
         words = out.split()
         if len(words) != 2 or words[0] not in ("started", "running"):
             raise self._err(RemoteCommandError, name, "start", f"unexpected output {out!r}")

@@ -117,6 +117,37 @@ def state_from_heartbeat(
     return hb.state
 
 
+class HeartbeatTracker:
+    """Ages heartbeats by the reader's clock, immune to skew between the hosts' clocks.
+
+    `state_from_heartbeat` compares the worker's `time` with the coach's clock, which is wrong
+    by the clock difference between the hosts. This remembers, per worker, when (by the coach's
+    clock) its heartbeat last changed: a worker is Offline when it is unreachable (`hb` None) or
+    its heartbeat has not changed for `offline_after_s`.
+    """
+
+    def __init__(self, offline_after_s: float):
+        self.offline_after_s = offline_after_s
+        self._last: dict[str, tuple[float, float]] = {}  # name -> (hb.time, seen at)
+
+    def observe(self, name: str, hb: Heartbeat | None,
+                now: float | None = None) -> tuple[WorkerState, float | None]:
+        """The worker's state and heartbeat age in seconds (None if never seen)."""
+        now = time.monotonic() if now is None else now
+        if hb is not None:
+            prev = self._last.get(name)
+            if prev is None or prev[0] != hb.time:
+                self._last[name] = (hb.time, now)
+        seen = self._last.get(name)
+        age = None if seen is None else now - seen[1]
+        if hb is None or age is None or age > self.offline_after_s:
+            return WorkerState.OFFLINE, age
+        return hb.state, age
+
+    def forget(self, name: str) -> None:
+        self._last.pop(name, None)
+
+
 # ----------------------------------------------------------------------------- status.txt
 
 

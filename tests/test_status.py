@@ -6,6 +6,7 @@ import pytest
 
 from distributed.status import (
     Heartbeat,
+    HeartbeatTracker,
     StatusFormatError,
     StatusSnapshot,
     WorkerRow,
@@ -128,3 +129,16 @@ def test_state_from_heartbeat_goes_offline_when_stale():
     assert state_from_heartbeat(hb, now=1010.0, offline_after_s=15) is WorkerState.ACTIVE
     assert state_from_heartbeat(hb, now=1016.0, offline_after_s=15) is WorkerState.OFFLINE
     assert state_from_heartbeat(None) is WorkerState.OFFLINE
+
+
+def test_heartbeat_tracker_ignores_clock_skew():
+    tracker = HeartbeatTracker(offline_after_s=5)
+    skewed = 10_000.0  # the worker's clock is hours off the coach's
+    hb = Heartbeat("w", WorkerState.ACTIVE, 1, time=skewed)
+    assert tracker.observe("w", hb, now=100.0) == (WorkerState.ACTIVE, 0.0)
+    assert tracker.observe("w", hb, now=104.0) == (WorkerState.ACTIVE, 4.0)  # same beat
+    assert tracker.observe("w", hb, now=106.0) == (WorkerState.OFFLINE, 6.0)  # stuck
+    hb2 = Heartbeat("w", WorkerState.SYNCING, 1, time=skewed + 2)
+    assert tracker.observe("w", hb2, now=107.0) == (WorkerState.SYNCING, 0.0)
+    assert tracker.observe("w", None, now=108.0) == (WorkerState.OFFLINE, 1.0)  # unreachable
+    assert tracker.observe("new", None, now=108.0) == (WorkerState.OFFLINE, None)
