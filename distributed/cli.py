@@ -28,7 +28,7 @@ from distributed.ssh_connector import (
     SSHError,
     UnknownWorkerError,
 )
-from distributed.status import read_status
+from distributed.status import DEFAULT_STATUS_PATH, read_status
 from distributed.transfer import TransferError
 
 
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=10.0,
                    help="with --restart: seconds to wait for the coach to take the request")
     p.add_argument("--requests-dir", default=str(restart_requests.DEFAULT_DIR))
-    p.add_argument("--status-file", default="distributed/status.txt")
+    p.add_argument("--status-file", default=str(DEFAULT_STATUS_PATH))
     return p
 
 

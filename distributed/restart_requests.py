@@ -17,7 +17,7 @@ from pathlib import Path
 
 from distributed.transfer import write_atomic
 
-DEFAULT_DIR = Path("distributed") / "requests"
+DEFAULT_DIR = Path(__file__).resolve().parent / "requests"  # distributed/requests/
 ACTIONS = ("restart",)
 
 

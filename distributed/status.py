@@ -26,10 +26,12 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from distributed.transfer import write_atomic, write_json_atomic
 
 HEARTBEAT_NAME = "status.json"
+DEFAULT_STATUS_PATH = Path(__file__).resolve().parent / "status.txt"  # distributed/status.txt
 
 
 class WorkerState(str, enum.Enum):
