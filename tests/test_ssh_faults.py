@@ -150,6 +150,45 @@ def test_link_down_mid_transfer_then_retry_completes(netns_hosts, tmp_path, capl
     assert t_err < 2.0 + 3.0
 
 
+def test_link_down_mid_download_leaves_only_a_partial_then_completes(netns_hosts, tmp_path):
+    remote_file = tmp_path / "host1" / "outbox" / "batch.npz.zst"
+    remote_file.parent.mkdir(parents=True)
+    remote_file.write_bytes(os.urandom(32 << 20))
+    dst = tmp_path / "replay" / "batch.npz.zst"
+    dst.parent.mkdir()
+    with _connector(netns_hosts, tmp_path, connect_timeout_s=1.0, retries=6,
+                    backoff_base_s=0.3, backoff_max_s=1.0, keepalive_s=1.0) as c:
+        c.run("worker1", "true")
+        netns_hosts.rate(1, "80mbit")
+        out: dict = {}
+        th = threading.Thread(target=lambda: out.setdefault(
+            "res", c.get("worker1", "outbox/batch.npz.zst", dst,
+                         expected_sha256=sha256_file(remote_file))))
+        th.start()
+        partial = dst.with_name(dst.name + ".partial")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if partial.exists() and partial.stat().st_size > (4 << 20):
+                break
+            time.sleep(0.02)
+        netns_hosts.link_down(1)
+        visible = []
+        t_down = time.perf_counter()
+        while time.perf_counter() - t_down < 4.0:
+            if dst.exists():
+                visible.append(dst.stat().st_size)
+            time.sleep(0.05)
+        netns_hosts.link_up(1)
+        th.join(60)
+        netns_hosts.rate(1, None)
+    assert not th.is_alive() and "res" in out
+    assert visible == [], "a partial download was visible under the final name"
+    assert sha256_file(dst) == sha256_file(remote_file)
+    assert sorted(p.name for p in dst.parent.iterdir()) == ["batch.npz.zst"]
+    print(f"download cut for 4 s: only {partial.name} existed meanwhile; retry completed "
+          f"{time.perf_counter() - t_down:.1f} s after the cut, sha256 verified")
+
+
 def test_killed_sshd_makes_that_worker_offline_only(netns_hosts, tmp_path):
     script = write_fake_daemon(tmp_path)
     with _connector(netns_hosts, tmp_path, start_command=daemon_command(script),
