@@ -1,0 +1,173 @@
+"""The self-play worker daemon: real tiny nets, real files, real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from configs import override
+from distributed.status import WorkerState, read_heartbeat
+from tests.conftest import REPO
+from training import model_store
+from training.records import read_batch
+from training.worker import Worker, outbox_batches, parse_batch_file_name
+
+
+def _publish(cfg, folder: Path, generation: int, seed: int = 0) -> model_store.Manifest:
+    """Write a real random net as generation `generation` into a worker's models/ folder."""
+    import torch
+
+    from training.net import net_from_config, save_model
+
+    torch.manual_seed(seed)
+    src = folder.parent / "published"
+    save_model(src / f"model_{generation:06d}.pt", net_from_config(cfg.net, cfg.go.board_size),
+               generation)
+    manifest = model_store.publish_model(src, generation)
+    model_store.copy_published(src, manifest, folder / "models")
+    return manifest
+
+
+def _wait(predicate, timeout_s: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _heartbeat(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "status.json").read_text())
+    except FileNotFoundError:
+        return {}
+
+
+@pytest.fixture
+def cfg(tiny_cfg, run_dir):
+    return override(tiny_cfg, {"run.dir": str(run_dir), "distributed.heartbeat_interval_s": 0.2})
+
+
+def test_worker_writes_valid_batches_and_continues_sequence_after_restart(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    first = Worker(cfg, "w1", folder).run(max_games=25)
+    assert first.games >= 25 and first.generation == 0  # a step may finish several games
+    names = outbox_batches(folder / "outbox")
+    seqs = [parse_batch_file_name(n)[2] for n in names]
+    assert seqs == list(range(len(names))) and len(names) == first.batches
+    # full batches of batch_size=10, then the finished games flushed at the stop
+    games = [len(read_batch(folder / "outbox" / n)[1]) for n in names]
+    assert all(g == 10 for g in games[:-1]) and 0 < games[-1] <= 10
+    assert sum(games) == first.games
+    # the coach collects (deletes) them; a new daemon must not reuse a sequence number
+    for n in names:
+        (folder / "outbox" / n).unlink()
+    Worker(cfg, "w1", folder).run(max_games=10)
+    assert parse_batch_file_name(outbox_batches(folder / "outbox")[0])[2] == len(names)
+    hb = read_heartbeat(folder / "status.json")
+    assert hb.state == WorkerState.OFFLINE and hb.games_done >= 10 and hb.generation == 0
+
+
+def test_corrupt_model_is_refused_and_previous_model_kept(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    worker = Worker(cfg, "w1", folder)
+    worker.run(max_games=10)
+    good = _publish(cfg, folder, 1, seed=1)
+    zst = folder / "models" / good.zst_name
+    data = bytearray(zst.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, wrong sha256
+    zst.write_bytes(bytes(data))
+    worker._stop.clear()
+    summary = worker.run(max_games=40)
+    assert summary.generation == 0
+    hb = json.loads((folder / "status.json").read_text())
+    assert "sha256" in hb["last_error"] and "generation 1" in hb["last_error"]
+    assert hb["generation"] == 0
+
+
+def test_worker_waits_for_a_model_then_picks_it_up(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    worker = Worker(cfg, "w1", folder)
+    t = threading.Thread(target=worker.run, kwargs={"max_games": 10})
+    t.start()
+    try:
+        _wait(lambda: (folder / "status.json").exists(), 10, "first heartbeat")
+        assert read_heartbeat(folder / "status.json").state == WorkerState.SYNCING
+        _publish(cfg, folder, 0)
+        t.join(timeout=120)
+        assert not t.is_alive()
+    finally:
+        worker.stop()
+        t.join(timeout=30)
+    assert worker.games_done >= 10 and worker.generation == 0
+
+
+def test_full_outbox_pauses_selfplay_and_says_so(cfg, run_dir):
+    cfg = override(cfg, {"distributed.max_outbox_batches": 2})
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    worker = Worker(cfg, "w1", folder)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        _wait(lambda: _heartbeat(folder).get("paused"), 120,
+              "a paused heartbeat")
+        games = worker.games_done
+        time.sleep(1.0)
+        assert worker.games_done == games  # paused: no more games
+        assert len(outbox_batches(folder / "outbox")) == 2
+        for n in outbox_batches(folder / "outbox"):  # the coach collects
+            (folder / "outbox" / n).unlink()
+        _wait(lambda: worker.games_done > games, 60, "self-play to resume")
+    finally:
+        worker.stop()
+        t.join(timeout=60)
+
+
+class MarkingWorker(Worker):
+    """The user guide's custom worker: custom initialisation on top of Worker's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        (self.folder / "custom_init.txt").write_text(self.name)
+
+
+@pytest.mark.slow
+def test_daemon_stops_cleanly_on_sigterm_with_a_custom_worker_class(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    config = run_dir / "config.yaml"
+    from configs import dump_config
+
+    config.write_text(dump_config(cfg))
+    proc = subprocess.Popen(
+        [sys.executable, "start_worker.py", "--config", str(config), "--name", "w1", "--dir",
+         str(folder), "--worker-class", "tests.test_worker:MarkingWorker"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: len(outbox_batches(folder / "outbox")) >= 2, 120, "two batches")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (folder / "custom_init.txt").read_text() == "w1"
+    hb = json.loads((folder / "status.json").read_text())
+    assert hb["state"] == "Offline" and hb["games_done"] > 0
+    assert hb["discarded_games"] > 0  # tiny: 16 games in progress at any time
+    total = sum(len(read_batch(folder / "outbox" / n)[1])
+                for n in outbox_batches(folder / "outbox"))
+    assert total == hb["games_done"]  # every finished game is in a batch, none half-written
+    assert "worker w1 stopped" in (folder / "logs" / "worker_w1.log").read_text()
