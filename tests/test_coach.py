@@ -1,0 +1,189 @@
+"""The collector's exactly-once ingestion and the coach's load balancing and status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configs import override
+from distributed.status import Heartbeat, WorkerState, parse_status_text
+from training.collector import Collector, LocalSource, validate_with_records
+from training.records import BatchMeta, random_record, write_batch
+
+N, KOMI = 5, 0.5
+
+
+def _batch(outbox: Path, worker: str, seq: int, games: int = 3, *, size: int = N,
+           generation: int = 0) -> str:
+    rng = np.random.default_rng(seq)
+    records = [random_record(size, KOMI, rng, generation=generation, seed=seq * 100 + i)
+               for i in range(games)]
+    name = f"{worker}_{generation:06d}_{seq:08d}.npz.zst"
+    outbox.mkdir(parents=True, exist_ok=True)
+    write_batch(outbox / name, records, BatchMeta.from_records(worker, records))
+    return name
+
+
+def _collector(run_dir: Path) -> Collector:
+    return Collector(run_dir, validate_with_records(N, KOMI))
+
+
+def _ledger(run_dir: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (run_dir / "ledger.jsonl").read_text().splitlines()]
+
+
+def test_batches_are_ingested_once_and_the_worker_copy_deleted(run_dir, tmp_path):
+    outbox = tmp_path / "outbox"
+    names = [_batch(outbox, "w1", s) for s in range(3)]
+    c = _collector(run_dir)
+    res = c.collect("w1", LocalSource(outbox))
+    assert res.ingested == names and res.games == 9
+    assert sorted(p.name for p in (run_dir / "replay").iterdir()) == names
+    assert not list(outbox.iterdir())
+    # the worker (or a copy left by a crash) offers the same name again: only deleted
+    (outbox / names[0]).write_bytes((run_dir / "replay" / names[0]).read_bytes())
+    res = _collector(run_dir).collect("w1", LocalSource(outbox))
+    assert res.ingested == [] and res.duplicates == 1 and not list(outbox.iterdir())
+    assert [e["name"] for e in _ledger(run_dir)] == names
+
+
+def test_coach_killed_between_rename_and_ledger_counts_the_batch_once(run_dir, tmp_path):
+    outbox = tmp_path / "outbox"
+    name = _batch(outbox, "w1", 0)
+    # the state a coach leaves when it dies after the rename into replay/ but before the
+    # ledger line and the delete on the worker
+    (run_dir / "replay").mkdir()
+    (run_dir / "replay" / name).write_bytes((outbox / name).read_bytes())
+    (run_dir / "incoming").mkdir()
+    (run_dir / "incoming" / "w1_000000_00000001.npz.zst.partial").write_bytes(b"half")
+    c = _collector(run_dir)
+    assert [e["name"] for e in _ledger(run_dir)] == [name]
+    assert c.tally["w1"].games == 3
+    assert not list((run_dir / "incoming").iterdir())
+    res = c.collect("w1", LocalSource(outbox))
+    assert res.duplicates == 1 and res.ingested == []
+    assert len(_ledger(run_dir)) == 1 and c.next_seq("w1") == 1
+
+
+def test_torn_ledger_line_is_skipped_and_rebuilt_from_replay(run_dir, tmp_path):
+    outbox = tmp_path / "outbox"
+    names = [_batch(outbox, "w1", s) for s in range(2)]
+    _collector(run_dir).collect("w1", LocalSource(outbox))
+    text = (run_dir / "ledger.jsonl").read_text()
+    (run_dir / "ledger.jsonl").write_text(text[: len(text) - 20])  # crash mid-append
+    c = _collector(run_dir)
+    assert sorted(c.entries) == names and c.tally["w1"].games == 6
+
+
+@pytest.mark.parametrize("kind", ["corrupt", "wrong_board", "foreign_name"])
+def test_bad_batches_are_quarantined_and_counted_per_worker(run_dir, tmp_path, kind):
+    outbox = tmp_path / "outbox"
+    good = _batch(outbox, "w1", 0)
+    if kind == "corrupt":
+        bad = _batch(outbox, "w1", 1)
+        data = bytearray((outbox / bad).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (outbox / bad).write_bytes(bytes(data))
+    elif kind == "wrong_board":
+        bad = _batch(outbox, "w1", 1, size=7)
+    else:  # another worker's name in w1's outbox
+        bad = _batch(outbox, "w2", 5)
+    c = _collector(run_dir)
+    res = c.collect("w1", LocalSource(outbox))
+    assert res.ingested == [good] and res.rejected == [bad]
+    assert (run_dir / "quarantine" / bad).exists()
+    reason = (run_dir / "quarantine" / f"{bad}.reason.txt").read_text()
+    assert bad in reason or "w1" in reason
+    assert c.tally["w1"].rejected == 1 and c.tally["w1"].batches == 1
+    assert not list(outbox.iterdir())
+    # on restart the rejected name stays known
+    assert _collector(run_dir).tally["w1"].rejected == 1
+
+
+def test_collect_stops_at_max_games_and_leaves_the_rest(run_dir, tmp_path):
+    outbox = tmp_path / "outbox"
+    names = [_batch(outbox, "w1", s) for s in range(4)]
+    res = _collector(run_dir).collect("w1", LocalSource(outbox), max_games=5)
+    assert res.ingested == names[:2]
+    assert sorted(p.name for p in outbox.iterdir()) == names[2:]
+
+
+# ------------------------------------------------------------------ coach: load balancing
+
+
+class _FakeFleet:
+    """Only the fleet's membership; quotas and the status table need nothing else.
+    (The real fleets are exercised in tests/test_end_to_end.py.)"""
+
+    def __init__(self, names):
+        self._names = list(names)
+        self.hosts = {n: "h" for n in names}
+        self.gpus = {n: "cpu" for n in names}
+        self.restarts = {n: 0 for n in names}
+
+    def names(self):
+        return list(self._names)
+
+    def last_errors(self):
+        return {}
+
+
+def _coach(cfg, run_dir, names, **overrides):
+    from training.coach import Coach
+
+    cfg = override(cfg, {"run.dir": str(run_dir), **overrides})
+    coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
+    coach.fleet = _FakeFleet(names)
+    coach.collector = _collector(run_dir)
+    for n in names:
+        v = coach._view(n)
+        v.state = WorkerState.ACTIVE
+        v.heartbeat = Heartbeat(name=n, state=WorkerState.ACTIVE, pid=1, generation=0,
+                                games_per_s=1.0, time=0.0)
+    return coach
+
+
+def test_weights_set_each_workers_share_of_a_generation(tiny_cfg, run_dir):
+    weights = {"worker1": 1.0, "worker2": 2.0}
+    cfg = override(tiny_cfg, {"distributed.workers": [
+        {"host": "a", "user": "u"}, {"host": "b", "user": "u"}]})
+    coach = _coach(cfg, run_dir, ["worker1", "worker2"],
+                   **{"distributed.worker_weights": weights})
+    # G = games_per_worker (20) x 2 active = 40 games: 1/3 and 2/3 of it
+    assert coach.generation_target() == 40
+    assert coach.quotas() == {"worker1": 14, "worker2": 27}
+    coach._view("worker2").generation_games = 30  # ahead of its share: must wait
+    coach._view("worker1").generation_games = 5
+    assert coach.quotas()["worker2"] == 0 and coach.quotas()["worker1"] == 9
+    # both at their share: the next round of quotas opens for both, in the same ratio
+    coach._view("worker1").generation_games = 14
+    assert coach.quotas() == {"worker1": 13, "worker2": 24}
+
+
+def test_without_weights_shares_follow_measured_speed(tiny_cfg, run_dir):
+    coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
+    coach._view("worker1").speed = 1.0
+    coach._view("worker2").speed = 3.0
+    assert coach.weights() == {"worker1": 1.0, "worker2": 3.0}
+    assert coach.quotas() == {"worker1": 10, "worker2": 30}
+    coach._view("worker2").state = WorkerState.OFFLINE  # training goes on without it
+    assert coach.generation_target() == 20
+    assert coach.quotas() == {"worker1": 20, "worker2": None}
+
+
+def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
+    coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
+    coach._view("worker1").generation_games = 30
+    coach._view("worker2").generation_games = 10
+    coach._view("worker2").state = WorkerState.OFFLINE
+    coach.generation = 3
+    coach._write_status()
+    snap = parse_status_text((run_dir / "status.txt").read_text())
+    assert snap.workers_active == 1 and snap.workers_total == 2 and snap.generation == 3
+    rows = {r.name: r for r in snap.workers}
+    assert rows["worker1"].state == WorkerState.ACTIVE
+    assert rows["worker2"].state == WorkerState.OFFLINE
+    assert rows["worker1"].share == pytest.approx(0.75) and rows["worker2"].share == 0.25
