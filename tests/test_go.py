@@ -273,3 +273,14 @@ def test_sizes_outside_5_to_19_are_refused():
         Position(4)
     with pytest.raises(ValueError):
         Position(20)
+
+
+def test_copy_is_independent_and_out_of_turn_play_hands_the_turn_over():
+    pos = play(Position(5), "C3")
+    twin = pos.copy()
+    play(twin, "D3")
+    assert pos.board[from_gtp("D3", 5)] == EMPTY and len(pos.moves) == 1
+    pos.play(from_gtp("B2", 5), color=BLACK)  # black again, as a GTP controller may ask
+    assert pos.to_play == WHITE and pos.board[from_gtp("B2", 5)] == BLACK
+    pos.undo()
+    assert pos.to_play == BLACK and pos.board[from_gtp("B2", 5)] == EMPTY
