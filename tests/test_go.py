@@ -282,5 +282,5 @@ def test_copy_is_independent_and_out_of_turn_play_hands_the_turn_over():
     assert pos.board[from_gtp("D3", 5)] == EMPTY and len(pos.moves) == 1
     pos.play(from_gtp("B2", 5), color=BLACK)  # black again, as a GTP controller may ask
     assert pos.to_play == WHITE and pos.board[from_gtp("B2", 5)] == BLACK
-    pos.undo()
-    assert pos.to_play == BLACK and pos.board[from_gtp("B2", 5)] == EMPTY
+    pos.undo()  # back to white's turn, as before the out-of-turn move
+    assert pos.to_play == WHITE and pos.board[from_gtp("B2", 5)] == EMPTY
