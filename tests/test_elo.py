@@ -37,6 +37,7 @@ def test_draws_narrow_the_interval():
 def test_a_clean_sweep_stays_finite_and_positive():
     e = estimate(10, 0, 0)
     assert math.isfinite(e.elo) and e.elo > 300
+    assert e.ci_low < e.elo <= e.ci_high and e.ci_low > 0  # Wilson: a sweep is evidence
     assert estimate(0, 0, 10).elo == pytest.approx(-e.elo)
 
 

@@ -72,12 +72,19 @@ def estimate(wins: int, draws: int, losses: int, z: float = Z95) -> EloEstimate:
         return EloEstimate(0, 0, 0, 0.0, -math.inf, math.inf)
     s = (wins + 0.5 * draws) / n
     var = (wins * (1 - s) ** 2 + draws * (0.5 - s) ** 2 + losses * s**2) / n
-    stderr = math.sqrt(var / n)
     eps = 0.5 / n
 
     def _elo(p: float) -> float:
         return elo_from_score(min(max(p, eps), 1 - eps))
 
+    if var == 0.0:
+        # Every game had the same outcome: the normal interval collapses to a point, so use
+        # Wilson's score interval, which stays honest for sweeps and small n.
+        centre = (s + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(s * (1 - s) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return EloEstimate(wins, draws, losses, _elo(s), _elo(centre - half),
+                           _elo(centre + half))
+    stderr = math.sqrt(var / n)
     return EloEstimate(wins, draws, losses, _elo(s), _elo(s - z * stderr), _elo(s + z * stderr))
 
 

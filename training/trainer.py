@@ -189,12 +189,27 @@ def _fetch(dataset: SampleDataset, idx: Sequence[int]) -> tuple[torch.Tensor, ..
     )
 
 
-def open_replay_window(cfg: Config, run_dir: Path) -> SampleDataset:
-    """replay_buffer.ReplayWindow over run_dir/replay (TrainingError when it is empty)."""
+def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext") -> SampleDataset:
+    """replay_buffer.ReplayWindow over run_dir/replay, the same on every rank.
+
+    Rank 0 builds the window (and any missing sidecars) first; the others then open exactly
+    the batch files rank 0 chose, so batches that arrive meanwhile cannot make them differ.
+    """
     from training.replay_buffer import ReplayWindow  # helper "records"' module
 
     replay_dir = run_dir / "replay"
-    window = ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size)
+
+    def _open(files: list[str] | None) -> SampleDataset:
+        return ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size,
+                            seed=cfg.run.seed, files=files)
+
+    window = _open(None) if ctx.is_main else None
+    names = [window.names() if window is not None else None]
+    if ctx.is_distributed:
+        dist.broadcast_object_list(names, src=0)
+        if window is None:
+            window = _open(names[0])
+    assert window is not None
     if len(window) == 0:
         raise TrainingError(
             f"{replay_dir}: the replay window holds no positions; self-play batches must be "
@@ -459,8 +474,10 @@ def _losses(net: torch.nn.Module, planes: torch.Tensor, policy: torch.Tensor,
 class _Batches:
     """Index batches of one rank: DistributedSampler(set_epoch, drop_last), resumable."""
 
-    def __init__(self, length: int, per_rank: int, ctx: DistContext, seed: int,
+    def __init__(self, dataset: SampleDataset, per_rank: int, ctx: DistContext, seed: int,
                  epoch: int = 0, offset: int = 0):
+        length = len(dataset)
+        self.dataset = dataset
         self.sampler = DistributedSampler(
             range(length), num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
             seed=seed, drop_last=True,
@@ -480,6 +497,8 @@ class _Batches:
             self.epoch, self.offset, self._indices = self.epoch + 1, 0, None
         if self._indices is None:
             self.sampler.set_epoch(self.epoch)
+            if hasattr(self.dataset, "set_epoch"):  # the window's symmetries change per epoch
+                self.dataset.set_epoch(self.epoch)
             self._indices = list(self.sampler)
         lo = self.offset * self.per_rank
         self.offset += 1
@@ -554,7 +573,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
            progress: bool, hooks: FaultHooks) -> RoundResult:
     tcfg = cfg.training
     if dataset is None:
-        dataset = open_replay_window(cfg, run_dir)
+        dataset = open_replay_window(cfg, run_dir, ctx)
     ckpt, start_payload, base_gen = _resolve_start(cfg, run_dir, checkpoint)
     new_gen = generation if generation is not None else base_gen + 1
 
@@ -611,7 +630,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
             _seed_everything(cfg.run.seed + 1000 * ctx.rank + schedule.step)
     else:
         _seed_everything(cfg.run.seed + 1000 * ctx.rank)
-    batches = _Batches(len(dataset), per_rank, ctx, cfg.run.seed, epoch, offset)
+    batches = _Batches(dataset, per_rank, ctx, cfg.run.seed, epoch, offset)
     if steps is None:
         steps = tcfg.epochs * batches.per_epoch if tcfg.epochs > 0 else tcfg.steps_per_generation
 

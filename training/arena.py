@@ -1,0 +1,354 @@
+"""Evaluation: a new generation against the previous one (gating, Elo) and against GNU Go.
+
+Owns:
+- `play_arena(new, old, games, cfg, seed)`: games between two evaluators through the batched
+  search (`selfplay.play_match`): colours alternate, the first `OPENING_MOVES` moves of each
+  game are sampled from its own seed (varied openings), every move is a fresh search (no tree
+  reuse, no noise). Returns the W/D/L of the new model.
+- `decide(...)`: `cfg.evaluation.gating`: none (always promote), threshold (score >=
+  gating_threshold) or sprt (Leela Zero's SPRT, elo0/elo1, alpha = beta = 0.05; games are
+  played in rounds until it decides or `evaluation.games` are played; undecided -> threshold).
+- `evaluate_generation(cfg, run_dir, generation)`: the coach's call after a training round:
+  the new model against the newest promoted one (the newest model with a manifest), its
+  chained Elo with a 95% CI, an optional GNU Go match, and the metrics row columns.
+- `play_gnugo(...)`: games against GNU Go at a level over GTP, refereed by `training.referee`,
+  our side played by this module's own GTP engine process (`python -m training.arena gtp
+  --model FILE`): `NetPlayer` inside `training.gtp.GtpEngine`.
+
+Vocabulary: W/D/L are from the new (or our) model's point of view; Elo as in training.elo.
+This module must not train, write models, or publish anything (the coach does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from configs import Config, GoConfig, load_config
+from training import elo, metrics
+from training.net import load_model, make_evaluator
+from training.selfplay import MctsPlayer, play_match
+
+log = logging.getLogger(__name__)
+
+OPENING_MOVES = 4
+"""Moves at the start of an arena game sampled in proportion to visits (varied openings)."""
+SPRT_ROUNDS = 4
+"""With gating sprt, evaluation.games are played in up to this many rounds."""
+
+
+@dataclass
+class MatchResult:
+    """W/D/L of player A (the new model, or ours against GNU Go)."""
+
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    @property
+    def score(self) -> float:
+        return (self.wins + 0.5 * self.draws) / self.games if self.games else 0.5
+
+    def add(self, other: "MatchResult") -> None:
+        self.wins += other.wins
+        self.draws += other.draws
+        self.losses += other.losses
+
+    def estimate(self) -> elo.EloEstimate:
+        return elo.estimate(self.wins, self.draws, self.losses)
+
+
+@dataclass
+class ArenaResult:
+    """The outcome of evaluating one generation (the coach reads `promote` and `elo`)."""
+
+    generation: int
+    opponent: int | None
+    match: MatchResult = field(default_factory=MatchResult)
+    promote: bool = True
+    reason: str = ""
+    elo_diff: float | None = None
+    elo: float | None = None
+    elo_ci_low: float | None = None
+    elo_ci_high: float | None = None
+    sprt_llr: float | None = None
+    gnugo: MatchResult | None = None
+    seconds: float = 0.0
+
+
+def _outcome(result: int, a_was_black: bool) -> int:
+    """+1 if A won, -1 if A lost, 0 for a draw; `result` is +1 when black won."""
+    if result == 0:
+        return 0
+    return 1 if (result > 0) == a_was_black else -1
+
+
+def play_arena(evaluate_new: Any, evaluate_old: Any, games: int, cfg: Config, seed: int,
+               *, simulations: int | None = None) -> MatchResult:
+    """`games` games new vs old at once (colours alternate, varied openings, fresh trees)."""
+    sims = simulations or cfg.evaluation.simulations or cfg.mcts.simulations
+    pairs = play_match(
+        evaluate_new, evaluate_old, games, cfg.go, cfg.mcts, seed,
+        history=cfg.net.history, opening_moves=OPENING_MOVES, simulations=sims,
+        batch_size=max(cfg.self_play.batch_size, games),
+    )
+    out = MatchResult()
+    for record, a_black in pairs:
+        o = _outcome(int(record.result), a_black)
+        out.wins += o > 0
+        out.losses += o < 0
+        out.draws += o == 0
+    return out
+
+
+def decide(match: MatchResult, ev_cfg: Any) -> tuple[str, float | None]:
+    """("promote" | "reject" | "continue", SPRT LLR or None) under evaluation.gating."""
+    if ev_cfg.gating == "none":
+        return "promote", None
+    if ev_cfg.gating == "threshold":
+        return ("promote" if match.score >= ev_cfg.gating_threshold else "reject"), None
+    test = elo.sprt(match.wins, match.draws, match.losses, ev_cfg.sprt_elo0, ev_cfg.sprt_elo1)
+    verdict = {"H1": "promote", "H0": "reject"}.get(test.decision, "continue")
+    return verdict, test.llr
+
+
+def _opponent(models_dir: Path, generation: int) -> int | None:
+    """The newest promoted generation below `generation` (a manifest marks promotion);
+    without manifests, the newest model file below it."""
+    from training.model_store import list_manifests
+
+    published = [g for g in list_manifests(models_dir) if g < generation
+                 and (models_dir / f"model_{g:06d}.pt").exists()]
+    if published:
+        return published[-1]
+    files = sorted(int(p.name[6:12]) for p in models_dir.glob("model_*.pt")
+                   if p.name[6:12].isdigit() and int(p.name[6:12]) < generation)
+    return files[-1] if files else None
+
+
+def _rating_of(run_dir: Path, generation: int) -> tuple[float, float]:
+    """(Elo, CI half-width) of a rated generation from metrics.json; generation 0 is 0 +- 0."""
+    for row in metrics.read_metrics(run_dir):
+        if row["generation"] == generation and isinstance(row.get("elo"), (int, float)):
+            hi, lo = row.get("elo_ci_high"), row.get("elo_ci_low")
+            half = (hi - lo) / 2 if isinstance(hi, (int, float)) and isinstance(
+                lo, (int, float)) else 0.0
+            return float(row["elo"]), half
+    return 0.0, 0.0
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def evaluate_generation(cfg: Config, run_dir: str | os.PathLike, generation: int,
+                        *, device: str | None = None) -> ArenaResult:
+    """Arena + gating + Elo (+ GNU Go) for `generation`; writes its metrics row columns."""
+    run_dir = Path(run_dir)
+    ev = cfg.evaluation
+    t0 = time.monotonic()
+    models_dir = run_dir / "models"
+    device = device or _device()
+    opponent = _opponent(models_dir, generation)
+    result = ArenaResult(generation=generation, opponent=opponent)
+    new_path = models_dir / f"model_{generation:06d}.pt"
+    if opponent is not None and ev.games > 0:
+        new_net, _ = load_model(new_path, device)
+        old_net, _ = load_model(models_dir / f"model_{opponent:06d}.pt", device)
+        batch = max(cfg.self_play.batch_size, ev.games)
+        evaluate_new = make_evaluator(new_net, device, max_batch=batch)
+        evaluate_old = make_evaluator(old_net, device, max_batch=batch)
+        rounds = SPRT_ROUNDS if ev.gating == "sprt" else 1
+        per_round = max(2, 2 * math.ceil(ev.games / rounds / 2))
+        verdict, llr = "continue", None
+        while result.match.games < ev.games:
+            n = min(per_round, ev.games - result.match.games)
+            seed = cfg.run.seed * 1_000_003 + generation * 10_007 + result.match.games
+            result.match.add(play_arena(evaluate_new, evaluate_old, n, cfg, seed))
+            verdict, llr = decide(result.match, ev)
+            if verdict != "continue":
+                break
+        if verdict == "continue":  # SPRT undecided after evaluation.games: use the threshold
+            verdict = "promote" if result.match.score >= ev.gating_threshold else "reject"
+            result.reason = f"SPRT undecided after {result.match.games} games; threshold"
+        result.promote = verdict == "promote"
+        result.sprt_llr = llr
+        step = result.match.estimate()
+        prev_elo, prev_half = _rating_of(run_dir, opponent)
+        result.elo_diff = step.elo
+        result.elo, result.elo_ci_low, result.elo_ci_high = elo.chain(prev_elo, prev_half, step)
+        result.reason = result.reason or f"gating {ev.gating}"
+    else:
+        result.reason = "no previous generation" if opponent is None else "evaluation.games 0"
+    if ev.gnugo_games > 0:
+        result.gnugo = play_gnugo(cfg, new_path, ev.gnugo_games, ev.gnugo_level)
+    result.seconds = time.monotonic() - t0
+    _record(run_dir, result, ev)
+    log.info(
+        "arena generation=%d opponent=%s W=%d D=%d L=%d score=%.3f elo_diff=%s elo=%s "
+        "promote=%s (%s) seconds=%.1f", generation, opponent, result.match.wins,
+        result.match.draws, result.match.losses, result.match.score,
+        _fmt(result.elo_diff), _fmt(result.elo), result.promote, result.reason, result.seconds,
+    )
+    return result
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _record(run_dir: Path, result: ArenaResult, ev: Any) -> None:
+    values: dict[str, Any] = {"promoted": result.promote}
+    if result.match.games:
+        values.update(
+            arena_opponent=result.opponent, arena_wins=result.match.wins,
+            arena_draws=result.match.draws, arena_losses=result.match.losses,
+            arena_score=result.match.score, elo_diff=result.elo_diff, elo=result.elo,
+            elo_ci_low=result.elo_ci_low, elo_ci_high=result.elo_ci_high,
+        )
+        if result.sprt_llr is not None:
+            values["sprt_llr"] = result.sprt_llr
+    if result.gnugo is not None and result.gnugo.games:
+        g = result.gnugo
+        vs = g.estimate()
+        values.update(gnugo_level=ev.gnugo_level, gnugo_wins=g.wins, gnugo_games=g.games,
+                      gnugo_score=g.score, elo_vs_gnugo=vs.elo)
+    metrics.record_metrics(run_dir, result.generation, **values)
+
+
+# ------------------------------------------------------------------------------- GNU Go, GTP
+
+
+class NetPlayer:
+    """A `training.gtp.Player` that searches with a trained model (no noise, most visits)."""
+
+    def __init__(self, model_path: str | os.PathLike, simulations: int, cfg: Config | None = None,
+                 *, device: str = "cpu"):
+        net, info = load_model(model_path, device)
+        self.board_size = info.board_size
+        self.history = net.history
+        self.evaluate = make_evaluator(net, device)
+        cfg = cfg or Config()
+        self.mcts_cfg = cfg.mcts
+        self.simulations = simulations
+        self._players: dict[float, MctsPlayer] = {}
+
+    def genmove(self, position: Any, color: int) -> int | None:
+        """The most visited move for `color` after the position's moves."""
+        if position.size != self.board_size:
+            from training.gtp import GtpError
+
+            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
+        player = self._players.get(position.komi)
+        if player is None:
+            go_cfg = GoConfig(board_size=self.board_size, komi=position.komi)
+            player = MctsPlayer(self.evaluate, go_cfg, self.mcts_cfg, self.simulations,
+                                history=self.history)
+            self._players[position.komi] = player
+        moves = list(position.moves)
+        if color != position.to_play:  # GTP may ask either colour: the other one passed
+            moves.append(position.pass_move)
+        return player.genmove(moves, position.komi)
+
+
+def gnugo_command(level: int, gnugo: str | None = None) -> list[str]:
+    """GNU Go in GTP mode under our rules (area scoring, positional superko)."""
+    from training.gtp_client import find_gnugo
+
+    path = gnugo or find_gnugo()
+    if path is None:
+        raise FileNotFoundError("GNU Go not found (apt-get install gnugo; /usr/games/gnugo)")
+    return [path, "--mode", "gtp", "--level", str(level), "--chinese-rules",
+            "--positional-superko"]
+
+
+def engine_command(model_path: str | os.PathLike, simulations: int,
+                   config: str | os.PathLike | None = None) -> list[str]:
+    """Our GTP engine with a model, as a command line."""
+    cmd = [sys.executable, "-m", "training.arena", "gtp", "--model", str(model_path),
+           "--simulations", str(simulations)]
+    return cmd + (["--config", str(config)] if config is not None else [])
+
+
+def play_gnugo(cfg: Config, model_path: str | os.PathLike, games: int, level: int,
+               *, simulations: int | None = None, timeout_s: float = 120.0) -> MatchResult:
+    """`games` refereed games of the model against GNU Go at `level` (colours alternate)."""
+    from training.gtp_client import GtpClient
+    from training.referee import play_game
+
+    sims = simulations or cfg.evaluation.simulations or cfg.mcts.simulations
+    repo = Path(__file__).resolve().parent.parent
+    ours = GtpClient(engine_command(model_path, sims), timeout_s=timeout_s, name="azgo",
+                     cwd=str(repo))
+    gnugo = GtpClient(gnugo_command(level), timeout_s=timeout_s, name="gnugo")
+    out = MatchResult()
+    try:
+        for k in range(games):
+            we_are_black = k % 2 == 0
+            black, white = (ours, gnugo) if we_are_black else (gnugo, ours)
+            game = play_game(black, white, cfg.go.board_size, cfg.go.komi)
+            o = _outcome(game.winner, we_are_black)
+            out.wins += o > 0
+            out.losses += o < 0
+            out.draws += o == 0
+            log.info("vs gnugo level %d game %d: we are %s, %s after %d moves (%s)", level,
+                     k + 1, "black" if we_are_black else "white", game.result,
+                     len(game.moves), game.end)
+    finally:
+        for client in (ours, gnugo):
+            client.close()
+    return out
+
+
+def _gtp_main(args: argparse.Namespace) -> int:
+    from training.gtp import GtpEngine
+
+    torch.set_num_threads(1)
+    cfg = load_config(args.config) if args.config else Config()
+    player = NetPlayer(args.model, args.simulations, cfg)
+    engine = GtpEngine(player, player.board_size, cfg.go.komi)
+    engine.run(sys.stdin, sys.stdout)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.arena",
+                                 description="evaluate a generation, or play GTP with a model")
+    sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("gtp", help="a GTP engine on stdin/stdout playing with --model")
+    g.add_argument("--model", required=True)
+    g.add_argument("--simulations", type=int, default=100)
+    g.add_argument("--config", default=None)
+    e = sub.add_parser("evaluate", help="arena (+ GNU Go) for one generation of a run")
+    e.add_argument("--config", default=None)
+    e.add_argument("--run-dir", default=None)
+    e.add_argument("--generation", type=int, required=True)
+    args = ap.parse_args(argv)
+    if args.command == "gtp":
+        return _gtp_main(args)
+    from training.logsetup import configure_logging
+
+    cfg = load_config(args.config)
+    configure_logging(None, cfg.logging.level)
+    run_dir = Path(args.run_dir or cfg.run.dir)
+    r = evaluate_generation(cfg, run_dir, args.generation)
+    print(f"generation {r.generation} vs {r.opponent}: W{r.match.wins} D{r.match.draws} "
+          f"L{r.match.losses} elo={_fmt(r.elo)} promote={r.promote} ({r.reason})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
