@@ -1,0 +1,415 @@
+"""Fault injection on the running pipeline, each test printing its figure.
+
+The real coach (`start_main.py` as a subprocess, so it can be SIGKILLed) runs simulated worker
+daemons (`training.simworker.SimWorker`: the real worker's folder protocol, random legal games,
+and a `written.jsonl` ledger of every batch it wrote). After each fault the coach's
+`ledger.jsonl` is compared with the workers' ledgers: every written batch ingested exactly
+once, none lost. Distributed faults (a link down, a dead sshd) run the coach's SSH fleet
+against hosts in network namespaces (`distributed.sandbox.NetnsHosts`).
+
+Figures are printed as `reliability <fault> key=value ...` (run with `-s` to see them;
+docs/RELIABILITY.md has the table). `AZGO_LINK_DOWN_S` sets the outage of the link-down test
+(default 8 s; the issue's figure is for 30 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+from distributed.status import WorkerState, parse_status_text
+from training import model_store
+from training.simworker import SimWorker, read_written
+
+REPO = Path(__file__).resolve().parent.parent
+SIM = "training.simworker:SimWorker"
+
+pytestmark = pytest.mark.slow
+
+
+# ----------------------------------------------------------------------------- harness
+
+
+def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> float:
+    """Seconds until `predicate()` is true (AssertionError after `timeout_s`)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def write_config(tmp: Path, **sections: dict) -> Path:
+    """configs/tiny.yaml with short intervals, the run and logs under `tmp`, and overrides."""
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+    cfg["run"]["dir"] = str(tmp / "run")
+    cfg["logging"]["dir"] = str(tmp / "logs")
+    cfg["self_play"].update(workers=2, games_per_worker=100_000)  # no training unless asked
+    cfg["distributed"].update(batch_size=5, heartbeat_interval_s=0.5, offline_after_s=3,
+                              poll_interval_s=0.3, backoff_base_s=0.5, backoff_max_s=2,
+                              stop_grace_s=3, max_outbox_batches=200)
+    for section, values in sections.items():
+        cfg[section].update(values)
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+class CoachProc:
+    """`start_main.py` with simulated local workers, as a subprocess we can kill."""
+
+    def __init__(self, tmp: Path, config: Path, *extra: str, games_per_s: float = 20.0):
+        self.tmp, self.config, self.extra = tmp, config, extra
+        self.run = tmp / "run"
+        self.status = tmp / "status.txt"
+        self.env = dict(os.environ, AZGO_SIM_GAMES_PER_S=str(games_per_s))
+        self.popen: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> CoachProc:
+        self.starts += 1
+        err = open(self.tmp / f"coach_{self.starts}.err", "wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, str(REPO / "start_main.py"), "--config", str(self.config),
+             "--worker-class", SIM, "--status-file", str(self.status), "--no-watch",
+             "--cpu-only", *self.extra],
+            cwd=str(self.tmp), env=self.env, stdout=subprocess.DEVNULL, stderr=err,
+            stdin=subprocess.DEVNULL)
+        err.close()
+        return self
+
+    def states(self) -> dict[str, WorkerState]:
+        try:
+            snap = parse_status_text(self.status.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {r.name: r.state for r in snap.workers}
+
+    def all_active(self, names: list[str]) -> bool:
+        s = self.states()
+        return all(s.get(n) == WorkerState.ACTIVE for n in names)
+
+    def worker_pid(self, name: str) -> int | None:
+        try:
+            return int((self.run / "workers" / name / "worker.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def kill(self) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 60) -> int:
+        """SIGTERM: the coach stops its workers and collects what they flushed."""
+        assert self.popen is not None
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            raise
+
+    def log_text(self) -> str:
+        parts = [p.read_text(errors="replace") for p in sorted(self.tmp.glob("coach_*.err"))]
+        return "\n".join(parts)
+
+    def cleanup(self) -> None:
+        """Kill whatever this test started that still runs (coach first, then daemons)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+        for pid_file in (self.run / "workers").glob("*/worker.pid"):
+            try:
+                pid = int(pid_file.read_text())
+                if _cmdline(pid).count("start_worker.py"):
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def ledger(run: Path) -> list[dict]:
+    path = run / "ledger.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def check_exactly_once(run: Path, worker_dirs: list[Path]) -> dict[str, int]:
+    """Every batch a worker wrote is ingested exactly once; returns the counts."""
+    entries = ledger(run)
+    names = [e["name"] for e in entries]
+    dupes = len(names) - len(set(names))
+    ingested = {e["name"] for e in entries if e["status"] == "ingested"}
+    replay = {p.name for p in (run / "replay").glob("*.npz.zst")}
+    written = {w["name"] for d in worker_dirs for w in read_written(d)}
+    left = {p.name for d in worker_dirs for p in (d / "outbox").glob("*.npz.zst")}
+    lost = written - ingested - left
+    assert dupes == 0, f"{dupes} batches counted twice"
+    assert ingested == replay, (sorted(ingested ^ replay))[:5]
+    assert not lost, f"written but never ingested: {sorted(lost)[:5]}"
+    # a daemon killed between its rename and its ledger line leaves at most one unlisted batch
+    assert len(ingested - written) <= 2, sorted(ingested - written)
+    rejected = [e for e in entries if e["status"] != "ingested"]
+    assert not rejected, rejected[:2]
+    return {"written": len(written), "ingested": len(ingested), "duplicates": dupes,
+            "lost": len(lost), "left_in_outbox": len(left)}
+
+
+@pytest.fixture
+def coach_factory(tmp_path):
+    made: list[CoachProc] = []
+
+    def make(config: Path, *extra: str, games_per_s: float = 20.0) -> CoachProc:
+        c = CoachProc(tmp_path, config, *extra, games_per_s=games_per_s)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.cleanup()
+
+
+# ----------------------------------------------------------------------------- local faults
+
+
+def test_worker_sigkill_is_restarted_and_loses_no_batch(tmp_path, coach_factory):
+    coach = coach_factory(write_config(tmp_path)).start()
+    names = ["worker1", "worker2"]
+    _wait(lambda: coach.all_active(names), 120, "both workers Active")
+    _wait(lambda: len(ledger(coach.run)) >= 4, 60, "batches ingested")
+    old = coach.worker_pid("worker1")
+    assert old and "start_worker.py" in _cmdline(old)
+    os.kill(old, signal.SIGKILL)
+    t0 = time.monotonic()
+    _wait(lambda: coach.states().get("worker1") != WorkerState.ACTIVE
+          or coach.worker_pid("worker1") != old, 30, "the kill to be noticed")
+    _wait(lambda: coach.worker_pid("worker1") not in (None, old)
+          and coach.states().get("worker1") == WorkerState.ACTIVE, 120, "worker1 Active again")
+    back_s = time.monotonic() - t0
+    n_before = len(ledger(coach.run))
+    _wait(lambda: len(ledger(coach.run)) > n_before + 2, 60, "collection to go on")
+    assert coach.stop() == 0, coach.log_text()[-2000:]
+    counts = check_exactly_once(coach.run, [coach.run / "workers" / n for n in names])
+    print(f"reliability worker_sigkill active_again_s={back_s:.1f} lost={counts['lost']} "
+          f"duplicates={counts['duplicates']} written={counts['written']} "
+          f"ingested={counts['ingested']}")
+
+
+def test_coach_sigkill_during_collection_counts_every_batch_once(tmp_path, coach_factory):
+    config = write_config(tmp_path)
+    coach = coach_factory(config, games_per_s=40.0)
+    names = ["worker1", "worker2"]
+    kills = 3
+    coach.start()
+    _wait(lambda: coach.all_active(names), 120, "both workers Active")
+    for k in range(kills):
+        n = len(ledger(coach.run))
+        _wait(lambda: len(ledger(coach.run)) >= n + 3 + k, 60, "batches being ingested")
+        pids = {w: coach.worker_pid(w) for w in names}
+        coach.kill()  # mid-collection: batches arrive every poll
+        time.sleep(0.5 + 0.3 * k)
+        coach.start()
+        _wait(lambda: coach.all_active(names), 120, "workers Active after the coach restart")
+        assert {w: coach.worker_pid(w) for w in names} == pids, "daemons were not adopted"
+    n = len(ledger(coach.run))
+    _wait(lambda: len(ledger(coach.run)) >= n + 3, 60, "collection after the last restart")
+    assert coach.stop() == 0, coach.log_text()[-2000:]
+    assert not list((coach.run / "incoming").iterdir())
+    counts = check_exactly_once(coach.run, [coach.run / "workers" / n for n in names])
+    print(f"reliability coach_sigkill_collecting kills={kills} written={counts['written']} "
+          f"ingested={counts['ingested']} duplicates={counts['duplicates']} "
+          f"lost={counts['lost']}")
+
+
+def _trainer_pid(coach: CoachProc) -> int | None:
+    for pid in _children(coach.popen.pid):
+        if "training.trainer" in _cmdline(pid):
+            return pid
+    return None
+
+
+def test_coach_sigkill_during_training_then_resume_trains_once(tmp_path, coach_factory):
+    config = write_config(tmp_path, self_play={"games_per_worker": 10})
+    coach = coach_factory(config, "--iterations", "1")
+    names = ["worker1", "worker2"]
+    coach.start()
+    _wait(lambda: _trainer_pid(coach), 240, "a training round to start")
+    trainer = _trainer_pid(coach)
+    coach.kill()
+    _wait(lambda: not Path(f"/proc/{trainer}").exists()
+          or "training.trainer" not in _cmdline(trainer), 20,
+          "the orphaned trainer to exit with its coach")
+    coach.start()
+    code = coach.popen.wait(timeout=400)
+    assert code == 0, coach.log_text()[-3000:]
+    gens = model_store.list_manifests(coach.run / "models")
+    assert gens == [0, 1], gens
+    counts = check_exactly_once(coach.run, [coach.run / "workers" / n for n in names])
+    print(f"reliability coach_sigkill_training trainer_orphaned=0 generations={gens} "
+          f"written={counts['written']} ingested={counts['ingested']} "
+          f"duplicates={counts['duplicates']} lost={counts['lost']}")
+
+
+def test_trainer_killed_round_fails_cleanly_and_is_retried(tmp_path, coach_factory):
+    config = write_config(tmp_path, self_play={"games_per_worker": 10, "workers": 1})
+    coach = coach_factory(config, "--iterations", "1")
+    coach.start()
+    _wait(lambda: _trainer_pid(coach), 240, "a training round to start")
+    first = _trainer_pid(coach)
+    time.sleep(1.0)  # let it get into its steps (torch import, data)
+    os.kill(first, signal.SIGKILL)
+    t0 = time.monotonic()
+    _wait(lambda: _trainer_pid(coach) not in (None, first), 120, "the round to be retried")
+    retry_s = time.monotonic() - t0
+    code = coach.popen.wait(timeout=400)
+    assert code == 0, coach.log_text()[-3000:]
+    assert model_store.list_manifests(coach.run / "models") == [0, 1]
+    text = (tmp_path / "logs" / "distributed_training.log").read_text()
+    assert "failed (exit -9" in text, text[-2000:]
+    print(f"reliability trainer_killed retried_after_s={retry_s:.1f} generation_published=1")
+
+
+# ----------------------------------------------------------------------------- worker-side faults
+
+
+def _publish_fake_model(models: Path, generation: int, payload: bytes) -> model_store.Manifest:
+    """A published model whose `.pt` is a zip archive (all SimWorker checks of a model)."""
+    import zipfile
+
+    src = models.parent / f"src{generation}"
+    src.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(src / f"{model_store.model_stem(generation)}.pt", "w") as z:
+        z.writestr("data.pkl", payload)
+    m = model_store.publish_model(src, generation)
+    model_store.copy_published(src, m, models)
+    return m
+
+
+def _daemon(folder: Path, config: Path, name: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.simworker", "--config", str(config), "--name", name,
+         "--dir", str(folder), "--games-per-s", "20", *extra], cwd=str(REPO),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _heartbeat(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_model_corrupted_in_transit_keeps_the_previous_model(tmp_path):
+    config = write_config(tmp_path)
+    folder = tmp_path / "w"
+    _publish_fake_model(folder / "models", 0, b"gen0")
+    proc = _daemon(folder, config, "w1")
+    try:
+        _wait(lambda: _heartbeat(folder).get("generation") == 0
+              and _heartbeat(folder).get("state") == "Active", 60, "generation 0 in use")
+        m = _publish_fake_model(tmp_path / "pub", 1, b"gen1" * 1000)
+        data = bytearray((tmp_path / "pub" / m.zst_name).read_bytes())
+        data[len(data) // 2] ^= 0xFF  # one flipped bit on the wire; the manifest is intact
+        (folder / "models" / m.zst_name).write_bytes(bytes(data))
+        (folder / "models" / m.json_name).write_text(
+            (tmp_path / "pub" / m.json_name).read_text())
+        t = _wait(lambda: "refused" in _heartbeat(folder).get("last_error", ""), 60,
+                  "the corrupt model to be refused")
+        hb = _heartbeat(folder)
+        assert hb["generation"] == 0, hb
+        assert "sha256" in hb["last_error"] or "bytes" in hb["last_error"], hb["last_error"]
+        n = hb["games_done"]
+        _wait(lambda: _heartbeat(folder).get("games_done", 0) > n + 10, 30, "self-play to go on")
+        state_after = _heartbeat(folder).get("state")
+        fixed = _publish_fake_model(tmp_path / "pub2", 2, b"gen2")
+        model_store.copy_published(tmp_path / "pub2", fixed, folder / "models")
+        _wait(lambda: _heartbeat(folder).get("generation") == 2, 60, "a good model to load")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    print(f"reliability corrupt_model refused_in_s={t:.1f} kept_generation=0 "
+          f"state_after_refusal={state_after} then_loaded_generation=2")
+    if state_after == "Syncing":
+        pytest.xfail("training.worker: after refusing a model while one is in use the heartbeat "
+                     "stays Syncing (the state set before loading is never restored); it "
+                     "should be Active or Error (reported to the coach owner)")
+    assert state_after in ("Active", "Error")
+
+
+def _tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+
+
+def test_worker_disk_full_shows_error_and_ingests_no_partial_batch(tmp_path, run_dir):
+    from training.collector import Collector, LocalSource, validate_with_records
+
+    config = write_config(tmp_path, distributed={"batch_size": 40, "max_outbox_batches": 1000})
+    folder = tmp_path / "small"
+    _tmpfs(folder, "400k")
+    try:
+        _publish_fake_model(folder / "models", 0, b"gen0")
+        proc = _daemon(folder, config, "w1", "--games-per-s", "400")
+        try:
+            t = _wait(lambda: proc.poll() is not None
+                      or _heartbeat(folder).get("state") == "Error"
+                      or "No space" in _heartbeat(folder).get("last_error", ""), 120,
+                      "the disk to fill")
+            hb = _heartbeat(folder)
+            exited = proc.poll()
+            col = Collector(run_dir, validate_with_records(5, 0.5))
+            res = col.collect("w1", LocalSource(folder / "outbox"))
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+        leftovers = [p.name for p in (folder / "outbox").iterdir()]
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+    assert res.rejected == [], "a partial batch reached validation"
+    assert len(res.ingested) >= 1
+    state = hb.get("state")
+    print(f"reliability disk_full noticed_s={t:.1f} daemon_exit={exited} heartbeat_state={state} "
+          f"last_error={hb.get('last_error', '')[:60]!r} ingested={len(res.ingested)} "
+          f"partial_ingested=0 tmp_left={sum(n.endswith('.tmp') for n in leftovers)}")
+    if exited is not None:
+        pytest.xfail("training.worker: a full disk makes the daemon exit (OSError from "
+                     "write_batch in _flush is not caught), so the coach restarts it in a loop "
+                     "and shows it Offline; it should stay up, report Error 'No space left' in "
+                     "its heartbeat and retry (reported to the coach owner)")
+    assert state == "Error" and "space" in hb.get("last_error", "").lower(), hb
