@@ -81,6 +81,9 @@ class _Round:
     started: float
     log_path: Path
     games_at_start: int
+    train_s: float = 0.0
+    evaluation: threading.Thread | None = None  # arena/gating, off the coach's loop
+    promote: list = field(default_factory=list)  # the evaluation thread's verdict
 
 
 @dataclass
@@ -230,8 +233,12 @@ class Coach:
         """Run until `run.iterations` new generations are published, or until stopped."""
         t0 = time.monotonic()
         self._prepare_run_dir()
-        self.collector = Collector(
-            self.run_dir, validate_with_records(self.cfg.go.board_size, self.cfg.go.komi))
+        from training.replay_buffer import sidecar_dir
+
+        self.collector = Collector(self.run_dir, validate_with_records(
+            self.cfg.go.board_size, self.cfg.go.komi,
+            sidecar_dir=sidecar_dir(self.run_dir / "replay"),
+            max_generation=lambda: self.generation))
         self._ensure_first_model()
         self._games_at_gen = self._total_games()
         self.fleet = self._make_fleet()
@@ -318,6 +325,7 @@ class Coach:
                     view.speed = (0.7 * view.speed + 0.3 * hb.games_per_s) if view.speed \
                         else hb.games_per_s
                 view.heartbeat = hb
+                view.error = ""
             fresh = view.last_seen is not None and (
                 now - view.last_seen <= self.cfg.distributed.offline_after_s)
             view.state = view.heartbeat.state if fresh else WorkerState.OFFLINE
@@ -460,10 +468,13 @@ class Coach:
 
     def _advance_training(self) -> None:
         if self.round is not None:
-            code = self.round.popen.poll()
-            if code is None:
-                return
-            self._finish_round(code)
+            rnd = self.round
+            if rnd.evaluation is None:
+                code = rnd.popen.poll()
+                if code is not None:
+                    self._finish_training(code)
+            elif not rnd.evaluation.is_alive():
+                self._conclude_round()
             return
         if self._done() or (self.cfg.run.iterations and
                             self.generations_done >= self.cfg.run.iterations):
@@ -503,7 +514,7 @@ class Coach:
         out = open(log_path, "ab")
         try:
             popen = subprocess.Popen(cmd, cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
         finally:
             out.close()
         self.round = _Round(gen, popen, time.monotonic(), log_path, self._total_games())
@@ -512,33 +523,46 @@ class Coach:
         for view in self.views.values():
             view.generation_games = 0
 
-    def _finish_round(self, code: int) -> None:
-        rnd, self.round = self.round, None
-        dt = time.monotonic() - rnd.started
+    def _finish_training(self, code: int) -> None:
+        """The trainer exited: on success start the evaluation (a thread), else retry."""
+        rnd = self.round
+        rnd.train_s = time.monotonic() - rnd.started
         text = rnd.log_path.read_text(errors="replace") if rnd.log_path.exists() else ""
         pt = self.models_dir / f"{model_store.model_stem(rnd.generation)}.pt"
         if code != 0 or not pt.exists():
+            self.round = None
             tail = "\n".join(text.splitlines()[-15:])
             log.error("training round for generation %d failed (exit %s, %.0fs); retrying "
-                      "next pass. Trainer log %s ends:\n%s", rnd.generation, code, dt,
-                      rnd.log_path, tail)
+                      "next pass. Trainer log %s ends:\n%s", rnd.generation, code,
+                      rnd.train_s, rnd.log_path, tail)
             self._games_at_gen = rnd.games_at_start
             self._retry_round_at = time.monotonic() + self.cfg.distributed.backoff_max_s
             return
         self.last_loss = _trainer_loss(text, self.last_loss)
-        promote = self._evaluate(rnd.generation)
-        log.info("trained generation %d in %.1fs: loss=%s promoted=%s", rnd.generation, dt,
-                 self.last_loss, promote)
+        log.info("trained generation %d in %.1fs: loss=%s", rnd.generation, rnd.train_s,
+                 self.last_loss)
+        rnd.evaluation = threading.Thread(
+            target=lambda: rnd.promote.append(self._evaluate(rnd.generation)),
+            name=f"evaluate-{rnd.generation}", daemon=True)
+        rnd.evaluation.start()
+
+    def _conclude_round(self) -> None:
+        """Evaluation done: publish and push a promoted model, record the metrics."""
+        rnd, self.round = self.round, None
+        promote = rnd.promote[0] if rnd.promote else True
         self.generations_done += 1
+        log.info("generation %d %s", rnd.generation,
+                 "promoted" if promote else "not promoted (gating); workers keep "
+                 f"generation {self.generation}")
         if promote:
             self._publish(rnd.generation)
             self._push(rnd.generation)
-        self._record_progress(rnd.generation, dt)
+        self._record_progress(rnd.generation, rnd.train_s)
 
     def _evaluate(self, generation: int) -> bool:
         """Optional arena and gating; True when the new model is promoted."""
         ev = self.cfg.evaluation
-        if ev.gating == "none" and ev.games == 0:
+        if ev.gating == "none" and ev.games == 0 and ev.gnugo_games == 0:
             return True
         try:
             from training import arena
@@ -594,11 +618,12 @@ class Coach:
 
     def window(self) -> tuple[int, int, float | None]:
         """(games, positions, mean generation) of the replay window (newest batches)."""
+        from training.replay_buffer import window_size
+
         r = self.cfg.replay
         entries = sorted(self.collector.ingested_entries(), key=lambda e: e.get("time", 0))
         total = sum(int(e.get("positions", 0)) for e in entries)
-        size = r.min_positions * (max(total, 1) / r.min_positions) ** r.growth
-        size = int(min(r.max_positions, max(r.min_positions, size)))
+        size = window_size(total, r.min_positions, r.max_positions, r.growth)
         games = positions = 0
         gen_sum = 0.0
         for e in reversed(entries):
@@ -715,6 +740,17 @@ def _terminate(popen: subprocess.Popen, grace_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         popen.kill()
         popen.wait()
+
+
+def _die_with_parent() -> None:
+    """In the trainer child: get SIGTERM when the coach dies, even by SIGKILL (Linux), so a
+    restarted coach never races an orphaned round."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _git_commit() -> str:

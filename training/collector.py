@@ -91,16 +91,23 @@ class CollectResult:
     bytes: int = 0
 
 
-def validate_with_records(board_size: int, komi: float) -> Callable[[Path], BatchInfo]:
-    """The validator used by the coach: replay with records.read_batch, check size and komi."""
+def validate_with_records(board_size: int, komi: float, *,
+                          sidecar_dir: str | os.PathLike | None = None,
+                          max_generation: Callable[[], int] | None = None
+                          ) -> Callable[[Path], BatchInfo]:
+    """The coach's validator: replay every game (`records.load_batch`), check the board size,
+    komi and that no game claims a model newer than the coach published; then, with
+    `sidecar_dir`, write the replay window's sidecar from that one replay."""
 
     def validate(path: Path) -> BatchInfo:
         from training import records
 
+        limit = max_generation() if max_generation is not None else None
         try:
-            _, games = records.read_batch(path)
+            batch = records.load_batch(path, max_generation=limit)
         except records.BatchError as e:
             raise BatchRejected(str(e)) from e
+        games = batch.records
         if not games:
             raise BatchRejected(f"{path.name}: holds no games")
         for i, g in enumerate(games):
@@ -110,6 +117,13 @@ def validate_with_records(board_size: int, komi: float) -> Callable[[Path], Batc
                     f"this run plays {board_size}x{board_size} komi {komi}; check the "
                     "worker's config"
                 )
+        if sidecar_dir is not None:
+            from training.replay_buffer import write_sidecar
+
+            try:
+                write_sidecar(batch, path.name, sidecar_dir)
+            except OSError as e:  # the trainer rebuilds a missing sidecar itself
+                log.warning("%s: sidecar not written: %s", path.name, e)
         return BatchInfo(len(games), sum(g.num_moves for g in games),
                          tuple(int(g.generation) for g in games))
 

@@ -1,0 +1,178 @@
+"""Distributed mode end to end: the real coach and worker daemons on two real loopback sshd
+hosts (the sandbox cluster of `training.sandbox`), the tiny config.
+
+One scenario per test to keep the suite's budget: two generations with games from both hosts
+and the second model on both; a worker killed with SIGKILL is restarted and Active again; a
+host whose sshd dies is Offline, then Active once it is back, with no batch counted twice; a
+worker added to the watched config while the coach runs becomes Active.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from configs import dump_config, override
+from distributed.status import WorkerState, parse_status_text
+from tests.sshd import require_sshd
+from training import model_store
+from training.sandbox import sandbox_config, start_hosts
+
+pytestmark = [pytest.mark.slow, pytest.mark.ssh]
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _states(status: Path) -> dict[str, tuple[WorkerState, int]]:
+    try:
+        snap = parse_status_text(status.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {r.name: (r.state, r.restarts) for r in snap.workers}
+
+
+def _ledger(run: Path) -> list[dict]:
+    path = run / "ledger.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _assert_exactly_once(run: Path) -> list[dict]:
+    entries = _ledger(run)
+    names = [e["name"] for e in entries]
+    assert len(names) == len(set(names)), "a batch was counted twice"
+    replay = sorted(p.name for p in (run / "replay").glob("*.npz.zst"))
+    assert sorted(e["name"] for e in entries if e["status"] == "ingested") == replay
+    return entries
+
+
+def _remote_root(cfg, name: str) -> Path:
+    spec = next(w for w in cfg.distributed.workers if w.name == name)
+    return Path(spec.remote_dir)
+
+
+def _kill_daemons(root: Path) -> None:
+    for pid_file in root.glob("**/run/worker_*.pid"):
+        try:
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+        except (ValueError, ProcessLookupError, IndexError):
+            pass
+
+
+@pytest.fixture
+def cluster(tiny_cfg, tmp_path):
+    require_sshd()
+    servers = start_hosts(3, tmp_path / "sandbox")
+    try:
+        yield servers, tmp_path
+    finally:
+        _kill_daemons(tmp_path / "sandbox")
+        for s in servers:
+            s.kill()
+
+
+def _config(tiny_cfg, servers, tmp_path: Path, n: int):
+    cfg = sandbox_config(tiny_cfg, servers[:n], tmp_path / "sandbox")
+    return override(cfg, {"logging.dir": str(tmp_path / "logs"),
+                          "distributed.offline_after_s": 4.0,
+                          "distributed.backoff_max_s": 2.0,
+                          "distributed.connect_timeout_s": 3.0,
+                          # the default for workers added later (--add-worker): stay in tmp
+                          "distributed.remote_dir": str(tmp_path / "sandbox" / "added")})
+
+
+def _run_coach(cfg, config_file: Path, status: Path, **kw):
+    from training.coach import Coach
+
+    coach = Coach(cfg, config_path=config_file, status_path=status, distributed=True,
+                  requests_dir=config_file.parent / "requests", **kw)
+    t = threading.Thread(target=coach.run, daemon=True)
+    t.start()
+    return coach, t
+
+
+def test_two_hosts_train_two_generations_through_faults(tiny_cfg, cluster):
+    servers, tmp = cluster
+    cfg = _config(tiny_cfg, servers, tmp, 2)
+    cfg = override(cfg, {"run.iterations": 2, "self_play.games_per_worker": 40})
+    config = tmp / "config.yaml"
+    config.write_text(dump_config(cfg))
+    status = tmp / "status.txt"
+    coach, t = _run_coach(cfg, config, status, watch_config=False)
+    try:
+        both_active = lambda: all(  # noqa: E731
+            _states(status).get(n, (None,))[0] == WorkerState.ACTIVE for n in ("worker1",
+                                                                               "worker2"))
+        _wait(both_active, 180, "both workers Active")
+
+        # a daemon killed with SIGKILL is restarted and Active again
+        pid_file = _remote_root(cfg, "worker1") / "run" / "worker_worker1.pid"
+        os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+        _wait(lambda: _states(status)["worker1"] == (WorkerState.ACTIVE, 1), 120,
+              "worker1 restarted and Active")
+
+        # worker2's host goes away (sshd and every session killed): Offline, then back
+        seen = len(_ledger(cfg_run := Path(cfg.run.dir)))
+        servers[1].kill()
+        _wait(lambda: _states(status)["worker2"][0] == WorkerState.OFFLINE, 60,
+              "worker2 Offline")
+        servers[1].start()
+        _wait(lambda: _states(status)["worker2"][0] == WorkerState.ACTIVE, 120,
+              "worker2 Active again")
+        _wait(lambda: len(_ledger(cfg_run)) > seen, 60, "more batches")
+        t.join(timeout=600)
+        assert not t.is_alive(), "the coach did not finish 2 generations"
+    finally:
+        coach.stop()
+        t.join(timeout=120)
+    run = Path(cfg.run.dir)
+    entries = _assert_exactly_once(run)
+    assert {e["worker"] for e in entries} == {"worker1", "worker2"}
+    assert model_store.list_manifests(run / "models") == [0, 1, 2]
+    for name in ("worker1", "worker2"):
+        assert 2 in model_store.list_manifests(_remote_root(cfg, name) / "models")
+    snap = parse_status_text(status.read_text())
+    assert snap.generation == 2 and snap.workers_total == 2
+    assert snap.model_sync_s is not None and snap.network_mb_per_min >= 0
+
+
+def test_worker_added_to_the_watched_config_becomes_active(tiny_cfg, cluster):
+    servers, tmp = cluster
+    cfg = _config(tiny_cfg, servers, tmp, 1)
+    cfg = override(cfg, {"self_play.games_per_worker": 100000})
+    config = tmp / "config.yaml"
+    config.write_text(dump_config(cfg))
+    status = tmp / "status.txt"
+    coach, t = _run_coach(cfg, config, status)
+    try:
+        _wait(lambda: _states(status).get("worker1", (None,))[0] == WorkerState.ACTIVE, 180,
+              "worker1 Active")
+        from distributed.ssh_connector import SSHConnector
+
+        extra = servers[2]
+        SSHConnector(config_path=config).add_worker(
+            extra.addr, extra.user, name="worker3", port=extra.port,
+            key_path=str(extra.client_key), gpu_id=-1)
+        assert "worker3" in config.read_text()
+        _wait(lambda: _states(status).get("worker3", (None,))[0] == WorkerState.ACTIVE, 180,
+              "worker3 Active")
+        assert _states(status)["worker1"][0] == WorkerState.ACTIVE
+    finally:
+        coach.stop()
+        t.join(timeout=120)
+    assert not t.is_alive()
+    _assert_exactly_once(Path(cfg.run.dir))

@@ -1,0 +1,158 @@
+"""End to end on the tiny config: the real coach, real worker daemons, the real trainer.
+
+Local mode (the default a new user runs): two generations through `start_main.py`; a worker
+killed with SIGKILL is restarted and Active again; a coach killed mid-run resumes and counts
+every batch exactly once. Distributed mode against two real loopback sshd hosts lives in
+tests/test_distributed_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from configs import dump_config, override
+from distributed.status import WorkerState, parse_status_text
+from tests.conftest import REPO
+from training import model_store
+
+pytestmark = pytest.mark.slow
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _status(path: Path):
+    try:
+        return parse_status_text(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ledger(run: Path) -> list[dict]:
+    path = run / "ledger.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _kill_leftover_workers(run: Path) -> None:
+    """Workers run in their own session; never leave one behind after a test."""
+    for pid_file in run.glob("workers/*/worker.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except (ValueError, ProcessLookupError):
+            pass
+
+
+@pytest.fixture
+def setup(tiny_cfg, tmp_path):
+    run = tmp_path / "run"
+    cfg = override(tiny_cfg, {"run.dir": str(run), "logging.dir": str(tmp_path / "logs")})
+    config = tmp_path / "config.yaml"
+    config.write_text(dump_config(cfg))
+    yield cfg, config, run, tmp_path / "status.txt"
+    _kill_leftover_workers(run)
+
+
+def _start_main(config: Path, status: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "start_main.py", "--config", str(config), "--status-file", str(status),
+         *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _assert_exactly_once(run: Path) -> list[dict]:
+    entries = _ledger(run)
+    names = [e["name"] for e in entries]
+    assert len(names) == len(set(names)), "a batch was counted twice"
+    replay = sorted(p.name for p in (run / "replay").glob("*.npz.zst"))
+    assert sorted(n for n, e in zip(names, entries) if e["status"] == "ingested") == replay
+    seqs = sorted(e["seq"] for e in entries if e["worker"] == "worker1")
+    assert seqs == list(range(len(seqs))), "a batch was lost (gap in the sequence)"
+    return entries
+
+
+def test_local_default_trains_two_generations(setup):
+    cfg, config, run, status = setup
+    proc = _start_main(config, status, "--iterations", "2")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert "generations=2 last_generation=2" in out
+    assert model_store.list_manifests(run / "models") == [0, 1, 2]
+    # the second model reached the worker, which played with it
+    assert 2 in model_store.list_manifests(run / "workers" / "worker1" / "models")
+    entries = _assert_exactly_once(run)
+    assert any(e["generation"] >= 1 for e in entries)
+    snap = parse_status_text(status.read_text())
+    assert snap.generation == 2 and snap.workers_total == 1
+    assert snap.last_loss is not None and snap.window_positions > 0
+    rows = json.loads((run / "metrics.json").read_text())
+    by_gen = {r["generation"]: r for r in rows}
+    assert {1, 2} <= set(by_gen) and "loss" in by_gen[2] and "games_per_s" in by_gen[2]
+    assert (run / "progress.png").stat().st_size > 0
+    assert "published generation 2" in (run.parent / "logs" /
+                                         "distributed_training.log").read_text()
+    assert (run.parent / "logs" / "worker_worker1.log").exists()
+
+
+def test_killed_worker_is_restarted_and_active_again(setup):
+    cfg, config, run, status = setup
+    from training.coach import Coach
+
+    coach = Coach(override(cfg, {"self_play.games_per_worker": 100000}), config_path=config,
+                  status_path=status, watch_config=False)
+    t = threading.Thread(target=coach.run)
+    t.start()
+    try:
+        def worker_active() -> bool:
+            snap = _status(status)
+            return bool(snap and snap.workers and snap.workers[0].state == WorkerState.ACTIVE)
+
+        _wait(worker_active, 120, "worker1 Active")
+        pid = coach.fleet.pid("worker1")
+        os.kill(pid, signal.SIGKILL)
+        _wait(lambda: coach.fleet.pid("worker1") not in (None, pid), 60, "a new daemon")
+        _wait(lambda: worker_active() and _status(status).workers[0].restarts == 1, 120,
+              "worker1 Active again after its restart")
+    finally:
+        coach.stop()
+        t.join(timeout=120)
+    assert not t.is_alive()
+    _assert_exactly_once(run)
+
+
+def test_coach_killed_mid_run_resumes_with_every_batch_counted_once(setup):
+    cfg, config, run, status = setup
+    proc = _start_main(config, status, "--iterations", "5")
+    try:
+        _wait(lambda: len(_ledger(run)) >= 6, 180, "six ingested batches")
+    finally:
+        proc.kill()  # SIGKILL: no clean-up of any kind
+        proc.wait()
+    before = {e["name"] for e in _ledger(run)}
+    pid = int((run / "workers" / "worker1" / "worker.pid").read_text())
+    # the orphaned worker keeps playing and filling its outbox meanwhile
+    proc = _start_main(config, status, "--iterations", "1")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert "resuming" in (run.parent / "logs" / "distributed_training.log").read_text()
+    entries = _assert_exactly_once(run)
+    assert before <= {e["name"] for e in entries}
+    assert len(entries) > len(before)
+    log_text = (run.parent / "logs" / "distributed_training.log").read_text()
+    assert f"adopting running daemon pid {pid}" in log_text
+    assert not list((run / "workers" / "worker1" / "outbox").glob("*.npz.zst"))
