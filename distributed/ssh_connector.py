@@ -47,6 +47,7 @@ from distributed.transfer import (
     TransferError,
     TransferResult,
     TransferStats,
+    VerifyError,
     fan_out,
     get_file,
     put_file,
@@ -98,7 +99,8 @@ class UnknownWorkerError(LookupError):
     """No worker of that name in the config."""
 
 
-_PERMANENT = (HostKeyError, AuthError, RemoteCommandError, DeployError)
+# never retried: retrying cannot change the answer
+_PERMANENT = (HostKeyError, AuthError, RemoteCommandError, DeployError, VerifyError)
 
 
 _FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
@@ -537,8 +539,8 @@ class SSHConnector:
                 sftp = self._sftp(c)
                 size = sftp.stat(path).st_size
                 if size > max_bytes:
-                    raise TransferError(f"{self._where(name)}: {path} is {size} bytes, "
-                                        f"over the limit {max_bytes}")
+                    raise VerifyError(f"{self._where(name)}: {path} is {size} bytes, "
+                                      f"over the limit {max_bytes}")
                 with sftp.open(path, "rb") as f:
                     return f.read(max_bytes + 1)[:max_bytes]
             except FileNotFoundError:

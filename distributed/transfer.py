@@ -53,6 +53,11 @@ class TransferError(Exception):
     """A file could not be moved, verified or (de)compressed; the message names what and where."""
 
 
+class VerifyError(TransferError):
+    """The file moved but is not what was expected (size, sha256, a size limit): retrying the
+    same transfer will not help, so callers do not retry it."""
+
+
 class DecompressionLimitError(TransferError):
     """Decompressed data would exceed the caller's `max_bytes` (a corrupt file or a bomb)."""
 
@@ -291,8 +296,9 @@ def put_file(
         sftp.put(str(local_path), tmp, confirm=False)
         got = sftp.stat(tmp).st_size
         if got != size:
-            raise TransferError(
-                f"{where}: upload of {local_path} to {tmp} stored {got} of {size} bytes"
+            raise VerifyError(
+                f"{where}: upload of {local_path} to {tmp} stored {got} of {size} bytes "
+                "(remote disk full?)"
             )
         sftp.posix_rename(tmp, remote_path)
     except TransferError:
@@ -327,7 +333,8 @@ def get_file(
 
     The size is checked against the remote file's stat (and `expected_size` if given), the
     sha256 against `expected_sha256` if given; `max_bytes` refuses oversized files before
-    downloading. On any failure the partial file is deleted and TransferError raised.
+    downloading. On any failure the partial file is deleted and TransferError raised
+    (FileNotFoundError when the remote file does not exist).
     """
     local_path = Path(local_path)
     partial = local_path.with_name(local_path.name + ".partial")
@@ -335,10 +342,13 @@ def get_file(
     try:
         remote_size = sftp.stat(remote_path).st_size
         if max_bytes is not None and remote_size > max_bytes:
-            raise TransferError(
+            raise VerifyError(
                 f"{where}: {remote_path} is {remote_size} bytes, over the limit {max_bytes}"
             )
         sftp.get(remote_path, str(partial))
+    except FileNotFoundError:
+        partial.unlink(missing_ok=True)
+        raise  # a missing file is an answer, not a failure to retry
     except _NET_ERRORS as e:
         partial.unlink(missing_ok=True)
         raise TransferError(
@@ -358,7 +368,7 @@ def get_file(
         problems.append(f"sha256 {digest[:12]}.. differs from expected {expected_sha256[:12]}..")
     if problems:
         partial.unlink(missing_ok=True)
-        raise TransferError(f"{where}: download of {remote_path}: " + "; ".join(problems))
+        raise VerifyError(f"{where}: download of {remote_path}: " + "; ".join(problems))
     os.replace(partial, local_path)
     dt = time.perf_counter() - t0
     if stats is not None:

@@ -27,7 +27,7 @@ from distributed.ssh_connector import (
     UnknownWorkerError,
 )
 from distributed.status import WorkerState, state_from_heartbeat
-from distributed.transfer import TransferError, sha256_file
+from distributed.transfer import TransferError, VerifyError, sha256_file
 from tests.sshd import (  # noqa: F401 - sshd_server is a fixture
     SSHServer,
     daemon_command,
@@ -129,11 +129,18 @@ def test_download_with_wrong_checksum_leaves_no_file(conn, tmp_path):
     conn.put("worker1", src, "outbox/g.bin")
     dst = tmp_path / "in" / "g.bin"
     dst.parent.mkdir()
-    with pytest.raises(TransferError, match="sha256"):
+    t0 = time.perf_counter()
+    with pytest.raises(VerifyError, match="sha256"):
         conn.get("worker1", "outbox/g.bin", dst, expected_sha256="0" * 64)
+    assert time.perf_counter() - t0 < 1.0, "a verification failure must not be retried"
     assert list(dst.parent.iterdir()) == []
     with pytest.raises(TransferError, match="over the limit"):
         conn.get("worker1", "outbox/g.bin", dst, max_bytes=100)
+    assert list(dst.parent.iterdir()) == []
+    t0 = time.perf_counter()
+    with pytest.raises(FileNotFoundError):
+        conn.get("worker1", "outbox/missing.bin", dst)
+    assert time.perf_counter() - t0 < 1.0, "a missing file must not be retried"
     assert list(dst.parent.iterdir()) == []
 
 
