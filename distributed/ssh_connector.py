@@ -290,6 +290,15 @@ class SSHConnector:
         self._workers.pop(name, None)
         self._drop(name)
 
+    def reconfigure(self, cfg: DistributedConfig) -> None:
+        """Adopt a newly loaded config (the coach's watch on config.yaml). Workers removed or
+        changed (host, port, key, ...) lose their connection; the others keep theirs."""
+        new = {w.name: w for w in cfg.workers}
+        for name, old in list(self._workers.items()):
+            if new.get(name) != old:
+                self._drop(name)
+        self.cfg, self._workers = cfg, new
+
     # ------------------------------------------------------------------ connections
 
     def _where(self, name: str) -> str:

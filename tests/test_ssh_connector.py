@@ -413,3 +413,19 @@ def _fake_project(root: Path, dist: str, version: str) -> ProjectInfo:
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
     return ProjectInfo(dist, version, root)
+
+
+def test_reconfigure_keeps_unchanged_connections(sshd_server, tmp_path):
+    import dataclasses
+
+    specs = [_spec(sshd_server, tmp_path, "w1"), _spec(sshd_server, tmp_path, "w2")]
+    with _connector(sshd_server, tmp_path, specs=specs) as c:
+        c.for_each(lambda n: c.run(n, "true"))
+        kept = c._conns["w1"]
+        moved = dataclasses.replace(specs[1], gpu_id=0)
+        c.reconfigure(dataclasses.replace(c.cfg, workers=(specs[0], moved)))
+        assert c._conns.get("w1") is kept and "w2" not in c._conns
+        c.reconfigure(dataclasses.replace(c.cfg, workers=(moved,)))
+        assert set(c.workers) == {"w2"} and "w1" not in c._conns
+        with pytest.raises(UnknownWorkerError):
+            c.run("w1", "true")
