@@ -1,0 +1,323 @@
+"""Self-play speed against the network-only limit, on this machine's CPU (or a GPU).
+
+For each setting (board, net, simulations, games in flight) it measures, in one process:
+
+- the limit: the same net's fastest inference here, a frozen TorchScript trace
+  (`net.compile_for_inference(..., "trace")`), at its best batch size among --batches, in
+  positions/s; divided by the simulations per move, that is the moves/s a search would reach
+  if everything but the network were free;
+- self-play: `SelfPlay` with `parallel_games` games and one network call per search step
+  (the evaluator of `net.make_evaluator`, the one the workers use), timed over whole moves
+  after a warm-up: moves/s, the share of the wall time spent outside evaluate()
+  (search, rules, features, Python), and ratio = moves/s / limit.
+
+Then games per hour per core for 9x9 (moves/s * 3600 / moves per game, the game length
+measured by the same random net at a few simulations): 1 process with 1 thread, 2 processes
+with 1 thread each (side by side, one per core), and 1 process with 2 threads.
+
+Nets have random weights (the speed does not depend on them; the game length a little).
+Timings are only meaningful on a quiet machine: the figures of a busy one are lower.
+The last line is one JSON object with `moves_per_s`, `limit_moves_per_s`, `ratio` and
+`outside_net_share` for 9x9 at 100 simulations, and the other figures under `settings`
+and `games_per_hour_per_core`.
+
+Usage: python benchmarks/selfplay.py [--quick] [--seconds 15] [--sizes 9 7 19]
+       [--device cpu] [--no-processes] [--cache-stats]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from configs import GoConfig, MctsConfig, SelfPlayConfig
+from training.net import PolicyValueNet, compile_for_inference, make_evaluator, resolve_device
+from training.selfplay import SelfPlay
+
+HISTORY = 8
+
+
+@dataclass(frozen=True)
+class Setting:
+    size: int
+    blocks: int
+    filters: int
+    simulations: int
+    parallel_games: int
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.size}x{self.size} {self.blocks}x{self.filters} {self.simulations} sims"
+
+
+def default_settings(seconds: float, quick: bool, sizes: list[int]) -> list[Setting]:
+    table = {
+        9: Setting(9, 6, 64, 100, 128, seconds),
+        7: Setting(7, 6, 64, 100, 128, seconds / 2),
+        # 19x19 with a larger net: fewer simulations and games, or one move takes minutes
+        19: Setting(19, 10, 128, 32 if not quick else 16, 16, seconds / 2),
+    }
+    out = [table[s] for s in sizes]
+    if quick:
+        out = [replace(s, parallel_games=min(s.parallel_games, 64)) for s in out]
+    return out
+
+
+def make_net(s: Setting, device: torch.device) -> PolicyValueNet:
+    torch.manual_seed(0)
+    return PolicyValueNet(s.size, s.blocks, s.filters, HISTORY, 64).to(device).eval()
+
+
+def network_limit(
+    fn, net: PolicyValueNet, device: torch.device, batches: list[int], window_s: float
+) -> tuple[float, int]:
+    """(best positions/s, its batch size) of the traced net `fn` over `batches`: the best of
+    3 timed windows per batch size, so a moment of load elsewhere does not lower it."""
+    best, best_batch = 0.0, batches[0]
+    for batch in batches:
+        x = torch.randn(batch, net.in_planes, net.board_size, net.board_size, device=device)
+        with torch.inference_mode():
+            for _ in range(3):
+                fn(x)
+            for _ in range(3):
+                _sync(device)
+                n, start = 0, time.perf_counter()
+                while time.perf_counter() - start < window_s:
+                    fn(x)
+                    n += batch
+                _sync(device)
+                rate = n / (time.perf_counter() - start)
+                if rate > best:
+                    best, best_batch = rate, batch
+    return best, best_batch
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Timed:
+    """An evaluator that adds up the wall time spent inside it."""
+
+    def __init__(self, evaluate):
+        self.evaluate = evaluate
+        self.seconds = 0.0
+        self.positions = 0
+
+    def __call__(self, planes, legal):
+        start = time.perf_counter()
+        out = self.evaluate(planes, legal)
+        self.seconds += time.perf_counter() - start
+        self.positions += len(planes)
+        return out
+
+
+def selfplay_speed(s: Setting, evaluate, seed: int = 0) -> dict:
+    """Moves/s of SelfPlay, timed over whole moves of all games for at least s.seconds."""
+    go = GoConfig(board_size=s.size, komi=7.5 if s.size >= 9 else 0.5)
+    mcts = MctsConfig(simulations=s.simulations)
+    sp_cfg = SelfPlayConfig(
+        parallel_games=s.parallel_games, batch_size=s.parallel_games, resign_threshold=-1.0
+    )
+    # warm-up on a small copy: numba cache load, the network's first calls at this batch size
+    warm = replace(sp_cfg, parallel_games=2, batch_size=2)
+    SelfPlay(evaluate, go, replace(mcts, simulations=2), warm, history=HISTORY).step()
+    evaluate(*_random_batch(s.parallel_games, s.size))
+    timed = Timed(evaluate)
+    sp = SelfPlay(timed, go, mcts, sp_cfg, history=HISTORY, seed=seed)
+    start = time.perf_counter()
+    while True:  # whole moves of every game, so the time per move is exact
+        sp.step()
+        elapsed = time.perf_counter() - start
+        if elapsed >= s.seconds:
+            break
+    moves = sp.moves_played
+    return {
+        "moves_per_s": moves / elapsed,
+        "outside_net_share": 1.0 - timed.seconds / elapsed,
+        "evals_per_move": timed.positions / max(moves, 1),
+        # the network's own speed inside self-play: compare with the limit (a gap here is
+        # the machine, e.g. other processes, not the search)
+        "net_positions_per_s_in_selfplay": timed.positions / max(timed.seconds, 1e-9),
+        "seconds": elapsed,
+        "moves": moves,
+    }
+
+
+def _random_batch(batch: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    planes = (rng.random((batch, 2 * HISTORY + 1, size, size)) < 0.3).astype(np.float32)
+    return planes, np.ones((batch, size * size + 1), bool)
+
+
+def game_length(s: Setting, evaluate, games: int) -> float:
+    """Mean moves per game of the same net at 4 simulations (game length, not speed)."""
+    go = GoConfig(board_size=s.size, komi=7.5)
+    sp_cfg = SelfPlayConfig(parallel_games=games, batch_size=games)
+    sp = SelfPlay(evaluate, go, MctsConfig(simulations=4), sp_cfg, history=HISTORY, seed=1)
+    records = sp.play(max_games=games)
+    return float(np.mean([r.num_moves for r in records]))
+
+
+def child_main(args: argparse.Namespace) -> None:
+    """One process of the games-per-hour figure: print moves/s as JSON."""
+    torch.set_num_threads(args.threads)
+    s = Setting(9, 6, 64, 100, args.parallel, args.seconds)
+    device = resolve_device(args.device)
+    evaluate = make_evaluator(make_net(s, device), device)
+    print(json.dumps(selfplay_speed(s, evaluate, seed=args.child_seed)))
+
+
+def run_children(args: argparse.Namespace, processes: int, threads: int, seconds: float) -> float:
+    """Total moves/s of `processes` side-by-side benchmark processes of `threads` threads."""
+    cmd = [
+        sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads),
+        "--seconds", str(seconds), "--parallel", str(args.parallel), "--device", args.device,
+    ]
+    procs = [
+        subprocess.Popen(cmd + ["--child-seed", str(i)], stdout=subprocess.PIPE, text=True)
+        for i in range(processes)
+    ]
+    total = 0.0
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f"benchmark child process failed with exit code {p.returncode}")
+        total += json.loads(out.strip().splitlines()[-1])["moves_per_s"]
+    return total
+
+
+def cache_stats(evaluate, seconds: float) -> dict:
+    """Share of leaf evaluations whose exact input planes were evaluated before in this run
+    (any game), i.e. the most an evaluation cache could save (9x9, 100 simulations)."""
+    seen: set[bytes] = set()
+    hits = total = 0
+
+    def counting(planes, legal):
+        nonlocal hits, total
+        for i in range(len(planes)):
+            key = planes[i].tobytes()
+            hits += key in seen
+            seen.add(key)
+            total += 1
+        return evaluate(planes, legal)
+
+    selfplay_speed(Setting(9, 6, 64, 100, 64, seconds), counting)
+    return {"lookups": total, "hit_rate": round(hits / max(total, 1), 4)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="short timings (about a minute)")
+    p.add_argument("--seconds", type=float, default=15.0, help="timed self-play per setting")
+    p.add_argument("--sizes", type=int, nargs="+", default=[9, 7, 19], choices=[7, 9, 19])
+    p.add_argument("--batches", type=int, nargs="+", default=[32, 64, 128, 256])
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 ...")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of this process")
+    p.add_argument("--no-processes", action="store_true", help="skip the 2-process figure")
+    p.add_argument("--cache-stats", action="store_true", help="measure evaluation-cache hits")
+    p.add_argument("--parallel", type=int, default=128, help=argparse.SUPPRESS)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--child-seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child_main(args)
+        return
+    seconds = min(args.seconds, 8.0) if args.quick else args.seconds
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    print(f"device={device} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()}")
+
+    rows = []
+    for s in default_settings(seconds, args.quick, args.sizes):
+        net = make_net(s, device)
+        fn = compile_for_inference(net, device, "trace")
+        window = min(0.5, seconds / 16)
+        limit, best_batch = network_limit(fn, net, device, args.batches, window)
+        evaluate = make_evaluator(net, device)
+        sp = selfplay_speed(s, evaluate)
+        # once more after self-play, at the best batch size: the limit is the best seen
+        limit = max(limit, network_limit(fn, net, device, [best_batch], window)[0])
+        limit_moves = limit / s.simulations
+        row = {
+            "setting": s.name,
+            "size": s.size,
+            "simulations": s.simulations,
+            "parallel_games": s.parallel_games,
+            "limit_positions_per_s": limit,
+            "limit_batch": best_batch,
+            "limit_moves_per_s": limit_moves,
+            "ratio": sp["moves_per_s"] / limit_moves,
+            **sp,
+        }
+        rows.append(row)
+        print(
+            f"  {s.name:28s} games={s.parallel_games:4d}  net limit {limit:8.1f} pos/s "
+            f"(batch {best_batch:3d}) = {limit_moves:7.2f} moves/s   self-play "
+            f"{sp['moves_per_s']:7.2f} moves/s  ratio {row['ratio']:.2f}  outside net "
+            f"{sp['outside_net_share']:.1%}  evals/move {sp['evals_per_move']:.1f}  net inside "
+            f"self-play {sp['net_positions_per_s_in_selfplay']:.1f} pos/s",
+            flush=True,
+        )
+
+    per_core: dict[str, float] = {}
+    if 9 in args.sizes:
+        nine = next(r for r in rows if r["size"] == 9)
+        s9 = next(s for s in default_settings(seconds, args.quick, [9]))
+        length = game_length(s9, make_evaluator(make_net(s9, device), device), 16)
+        per_core["moves_per_game"] = length
+        per_core["1_process_1_thread"] = nine["moves_per_s"] * 3600 / length
+        if not args.no_processes and device.type == "cpu":
+            child_s = seconds / 2
+            args.parallel = nine["parallel_games"]
+            two = run_children(args, 2, 1, child_s)
+            per_core["2_processes_1_thread"] = two * 3600 / length / 2
+            one_two = run_children(args, 1, 2, child_s)
+            per_core["1_process_2_threads"] = one_two * 3600 / length / 2
+        print(f"\n9x9 games per hour per core ({length:.0f} moves per game, random net):")
+        for k, v in per_core.items():
+            if k != "moves_per_game":
+                print(f"  {k:24s} {v:8.0f}")
+
+    extra = {}
+    if args.cache_stats:
+        net9 = make_net(Setting(9, 6, 64, 100, 64, seconds), device)
+        extra["cache"] = cache_stats(make_evaluator(net9, device), seconds)
+        print(f"\nevaluation cache: {extra['cache']}")
+
+    print("\n| setting | games | limit pos/s | limit moves/s | self-play moves/s | ratio | "
+          "outside net |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['setting']} | {r['parallel_games']} | {r['limit_positions_per_s']:.0f} | "
+            f"{r['limit_moves_per_s']:.2f} | {r['moves_per_s']:.2f} | {r['ratio']:.2f} | "
+            f"{r['outside_net_share']:.1%} |"
+        )
+    main_row = next((r for r in rows if r["size"] == 9), rows[0])
+    print(json.dumps({
+        "moves_per_s": round(main_row["moves_per_s"], 3),
+        "limit_moves_per_s": round(main_row["limit_moves_per_s"], 3),
+        "ratio": round(main_row["ratio"], 3),
+        "outside_net_share": round(main_row["outside_net_share"], 4),
+        "setting": main_row["setting"],
+        "device": str(device),
+        "settings": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+                     for r in rows],
+        "games_per_hour_per_core": {k: round(v, 1) for k, v in per_core.items()},
+        **extra,
+    }))
+
+
+if __name__ == "__main__":
+    main()
