@@ -139,11 +139,27 @@ def test_two_of_our_engines_play_a_refereed_game():
     assert set(game.engine_scores.values()) == {game.result}
 
 
-def test_model_flag_fails_clearly_until_a_network_exists():
-    proc = subprocess.run(ENGINE + ["--model", "model.pt", "--simulations", "8"], input="",
-                          capture_output=True, text=True, cwd=REPO, timeout=60)
+def test_model_flag_with_a_missing_file_fails_clearly():
+    proc = subprocess.run(ENGINE + ["--model", "no_such_model.pt", "--simulations", "8"],
+                          input="", capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode != 0
-    assert "not implemented yet" in proc.stderr and "--model" in proc.stderr
+    assert "--model no_such_model.pt: no such file" in proc.stderr
+
+
+@pytest.mark.slow
+def test_model_flag_plays_legal_moves_with_a_tiny_network(tmp_path, tiny_cfg):
+    from training.net import net_from_config, save_model
+
+    size = tiny_cfg.go.board_size
+    path = tmp_path / "model_000001.pt"
+    save_model(path, net_from_config(tiny_cfg.net, size), generation=1)
+    with GtpClient(ENGINE + ["--model", str(path), "--simulations", "4"], cwd=REPO,
+                   timeout_s=120) as engine:
+        pos = Position(size, max_moves=10_000)
+        for color in ("black", "white", "black", "white"):
+            move = from_gtp(engine.send(f"genmove {color}"), size)
+            pos.play(move)  # raises if the engine's move were illegal
+        assert engine.send("final_score") == pos.result()
 
 
 def test_client_times_out_on_a_silent_engine_and_reports_a_dead_one():

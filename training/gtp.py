@@ -11,8 +11,8 @@ Who chooses the moves is a *player*: any object with
 `None` to resign). `GtpEngine(player)` owns the board and the protocol; the player only
 chooses. Until a trained network exists the player is `RandomPlayer`: a uniformly random
 legal move that does not fill one of its own single-point eyes, passing when no other move
-is left. `--model FILE --simulations N` are accepted now and will select the network with
-search once it exists; today they stop with a clear error.
+is left. With `--model FILE --simulations N` the player is `training.arena.NetPlayer`: the
+trained network with batched MCTS (torch is imported only then).
 
 The game itself is a reference `Position` with no practical move cap (GTP controllers decide
 when a game ends); after two passes it is over: a further `play` of a stone is refused and
@@ -22,6 +22,7 @@ when a game ends); after two passes it is over: a further `play` of a stone is r
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from typing import Protocol, TextIO
@@ -225,14 +226,15 @@ def _color(text: str) -> int:
 
 
 def make_player(model: str | None, simulations: int, seed: int | None) -> Player:
-    """The move chooser the flags ask for."""
+    """The move chooser the flags ask for: random, or a trained model with MCTS."""
     if model is None:
         return RandomPlayer(seed)
-    # TODO(net/mcts owners): load the model and wrap batched MCTS as a Player here.
-    raise SystemExit(
-        f"error: --model {model}: playing with a trained network is not implemented yet "
-        f"(needs training.net and training.mcts); run without --model for a random player"
-    )
+    if not os.path.isfile(model):
+        raise SystemExit(f"error: --model {model}: no such file")
+    # Imported here: torch is only needed (and only loaded) when a model is asked for.
+    from training.arena import NetPlayer
+
+    return NetPlayer(model, simulations)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -241,15 +243,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--size", type=int, default=9, help="initial board size (default 9)")
     parser.add_argument("--komi", type=float, default=7.5, help="initial komi (default 7.5)")
-    parser.add_argument("--model", help="trained model file (not available yet)")
+    parser.add_argument("--model", help="trained model file (model_<gen>.pt); plays with MCTS")
     parser.add_argument("--simulations", type=int, default=100,
                         help="MCTS simulations per move with --model (default 100)")
     parser.add_argument("--seed", type=int, help="seed of the random player")
     args = parser.parse_args(argv)
     if not MIN_SIZE <= args.size <= MAX_SIZE:
         parser.error(f"--size must be {MIN_SIZE}..{MAX_SIZE}")
-    engine = GtpEngine(make_player(args.model, args.simulations, args.seed), args.size,
-                       args.komi)
+    player = make_player(args.model, args.simulations, args.seed)
+    size = getattr(player, "board_size", args.size)  # a model plays its own board size
+    engine = GtpEngine(player, size, args.komi)
     engine.run(sys.stdin, sys.stdout)
 
 
