@@ -457,7 +457,8 @@ class SSHConnector:
         try:
             transport = conn.client.get_transport()
             chan = transport.open_session(timeout=timeout_s)
-            chan.exec_command(command)
+            # run under POSIX sh whatever the user's login shell is (fish, csh, ...)
+            chan.exec_command(f"exec /bin/sh -c {q(command)}")
             chan.shutdown_write()
             out, err = bytearray(), bytearray()
             while True:
