@@ -137,6 +137,7 @@ distributed:   # the test's worker
     return path
 
 
+@pytest.mark.ssh
 def test_cli_check_prints_a_preflight_table(sshd_server, tmp_path):
     cfg = _ssh_config(tmp_path, sshd_server, sys.executable)
     # as a module from the repository root (works without an install) ...
@@ -182,6 +183,7 @@ def test_cli_restart_is_handed_to_a_running_coach(tmp_path, cfg_file, capsys):
     assert list(reqs.iterdir()) == []
 
 
+@pytest.mark.ssh
 def test_cli_restart_without_coach_restarts_over_ssh(sshd_server, tmp_path, capsys):
     script = write_fake_daemon(tmp_path)
     # a per-host "python" that runs the fake daemon whatever the start command asks for

@@ -429,3 +429,11 @@ def test_reconfigure_keeps_unchanged_connections(sshd_server, tmp_path):
         assert set(c.workers) == {"w2"} and "w1" not in c._conns
         with pytest.raises(UnknownWorkerError):
             c.run("w1", "true")
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap(conn):
+    for attempt in range(8):
+        cap = min(conn.cfg.backoff_max_s, conn.cfg.backoff_base_s * 2**attempt)
+        delays = [conn._backoff_s(attempt) for _ in range(50)]
+        assert all(cap / 2 <= d <= cap for d in delays)
+        assert len(set(delays)) > 1  # jitter: workers do not retry in lockstep
