@@ -141,6 +141,7 @@ class Worker:
         self._next_seq = self._load_next_seq(min_seq)
         self._selfplay: Any = None
         self._pending: list[Any] = []  # finished games not yet in a batch
+        self._reserved: int | None = None  # a sequence number reserved, its batch unwritten
 
     # ------------------------------------------------------------------ extension points
 
@@ -194,7 +195,7 @@ class Worker:
                     if not self._sync():
                         self._wait_for_models()
                     continue
-                if self._outbox_full():
+                if self._outbox_full() or not self._flush_full_batches():
                     continue
                 finished = self._selfplay.step()
                 for rec in finished:
@@ -203,8 +204,8 @@ class Worker:
                     with self._lock:
                         self.games_done += 1
                         self.positions_done += int(getattr(rec, "num_moves", 0))
-                while len(self._pending) >= self.cfg.distributed.batch_size:
-                    self._flush(self.cfg.distributed.batch_size)
+                if not self._flush_full_batches():
+                    continue
                 if max_games is not None and self.games_done >= max_games:
                     break
                 due = games_since_sync >= self.cfg.distributed.sync_interval
@@ -223,11 +224,8 @@ class Worker:
             n = int(self._selfplay.discard_unfinished() or 0)
             with self._lock:
                 self.discarded_games += n
-        if self._pending:
-            try:
-                self._flush(len(self._pending))
-            except OSError as e:
-                log.error("could not write the last %d games: %s", len(self._pending), e)
+        if self._pending and not self._flush(len(self._pending)):
+            log.error("the last %d finished games could not be written", len(self._pending))
         if observer is not None:
             observer.stop()
             observer.join(timeout=5)
@@ -281,19 +279,17 @@ class Worker:
         if self._refused.get(manifest.generation) == (manifest.sha256, manifest.size):
             return self._selfplay is not None
         with self._lock:
-            previous_state = self.state
             self.state = WorkerState.SYNCING
+        self._write_heartbeat()
         t0 = time.perf_counter()
         try:
             evaluate, generation = self._load(manifest)
         except (ModelStoreError, OSError, ValueError, RuntimeError) as e:
+            # Error until a good model arrives; self-play goes on with the model we have
             self._refused[manifest.generation] = (manifest.sha256, manifest.size)
-            self._report_error(f"model generation {manifest.generation} refused: {e}")
             if self._selfplay is not None:
                 log.error("keeping model generation %d", self.generation)
-            with self._lock:
-                if self._selfplay is None:
-                    self.state = WorkerState.ERROR
+            self._report_error(f"model generation {manifest.generation} refused: {e}")
             return self._selfplay is not None
         if self._selfplay is None:
             self._selfplay = self.make_selfplay(evaluate, generation)
@@ -302,7 +298,7 @@ class Worker:
         with self._lock:
             self.generation = generation
             self.state = WorkerState.ACTIVE
-            if previous_state == WorkerState.ERROR or self.last_error.startswith("model"):
+            if self.last_error.startswith("model"):
                 self.last_error = ""
         log.info("loaded model generation %d in %.2fs", generation, time.perf_counter() - t0)
         self._write_heartbeat()
@@ -326,12 +322,19 @@ class Worker:
         return evaluate, generation
 
     def _report_error(self, message: str) -> None:
+        """State Error with `message` in the heartbeat (cleared when the cause is gone)."""
         log.error("%s", message)
         with self._lock:
             self.last_error = message
-            if self._selfplay is None:
-                self.state = WorkerState.ERROR
+            self.state = WorkerState.ERROR
         self._write_heartbeat()
+
+    def _clear_error(self, prefix: str) -> None:
+        with self._lock:
+            if self.last_error.startswith(prefix):
+                self.last_error = ""
+                if self.state == WorkerState.ERROR and self._selfplay is not None:
+                    self.state = WorkerState.ACTIVE
 
     # ------------------------------------------------------------------ outbox
 
@@ -349,15 +352,36 @@ class Worker:
             self._stop.wait(timeout=self.cfg.distributed.heartbeat_interval_s)
         return full
 
-    def _flush(self, count: int) -> None:
-        records, self._pending = self._pending[:count], self._pending[count:]
-        seq = self._reserve_seq()
+    def _flush(self, count: int) -> bool:
+        """Write the first `count` pending games as one batch; False (state Error, games
+        kept) when the disk refuses, e.g. when it is full."""
+        records = self._pending[:count]
         generation = min(int(getattr(r, "generation", self.generation)) for r in records)
-        path = self.outbox / batch_file_name(self.name, generation, seq)
-        self.write_batch(records, path)
+        try:
+            if self._reserved is None:
+                self._reserved = self._reserve_seq()
+            path = self.outbox / batch_file_name(self.name, generation, self._reserved)
+            self.write_batch(records, path)
+        except OSError as e:
+            self._report_error(f"cannot write a batch to {self.outbox}: "
+                               f"{e.strerror or e}; retrying")
+            return False
+        self._reserved = None  # a failed write keeps its number: the name never existed
+        self._pending = self._pending[count:]
         with self._lock:
             self.batches_written += 1
+        self._clear_error("cannot write")
         log.info("wrote %s (%d games)", path.name, len(records))
+        return True
+
+    def _flush_full_batches(self) -> bool:
+        """Write every full batch; on a write failure wait a little and return False (no
+        self-play while finished games cannot be saved)."""
+        while len(self._pending) >= self.cfg.distributed.batch_size:
+            if not self._flush(self.cfg.distributed.batch_size):
+                self._stop.wait(min(5.0, self.cfg.distributed.backoff_max_s))
+                return False
+        return True
 
     def _load_next_seq(self, min_seq: int) -> int:
         seq = min_seq
@@ -374,10 +398,11 @@ class Worker:
         return seq
 
     def _reserve_seq(self) -> int:
-        """The next sequence number, persisted BEFORE its batch is written."""
+        """The next sequence number, persisted BEFORE its batch is written (OSError when the
+        disk refuses; nothing is consumed then)."""
         seq = self._next_seq
-        self._next_seq += 1
-        write_json_atomic(self.folder / STATE_NAME, {"next_seq": self._next_seq})
+        write_json_atomic(self.folder / STATE_NAME, {"next_seq": seq + 1})
+        self._next_seq = seq + 1
         return seq
 
     # ------------------------------------------------------------------ heartbeat
@@ -385,10 +410,7 @@ class Worker:
     def _heartbeat_loop(self) -> None:
         interval = self.cfg.distributed.heartbeat_interval_s
         while not self._stop.is_set():
-            try:
-                self._write_heartbeat()
-            except OSError as e:  # a full disk must not kill the daemon; retry next beat
-                log.warning("heartbeat not written: %s", e)
+            self._write_heartbeat()
             self._stop.wait(interval)
 
     def heartbeat(self) -> Heartbeat:
@@ -425,7 +447,10 @@ class Worker:
         hb = self.heartbeat()
         extra = {"discarded_games": self.discarded_games, "batches_written":
                  self.batches_written, "next_seq": self._next_seq, "device": self.device}
-        write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
+        try:
+            write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
+        except OSError as e:  # a full disk must not kill the daemon; the next beat retries
+            log.warning("heartbeat not written: %s", e)
 
 
 def _derive_seed(base: int, name: str) -> int:
