@@ -432,6 +432,8 @@ class RoundResult:
     model_path: str
     checkpoint_path: str
     step_losses: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    """Wall time of each optimizer step on this rank (data, forward, backward, all-reduce)."""
     rank_checksums: list[float] = field(default_factory=list)
     """One weights checksum per rank; DDP keeps them equal (checked at the end of a round)."""
 
@@ -645,8 +647,10 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     bar = _progress_bar(steps, new_gen, enabled=progress and ctx.is_main)
     sums = np.zeros(4)  # policy loss * n, value loss * n, correct, n   (this rank)
     step_losses: list[float] = []
+    step_seconds: list[float] = []
     t0 = time.perf_counter()
     for step in range(steps):
+        t_step = time.perf_counter()
         _maybe_inject_fault(hooks, ctx.rank, step)
         idx = batches.next()
         planes, policy, value = _fetch(dataset, idx)
@@ -671,6 +675,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
         sums += step_sums
         reduced = _all_reduce_sum([step_sums[0] + step_sums[1], step_sums[3]], ctx)
         step_losses.append(reduced[0] / reduced[1])
+        step_seconds.append(time.perf_counter() - t_step)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{step_losses[-1]:.3f}", lr=f"{schedule.lr():.3g}")
@@ -694,6 +699,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
         world_size=ctx.world_size, micro_batch=micro,
         accumulation=math.ceil(per_rank / micro),
         model_path=str(model_file), checkpoint_path=str(ckpt_file), step_losses=step_losses,
+        step_seconds=step_seconds,
         rank_checksums=checksums,
     )
     if ctx.is_main:

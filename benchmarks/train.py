@@ -1,0 +1,195 @@
+"""Training and inference throughput of the network on this machine.
+
+Training (default): samples/s of real trainer rounds (`python -m training.trainer` on
+synthetic samples, the 9x9 6-block 64-filter net of configs/config.yaml unless told otherwise)
+for one process and for two DDP processes over Gloo on the CPU (torchrun, one thread each),
+and, where CUDA is present, one GPU with and without mixed precision. Steady-state figures:
+the first `--warmup-steps` steps of each run are left out. The last line is one JSON object
+with `samples_per_s_1` and `samples_per_s_ddp2` (and `samples_per_s_gpu*` on a GPU).
+
+Inference (`--inference`): positions/s of `training.net.make_evaluator` by batch size for
+eager PyTorch, a frozen TorchScript trace and torch.compile, one thread; the last line is a
+JSON object with every figure and the best form per batch size.
+
+Usage:
+    python benchmarks/train.py [--steps 30] [--batch-size 256] [--blocks 6 --filters 64]
+    python benchmarks/train.py --inference [--batches 1 8 32 64 128] [--modes eager trace]
+Timings are only meaningful on a quiet machine (other processes take cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    # HACK: run as a script (python benchmarks/train.py) from anywhere: the project root must be
+    # importable; an editable install (pip install -e .) makes this a no-op.
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from configs import dump_config, load_config, override  # noqa: E402
+from training.net import PolicyValueNet, make_evaluator  # noqa: E402
+from training.trainer import synthetic_samples  # noqa: E402
+
+
+def _steady_samples_per_s(summary: dict, batch: int, warmup: int) -> float:
+    times = summary["step_seconds"][warmup:] or summary["step_seconds"]
+    return batch * len(times) / sum(times)
+
+
+def _run_trainer(cmd_prefix: list[str], cfg_path: Path, run_dir: Path, samples: Path,
+                 steps: int, extra: list[str], env: dict | None = None) -> dict:
+    cmd = [*cmd_prefix, "--config", str(cfg_path), "--run-dir", str(run_dir),
+           "--samples", str(samples), "--steps", str(steps), "--checkpoint", "none",
+           "--no-progress", "--log-level", "WARNING", *extra]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_training(args: argparse.Namespace) -> dict:
+    cfg = load_config(args.config)
+    cfg = override(cfg, {
+        "go.board_size": args.board_size, "net.blocks": args.blocks,
+        "net.filters": args.filters, "training.batch_size": args.batch_size,
+        "training.warmup_steps": 0, "replay.validation_fraction": 0.0,
+    })
+    steps = args.steps + args.warmup_steps
+    results: dict[str, float] = {}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+        tmp = Path(tmp)
+        cfg_path = tmp / "config.yaml"
+        cfg_path.write_text(dump_config(cfg))
+        samples = tmp / "samples.npz"
+        count = max(args.batch_size * 8, 2048)
+        synthetic_samples(count, cfg.go.board_size, cfg.net.history, seed=0).save(samples)
+        one = [sys.executable, "-m", "training.trainer"]
+        ddp2 = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node=2", "-m", "training.trainer"]
+        cpu_env = {"CUDA_VISIBLE_DEVICES": ""}
+        runs = [
+            ("samples_per_s_1", "CPU, 1 process", one, [], {**cpu_env}),
+            ("samples_per_s_1_thread", "CPU, 1 process, 1 thread", one, [],
+             {**cpu_env, "OMP_NUM_THREADS": "1"}),
+            ("samples_per_s_ddp2", "CPU, 2 DDP processes (gloo), 1 thread each", ddp2, [],
+             {**cpu_env, "OMP_NUM_THREADS": "1"}),
+        ]
+        if torch.cuda.is_available():
+            runs += [
+                ("samples_per_s_gpu", "GPU, 1 process, float32", one, [], {}),
+                ("samples_per_s_gpu_amp", "GPU, 1 process, mixed precision", one,
+                 ["--mixed-precision"], {}),
+            ]
+            if torch.cuda.device_count() >= 2:
+                runs.append(("samples_per_s_gpu_ddp2", "2 GPUs, DDP (nccl)", ddp2, [], {}))
+        for key, label, prefix, extra, env in runs:
+            t0 = time.perf_counter()
+            summary = _run_trainer(prefix, cfg_path, tmp / key, samples, steps, extra, env)
+            wall = time.perf_counter() - t0
+            rate = _steady_samples_per_s(summary, args.batch_size, args.warmup_steps)
+            results[key] = rate
+            rows.append((label, rate, summary["loss"], wall))
+            print(f"  {label}: {rate:,.0f} samples/s (run {wall:.1f}s)", file=sys.stderr)
+    net = f"{cfg.go.board_size}x{cfg.go.board_size} {cfg.net.blocks}x{cfg.net.filters}"
+    print(f"\nTraining throughput, {net} net, total batch {args.batch_size}, "
+          f"{args.steps} timed steps after {args.warmup_steps} warm-up, cores {os.cpu_count()}")
+    print(f"| {'run':<46} | {'samples/s':>10} | {'loss':>6} | {'wall s':>6} |")
+    print(f"|{'-' * 48}|{'-' * 12}|{'-' * 8}|{'-' * 8}|")
+    for label, rate, loss, wall in rows:
+        print(f"| {label:<46} | {rate:>10,.0f} | {loss:>6.3f} | {wall:>6.1f} |")
+    if "samples_per_s_ddp2" in results:
+        print(f"DDP speed-up over one process: "
+              f"{results['samples_per_s_ddp2'] / results['samples_per_s_1']:.2f}x")
+    return {"net": net, "batch_size": args.batch_size, "steps": args.steps, **{
+        k: round(v, 1) for k, v in results.items()}}
+
+
+def _time_evaluator(evaluate, planes: np.ndarray, legal: np.ndarray, min_time_s: float
+                    ) -> float:
+    for _ in range(3):
+        evaluate(planes, legal)
+    best = 0.0
+    for _ in range(3):
+        count, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < min_time_s:
+            evaluate(planes, legal)
+            count += len(planes)
+        best = max(best, count / (time.perf_counter() - t0))
+    return best
+
+
+def bench_inference(args: argparse.Namespace) -> dict:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    net = PolicyValueNet(args.board_size, args.blocks, args.filters, args.history, 64).eval()
+    n, c = args.board_size, 2 * args.history + 1
+    rng = np.random.default_rng(0)
+    table: dict[str, dict[int, float]] = {}
+    prep: dict[str, float] = {}
+    for mode in args.modes:
+        t0 = time.perf_counter()
+        evaluate = make_evaluator(net, "cpu", jit=mode)
+        # compile builds one graph per padded batch size: count those builds as preparation
+        for batch in args.batches if mode == "compile" else []:
+            evaluate(np.zeros((batch, c, n, n), np.float32))
+        prep[mode] = time.perf_counter() - t0
+        table[mode] = {}
+        for batch in args.batches:
+            planes = (rng.random((batch, c, n, n)) < 0.3).astype(np.float32)
+            legal = np.ones((batch, n * n + 1), bool)
+            table[mode][batch] = _time_evaluator(evaluate, planes, legal, args.min_time_s)
+            print(f"  {mode} batch {batch}: {table[mode][batch]:,.0f} positions/s",
+                  file=sys.stderr)
+    print(f"\nInference positions/s, {n}x{n} {args.blocks}x{args.filters} net, "
+          f"{args.threads} thread(s), make_evaluator (softmax over legal moves included)")
+    head = "".join(f" | {b:>8}" for b in args.batches)
+    print(f"| {'mode':<8}{head} | prep s |")
+    print(f"|{'-' * 10}" + f"|{'-' * 10}" * len(args.batches) + f"|{'-' * 8}|")
+    for mode in args.modes:
+        cells = "".join(f" | {table[mode][b]:>8,.0f}" for b in args.batches)
+        print(f"| {mode:<8}{cells} | {prep[mode]:>6.1f} |")
+    best = {b: max(args.modes, key=lambda m: table[m][b]) for b in args.batches}
+    return {"net": f"{n}x{n} {args.blocks}x{args.filters}", "threads": args.threads,
+            "positions_per_s": {m: {str(b): round(v) for b, v in t.items()}
+                                for m, t in table.items()},
+            "prep_s": {m: round(v, 2) for m, v in prep.items()},
+            "best_mode": {str(b): m for b, m in best.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(REPO / "configs" / "config.yaml"))
+    ap.add_argument("--board-size", type=int, default=9)
+    ap.add_argument("--blocks", type=int, default=6)
+    ap.add_argument("--filters", type=int, default=64)
+    ap.add_argument("--history", type=int, default=8, help="inference only (training: config)")
+    ap.add_argument("--batch-size", type=int, default=256, help="training: total batch")
+    ap.add_argument("--steps", type=int, default=20, help="training: timed steps per run")
+    ap.add_argument("--warmup-steps", type=int, default=3)
+    ap.add_argument("--inference", action="store_true", help="measure inference instead")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
+    ap.add_argument("--modes", nargs="+", default=["eager", "trace", "compile"],
+                    choices=["eager", "trace", "compile"])
+    ap.add_argument("--threads", type=int, default=1, help="inference: torch threads")
+    ap.add_argument("--min-time-s", type=float, default=0.5, help="inference: per window")
+    args = ap.parse_args()
+    summary = bench_inference(args) if args.inference else bench_training(args)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
