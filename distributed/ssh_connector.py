@@ -354,6 +354,9 @@ class SSHConnector:
             sock = socket.create_connection((s.host, s.port), timeout=timeout)
         except socket.gaierror as e:
             raise self._err(ConnectError, name, action, f"could not resolve {s.host}: {e}") from e
+        except UnicodeError as e:  # idna: a label over 63 characters, an empty label, ...
+            raise self._err(ConnectError, name, action,
+                            f"{s.host!r} is not a valid host name ({e}); check the config") from e
         except (socket.timeout, TimeoutError) as e:
             raise self._err(ConnectError, name, action,
                             f"timed out after {timeout:g}s; check the host is up and reachable "

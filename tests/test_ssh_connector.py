@@ -437,3 +437,11 @@ def test_backoff_grows_exponentially_with_jitter_and_a_cap(conn):
         delays = [conn._backoff_s(attempt) for _ in range(50)]
         assert all(cap / 2 <= d <= cap for d in delays)
         assert len(set(delays)) > 1  # jitter: workers do not retry in lockstep
+
+
+def test_invalid_host_name_is_a_connect_error(sshd_server, tmp_path):
+    spec = WorkerSpec(**{**_spec(sshd_server, tmp_path).__dict__, "host": "a" * 70 + ".example"})
+    with _connector(sshd_server, tmp_path, specs=[spec], retries=0) as c:
+        with pytest.raises(ConnectError, match="not a valid host name") as e:
+            c.run("worker1", "true")
+    assert "worker1" in str(e.value)
