@@ -215,8 +215,11 @@ def test_worker_sigkill_is_restarted_and_loses_no_batch(tmp_path, coach_factory)
     t0 = time.monotonic()
     _wait(lambda: coach.states().get("worker1") != WorkerState.ACTIVE
           or coach.worker_pid("worker1") != old, 30, "the kill to be noticed")
-    _wait(lambda: coach.worker_pid("worker1") not in (None, old)
-          and coach.states().get("worker1") == WorkerState.ACTIVE, 120, "worker1 Active again")
+    folder = coach.run / "workers" / "worker1"
+    _wait(lambda: _heartbeat(folder).get("pid") not in (None, old)
+          and _heartbeat(folder).get("state") == "Active"
+          and coach.states().get("worker1") == WorkerState.ACTIVE, 120,
+          "worker1's new daemon Active")
     back_s = time.monotonic() - t0
     n_before = len(ledger(coach.run))
     _wait(lambda: len(ledger(coach.run)) > n_before + 2, 60, "collection to go on")
@@ -262,7 +265,7 @@ def _trainer_pid(coach: CoachProc) -> int | None:
 
 def test_coach_sigkill_during_training_then_resume_trains_once(tmp_path, coach_factory):
     config = write_config(tmp_path, self_play={"games_per_worker": 10})
-    coach = coach_factory(config, "--iterations", "1")
+    coach = coach_factory(config, "--iterations", "1", games_per_s=5.0)
     names = ["worker1", "worker2"]
     coach.start()
     _wait(lambda: _trainer_pid(coach), 240, "a training round to start")
@@ -284,7 +287,7 @@ def test_coach_sigkill_during_training_then_resume_trains_once(tmp_path, coach_f
 
 def test_trainer_killed_round_fails_cleanly_and_is_retried(tmp_path, coach_factory):
     config = write_config(tmp_path, self_play={"games_per_worker": 10, "workers": 1})
-    coach = coach_factory(config, "--iterations", "1")
+    coach = coach_factory(config, "--iterations", "1", games_per_s=5.0)
     coach.start()
     _wait(lambda: _trainer_pid(coach), 240, "a training round to start")
     first = _trainer_pid(coach)
