@@ -11,7 +11,13 @@ import pytest
 from configs import override
 from training.coords import BLACK, WHITE, from_gtp
 from training.go import Position
-from training.selfplay import MctsPlayer, SelfPlay, game_seed, play_match
+from training.selfplay import (
+    MctsPlayer,
+    SelfPlay,
+    false_resignation_rate,
+    game_seed,
+    play_match,
+)
 from tests.test_mcts import black_to_move, hashed, uniform, winning_point
 
 
@@ -84,6 +90,9 @@ def test_resignation_and_resign_disabled_games(tiny_cfg):
     for r in played_out:
         check_record(r, cfg)
         assert r.resign_disabled and r.would_resign_as == BLACK
+    black_won = sum(r.result == BLACK for r in played_out)
+    assert false_resignation_rate(records) == black_won / len(played_out)
+    assert false_resignation_rate(resigned) is None
 
 
 def test_no_resignation_at_threshold_minus_one(tiny_cfg):

@@ -220,6 +220,16 @@ class SelfPlay:
         return dropped
 
 
+def false_resignation_rate(records: Sequence[GameRecord]) -> float | None:
+    """Among resign-disabled games that would have resigned, the share that the would-be
+    resigner went on to win (None when there is no such game). Keep it under ~5% by
+    lowering resign_threshold when it grows."""
+    would = [r for r in records if r.resign_disabled and r.would_resign_as != 0]
+    if not would:
+        return None
+    return sum(r.result == r.would_resign_as for r in would) / len(would)
+
+
 # ------------------------------------------------------------------------------ arena
 
 
