@@ -13,7 +13,7 @@ its root games in some rows and scratch games in others, and any njit code can t
 a row number. Fields (per game g unless marked shared):
 
     stones     [G, A] int8     color on each point (BLACK 1, WHITE -1, EMPTY 0)
-    chains     [G, 6, A] int32 chain data, first index one of:
+    chains     [G, 6, A] int32 chain data, chains[g, FIELD, p] with FIELD one of:
                  HEAD     for a stone, the representative point ("head") of its chain
                  LINK     the next stone of the same chain (a circular list)
                  SIZE     stones in the chain                 (valid at head points)
