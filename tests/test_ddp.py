@@ -173,3 +173,33 @@ def test_a_hung_rank_ends_the_run_after_the_timeout(work):
     assert not (run / "models").exists()
     print(f"hung rank: run ended after {elapsed:.1f}s (timeout 5s)")
     assert elapsed < 5 + 60
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_nodes_on_loopback_train_together(work):
+    """--nodes 2: each 'node' relaunches itself through torch.distributed.run (one rank each)."""
+    port = str(_free_port())
+    run = work / "two_nodes"
+    procs = []
+    for node_rank in (0, 1):
+        cmd = [sys.executable, "-m", "training.trainer", "--config", str(TINY),
+               "--run-dir", str(run if node_rank == 0 else work / "two_nodes_node1"),
+               "--samples", str(work / "samples.npz"), "--steps", "3", "--no-progress",
+               "--gpus", "1", "--nodes", "2", "--node-rank", str(node_rank),
+               "--master-addr", "127.0.0.1", "--master-port", port]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    summary = json.loads(outs[0][0].strip().splitlines()[-1])
+    assert summary["world_size"] == 2 and len(set(summary["rank_checksums"])) == 1
+    assert (run / "models" / "model_000001.pt").exists()
+    assert not (work / "two_nodes_node1" / "models").exists()  # node 1 holds rank 1: no files
