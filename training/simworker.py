@@ -115,13 +115,14 @@ class SimWorker(Worker):
     pool_size: int = 32
 
     def __init__(self, cfg: Config, name: str, folder: str | os.PathLike, *,
-                 games_per_s: float | None = None, pool_size: int | None = None, **kw: Any):
+                 games_per_s: float | None = None, pool_size: int | None = None,
+                 ledger_path: str | os.PathLike | None = None, **kw: Any):
         super().__init__(cfg, name, folder, **kw)
         if games_per_s is None:
             games_per_s = float(os.environ.get("AZGO_SIM_GAMES_PER_S", self.games_per_s))
         self.games_per_s = float(games_per_s)
         self.pool_size = int(pool_size or self.pool_size)
-        self.ledger_path = self.folder / LEDGER_NAME
+        self.ledger_path = Path(ledger_path) if ledger_path else self.folder / LEDGER_NAME
         self._pool: list[Any] | None = None
 
     def load_evaluator(self, model_path: Path) -> tuple[Callable, int]:
@@ -160,8 +161,11 @@ class SimWorker(Worker):
 
 
 def read_written(folder: str | os.PathLike) -> list[dict]:
-    """The simulated worker's ledger of written batches (lines torn by a kill are skipped)."""
-    path = Path(folder) / LEDGER_NAME
+    """The simulated worker's ledger of written batches (lines torn by a kill are skipped);
+    `folder` is the worker folder or the ledger file itself."""
+    path = Path(folder)
+    if path.is_dir():
+        path = path / LEDGER_NAME
     out = []
     try:
         text = path.read_text(encoding="utf-8")
@@ -193,6 +197,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--games-per-s", type=float, default=None,
                    help="pace of finished games (default $AZGO_SIM_GAMES_PER_S or 0 = flat out)")
     p.add_argument("--pool", type=int, default=None, help="random games made at start (32)")
+    p.add_argument("--ledger", default=None, help=f"written-batch ledger (default DIR/{LEDGER_NAME})")
     p.add_argument("--worker-class", default=None, help="ignored (accepted like start_worker)")
     return p.parse_args(argv)
 
@@ -208,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir) if args.log_dir else folder / "logs"
     configure_logging(log_dir / f"worker_{args.name}.log", cfg.logging.level)
     worker = SimWorker(cfg, args.name, folder, games_per_s=args.games_per_s,
-                       pool_size=args.pool, seed=args.seed, min_seq=args.min_seq,
+                       pool_size=args.pool, ledger_path=args.ledger, seed=args.seed, min_seq=args.min_seq,
                        models_dir=args.models_dir)
     worker.install_signal_handlers()
     log.info("simulated worker %s pid %d, %s games/s", args.name, os.getpid(),
