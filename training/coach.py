@@ -53,7 +53,9 @@ from typing import Any
 
 from configs import Config, ConfigError, dump_config, load_config
 from configs import override as override_config
+from distributed.restart_requests import DEFAULT_DIR as DEFAULT_REQUESTS_DIR
 from distributed.status import (
+    DEFAULT_STATUS_PATH,
     Heartbeat,
     StatusSnapshot,
     WorkerRow,
@@ -68,8 +70,6 @@ from training.collector import Collector, validate_with_records
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_STATUS_PATH = REPO / "distributed" / "status.txt"
-DEFAULT_REQUESTS_DIR = REPO / "distributed" / "requests"
 
 
 @dataclass

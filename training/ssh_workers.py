@@ -9,8 +9,9 @@ Bringing a worker up: preflight (Python, torch, GPUs, disk; problems make it Err
 retried with backoff) -> deploy the project's exact version (unless `distributed.deploy` is
 off) -> upload the run's config -> start the daemon detached (`python -m training.worker`,
 its own session and pid file, log in `<remote_dir>/logs/worker_<name>.log`). Each worker's
-folder on its host is `<remote_dir>/workers/<name>` (outbox/, status.json); models go to
-`<remote_dir>/models` (model first, manifest last, in parallel to all workers).
+folder on its host is `<remote_dir>/workers/<name>` (models/, outbox/, status.json); a new
+model goes to every worker's models/ in parallel (model first, manifest last), and the
+generation two before it is deleted there.
 
 Supervision: a worker whose heartbeat stopped changing is asked over SSH whether its daemon
 runs; a dead daemon is started again with exponential backoff. A host that cannot be reached
@@ -231,7 +232,18 @@ class SSHFleet:
         """Model file, then manifest, to every worker in parallel (`stats.last_push_s`)."""
         files = [(models_dir / manifest.zst_name, "{models}/" + manifest.zst_name),
                  (models_dir / manifest.json_name, "{models}/" + manifest.json_name)]
-        return self.connector.push_files(files, names)
+        results = self.connector.push_files(files, names)
+        old = manifest.generation - 2
+        done = [n for n, r in results.items() if not isinstance(r, Exception)]
+        if old >= 0 and done:
+            self.connector.for_each(lambda n: self._remove_model(n, old), done)
+        return results
+
+    def _remove_model(self, name: str, generation: int) -> None:
+        models = posixpath.join(self.connector.paths(name).worker_dir, "models")
+        stem = f"model_{generation:06d}"
+        for suffix in (".json", ".pt.zst"):  # manifest first: never a dangling manifest
+            self.connector.remove(name, posixpath.join(models, stem + suffix))
 
     def heartbeats(self) -> dict[str, Heartbeat | Exception | None]:
         """Every worker's heartbeat; an unreachable host is skipped for a backoff period so
