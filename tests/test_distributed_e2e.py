@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 
 from configs import dump_config, override
 from distributed.status import WorkerState, parse_status_text
+from tests.conftest import REPO
 from tests.sshd import require_sshd
 from training import model_store
 from training.sandbox import sandbox_config, start_hosts
@@ -172,6 +175,15 @@ def test_worker_added_to_the_watched_config_becomes_active(tiny_cfg, cluster):
         _wait(lambda: _states(status).get("worker3", (None,))[0] == WorkerState.ACTIVE, 180,
               "worker3 Active")
         assert _states(status)["worker1"][0] == WorkerState.ACTIVE
+
+        # the guide's manual intervention, against this running coach
+        out = subprocess.run(
+            [sys.executable, "distributed/ssh_connector.py", "--config", str(config),
+             "--requests-dir", str(tmp / "requests"), "--restart", "worker1"],
+            cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert "handed to the running coach" in out.stdout, out.stdout + out.stderr
+        _wait(lambda: _states(status)["worker1"] == (WorkerState.ACTIVE, 1), 120,
+              "worker1 restarted by request and Active")
     finally:
         coach.stop()
         t.join(timeout=120)
