@@ -18,7 +18,8 @@ Vocabulary:
     with the coach's `ledger.jsonl` to prove every written batch was ingested exactly once.
 
 Run it like `start_worker.py` (the coach's local fleet via `--worker-class
-training.simworker:SimWorker`, or directly, e.g. as an SSH fleet's start command):
+training.simworker:SimWorker`, or directly, e.g. as an SSH fleet's start command,
+`SIM_START_COMMAND`):
 
     python -m training.simworker --config configs/tiny.yaml --name sim1 --dir /tmp/sim1 \
         --games-per-s 20
@@ -54,6 +55,12 @@ log = logging.getLogger(__name__)
 
 LEDGER_NAME = "written.jsonl"
 _MODEL_GEN_RE = re.compile(r"model_(\d+)\.pt$")
+SIM_START_COMMAND = ("{python}", "-m", "training.simworker", "--name", "{name}", "--config",
+                     "{config}", "--dir", "{dir}", "--models-dir", "{models}", "--gpu-id",
+                     "{gpu_id}", "--log-to-stderr-only")
+"""`SSHConnector(start_command=...)` for simulated workers on SSH hosts (same flags as
+`training.ssh_workers.START_COMMAND`); the pace comes from `$AZGO_SIM_GAMES_PER_S` or a
+`--games-per-s` appended to it."""
 
 
 class _SimSelfPlay:
@@ -188,6 +195,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name", default="sim1", help="worker name (batch names, status)")
     p.add_argument("--dir", required=True, help="worker folder with models/ and outbox/")
     p.add_argument("--log-dir", default=None, help="folder of worker_<name>.log (default DIR/logs)")
+    p.add_argument("--log-to-stderr-only", action="store_true",
+                   help="no log file of its own (stderr is already redirected to one)")
     p.add_argument("--models-dir", default=None, help="model folder (default DIR/models)")
     p.add_argument("--device", default=None, help="ignored (accepted like start_worker.py)")
     p.add_argument("--gpu-id", type=int, default=None, help="ignored (accepted like start_worker)")
@@ -211,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     folder = Path(os.path.expanduser(args.dir))
     log_dir = Path(args.log_dir) if args.log_dir else folder / "logs"
-    configure_logging(log_dir / f"worker_{args.name}.log", cfg.logging.level)
+    log_file = None if args.log_to_stderr_only else log_dir / f"worker_{args.name}.log"
+    configure_logging(log_file, cfg.logging.level)
     worker = SimWorker(cfg, args.name, folder, games_per_s=args.games_per_s,
                        pool_size=args.pool, ledger_path=args.ledger, seed=args.seed, min_seq=args.min_seq,
                        models_dir=args.models_dir)
