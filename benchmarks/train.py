@@ -11,7 +11,7 @@ Inference (`--inference`): positions/s of `training.net.make_evaluator` by batch
 eager PyTorch, a frozen TorchScript trace and torch.compile, one thread; the last line is a
 JSON object with every figure and the best form per batch size.
 
-Usage:
+Usage (after `pip install -e .`, which makes the project importable from anywhere):
     python benchmarks/train.py [--steps 30] [--batch-size 256] [--blocks 6 --filters 64]
     python benchmarks/train.py --inference [--batches 1 8 32 64 128] [--modes eager trace]
 Timings are only meaningful on a quiet machine (other processes take cores).
@@ -28,18 +28,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from configs import dump_config, load_config, override
+from training.net import PolicyValueNet, make_evaluator
+from training.trainer import synthetic_samples
+
 REPO = Path(__file__).resolve().parent.parent
-if __package__ in (None, ""):
-    # HACK: run as a script (python benchmarks/train.py) from anywhere: the project root must be
-    # importable; an editable install (pip install -e .) makes this a no-op.
-    sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from configs import dump_config, load_config, override  # noqa: E402
-from training.net import PolicyValueNet, make_evaluator  # noqa: E402
-from training.trainer import synthetic_samples  # noqa: E402
 
 
 def _steady_samples_per_s(summary: dict, batch: int, warmup: int) -> float:

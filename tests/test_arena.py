@@ -87,8 +87,9 @@ def test_first_generation_without_an_opponent_is_promoted(tiny_cfg, run_dir):
 def test_our_gtp_engine_answers_genmove_with_a_model(tiny_cfg, tmp_path):
     _save_net(tiny_cfg, tmp_path / "m.pt", 1, seed=1)
     cmd = engine_command(tmp_path / "m.pt", 4, REPO / "configs" / "tiny.yaml")
-    proc = subprocess.run(cmd, input="boardsize 5\nclear_board\ngenmove b\nboardsize 9\ngenmove w\nquit\n",
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    commands = "boardsize 5\nclear_board\ngenmove b\nboardsize 9\ngenmove w\nquit\n"
+    proc = subprocess.run(cmd, input=commands, capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     replies = [r for r in proc.stdout.split("\n\n") if r.strip()]
     assert replies[0] == "=" and replies[1] == "="

@@ -389,8 +389,9 @@ def make_evaluator(
     `jit`: True or "trace" (frozen TorchScript: ~0.1 s to build, 1.1-1.3x eager on this CPU),
     "compile" (torch.compile: ~30 s to build per evaluator, batches padded to powers of two;
     up to 1.3x trace at batch >= 32 here), False or "eager". `evaluate.mode` tells which
-    form is in use (a failed trace or compile falls back to eager with a warning). `autocast_dtype` ("bf16", "fp16" or a dtype) applies
-    on GPUs only. `max_batch` splits larger inputs into several network calls.
+    form is in use (a failed trace or compile falls back to eager with a warning).
+    `autocast_dtype` ("bf16", "fp16" or a dtype) applies on GPUs only. `max_batch` splits
+    larger inputs into several network calls.
     """
     dev = resolve_device(device)
     model = copy.deepcopy(unwrap(net)).to(dev).eval()

@@ -45,7 +45,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -60,7 +60,6 @@ from training import metrics
 from training.logsetup import configure_logging
 from training.net import (
     ModelError,
-    PolicyValueNet,
     load_payload,
     model_payload,
     net_from_config,
