@@ -161,17 +161,19 @@ def test_weights_set_each_workers_share_of_a_generation(tiny_cfg, run_dir):
     # both at their share: the next round of quotas opens for both, in the same ratio
     coach._view("worker1").generation_games = 14
     assert coach.quotas() == {"worker1": 13, "worker2": 24}
+    coach._view("worker2").state = WorkerState.OFFLINE  # training goes on without it
+    assert coach.generation_target() == 20 and coach.quotas()["worker2"] is None
 
 
-def test_without_weights_shares_follow_measured_speed(tiny_cfg, run_dir):
+def test_without_weights_nothing_is_capped_and_weight_is_measured_speed(tiny_cfg, run_dir):
     coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
     coach._view("worker1").speed = 1.0
     coach._view("worker2").speed = 3.0
     assert coach.weights() == {"worker1": 1.0, "worker2": 3.0}
-    assert coach.quotas() == {"worker1": 10, "worker2": 30}
+    # nothing is capped: a generation's games come from whoever plays them
+    assert coach.quotas() == {"worker1": None, "worker2": None}
     coach._view("worker2").state = WorkerState.OFFLINE  # training goes on without it
     assert coach.generation_target() == 20
-    assert coach.quotas() == {"worker1": 20, "worker2": None}
 
 
 def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):

@@ -18,15 +18,17 @@
      (`training.metrics`), a progress line in the log.
 
 Load balancing (`distributed.load_balancing`, `worker_weights`): a worker's weight is its
-share of each generation's games. With weights w_i over the active workers, worker i's quota
-for a generation is ceil(G * w_i / sum(w)), G = games_per_worker x active workers; the coach
-collects from a worker only while it is under its quota, so its surplus waits in its outbox
-(bounded: the worker pauses at `max_outbox_batches`) and counts for the next generation.
-A weight of 2.0 therefore means "twice the games of a 1.0 worker in every generation", and a
-slow heavy worker makes a generation wait for it. Without weights, w_i is each worker's
-measured games/s (from its heartbeat), so quotas follow speed and nobody waits. With
-`load_balancing: false` every batch is collected as it comes. The status file shows each
-worker's WEIGHT and its actual SHARE of the current generation's games.
+share of each generation's games. With weights w_i over the active workers and
+G = games_per_worker x active workers, worker i delivers at most ceil(k * G * w_i / sum(w))
+games, k = 1, 2, ... rising as soon as every active worker has reached its cap; the coach
+simply leaves a worker's surplus batches in its outbox (bounded: the worker pauses at
+`max_outbox_batches`) until the others catch up. A weight of 2.0 therefore means "twice the
+games of a 1.0 worker in every generation", and a slow heavy worker makes the others wait
+for it. Without weights nothing is capped: the generation's G games come from whoever plays
+them, so each worker's share equals its share of the measured speed (WEIGHT shows its
+games/s) and nobody waits. `load_balancing: false` also collects everything as it comes.
+The status file shows each worker's WEIGHT and its actual SHARE of the games collected since
+the last training round started.
 
 Resume: everything the loop needs is on disk (published models, checkpoints, the ledger), so
 a coach started again on the same run folder (`--resume`, the default when it exists) picks up
@@ -60,7 +62,6 @@ from distributed.status import (
     StatusSnapshot,
     WorkerRow,
     WorkerState,
-    state_from_heartbeat,
     write_status,
 )
 from distributed.transfer import TransferStats, write_atomic
@@ -68,6 +69,8 @@ from training import model_store
 from training.collector import Collector, validate_with_records
 
 log = logging.getLogger(__name__)
+
+_WRITE_EVENTS = ("modified", "created", "moved", "closed")  # watchdog event types
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -322,8 +325,9 @@ class Coach:
             if hb is not None:
                 if view.heartbeat is None or hb.time != view.heartbeat.time:
                     view.last_seen = now  # our clock, when it last changed
-                    view.speed = (0.7 * view.speed + 0.3 * hb.games_per_s) if view.speed \
-                        else hb.games_per_s
+                    if not hb.paused and hb.games_per_s > 0:  # a paused worker is not slow
+                        view.speed = (0.7 * view.speed + 0.3 * hb.games_per_s) if view.speed \
+                            else hb.games_per_s
                 view.heartbeat = hb
                 view.error = ""
             fresh = view.last_seen is not None and (
@@ -359,10 +363,12 @@ class Coach:
 
     def quotas(self) -> dict[str, int | None]:
         """Games each active worker may still deliver before the others catch up (None = no
-        cap). Shares follow the weights: worker i may deliver up to k * G * w_i / sum(w),
-        with k the smallest whole number that leaves some active worker under its cap."""
+        cap). Only configured weights cap: worker i may deliver up to k * G * w_i / sum(w),
+        with k the smallest whole number that leaves some active worker under its cap.
+        Without weights nothing is capped: each worker's share follows its own speed."""
         names = self.fleet.names()
-        if not self.cfg.distributed.load_balancing:
+        dist = self.cfg.distributed
+        if not dist.load_balancing or not dist.worker_weights:
             return {n: None for n in names}
         weights = self.weights()
         active = [n for n in self._active() if n in weights]
@@ -418,6 +424,8 @@ class Coach:
 
         class _Handler(FileSystemEventHandler):
             def on_any_event(self, event: Any) -> None:
+                if event.event_type not in _WRITE_EVENTS:
+                    return  # reading the file (our own reload) must not trigger a reload
                 for p in (event.src_path, getattr(event, "dest_path", "")):
                     if p and Path(p).resolve() == target:
                         flag.set()

@@ -249,6 +249,8 @@ class Worker:
 
         class _Handler(FileSystemEventHandler):
             def on_any_event(self, event: Any) -> None:
+                if event.event_type not in ("modified", "created", "moved", "closed"):
+                    return  # our own reads must not count as changes
                 if str(getattr(event, "dest_path", "") or event.src_path).endswith(".json"):
                     changed.set()
 
