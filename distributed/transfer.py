@@ -139,26 +139,40 @@ def decompress_bytes(data: bytes, max_bytes: int) -> bytes:
     """
     out = io.BytesIO()
     try:
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
-            _copy_limited(reader, out, max_bytes, "bytes")
+        _decompress_limited(io.BytesIO(data), out, max_bytes, "bytes")
     except zstandard.ZstdError as e:
         raise TransferError(f"corrupt zstd data ({len(data)} bytes): {e}") from e
     return out.getvalue()
 
 
-def _copy_limited(reader, writer, max_bytes: int, what: str) -> int:
+def _decompress_limited(reader, writer, max_bytes: int, what: str) -> int:
+    """Decompress one zstd frame from `reader` into `writer`, counting the output.
+
+    zstandard's stream_reader returns a clean EOF on a truncated frame, so a cut transfer
+    would decompress to a silent prefix; a decompressobj tells whether the frame ended.
+    """
+    dobj = zstandard.ZstdDecompressor().decompressobj()
     total = 0
     while True:
         chunk = reader.read(_CHUNK)
         if not chunk:
-            return total
-        total += len(chunk)
-        if total > max_bytes:
-            raise DecompressionLimitError(
-                f"{what}: decompressed size exceeds the limit of {max_bytes} bytes; "
-                "the file is corrupt or hostile, or the limit is too small"
-            )
-        writer.write(chunk)
+            break
+        if dobj.eof:
+            raise TransferError(f"{what}: trailing data after the end of the zstd frame")
+        # Feed 1 KiB slices: an RLE block of 4 bytes expands to 128 KiB, so one call can
+        # overshoot the limit by at most ~32 MiB before it is checked.
+        for i in range(0, len(chunk), 1024):
+            piece = dobj.decompress(chunk[i : i + 1024])
+            total += len(piece)
+            if total > max_bytes:
+                raise DecompressionLimitError(
+                    f"{what}: decompressed size exceeds the limit of {max_bytes} bytes; "
+                    "the file is corrupt or hostile, or the limit is too small"
+                )
+            writer.write(piece)
+    if not dobj.eof:
+        raise TransferError(f"{what}: truncated zstd data (the frame does not end)")
+    return total
 
 
 def compress_file(src: str | os.PathLike, dst: str | os.PathLike, level: int = 3) -> int:
@@ -187,8 +201,7 @@ def decompress_file(src: str | os.PathLike, dst: str | os.PathLike, max_bytes: i
     tmp = _tmp_name(dst)
     try:
         with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            with zstandard.ZstdDecompressor().stream_reader(fin) as reader:
-                n = _copy_limited(reader, fout, max_bytes, str(src))
+            n = _decompress_limited(fin, fout, max_bytes, str(src))
             fout.flush()
             os.fsync(fout.fileno())
         os.replace(tmp, dst)

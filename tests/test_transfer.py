@@ -145,3 +145,22 @@ def test_remote_tmp_name_is_hidden_and_beside_target():
     name = transfer.remote_tmp_name("/srv/models/model_000001.pt.zst")
     assert name.startswith("/srv/models/.model_000001.pt.zst.") and name.endswith(".tmp")
     assert os.path.dirname(name) == "/srv/models"
+
+
+def test_truncated_zstd_is_an_error_not_a_silent_prefix(tmp_path):
+    # zstandard's stream_reader ends cleanly on a cut frame; a cut transfer must not look whole.
+    import os as _os
+
+    from distributed.transfer import TransferError, compress_bytes, decompress_bytes, decompress_file
+
+    data = _os.urandom(60_000) + b"a" * 60_000
+    blob = compress_bytes(data, 3)
+    assert decompress_bytes(blob, 10**6) == data
+    for cut in (5, len(blob) // 2, len(blob) - 1):
+        with pytest.raises(TransferError, match="truncated"):
+            decompress_bytes(blob[:cut], 10**6)
+    src = tmp_path / "cut.zst"
+    src.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(TransferError, match="truncated"):
+        decompress_file(src, tmp_path / "out", 10**6)
+    assert not (tmp_path / "out").exists()

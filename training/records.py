@@ -275,7 +275,6 @@ def decode_batch(
     max_generation: int | None = None,
 ) -> Batch:
     """Validate the compressed bytes of a batch file; `path` is used in error messages."""
-    declared = _zstd_content_size(raw, path)
     try:
         data = decompress_bytes(raw, max_bytes)
     except DecompressionLimitError as e:
@@ -289,12 +288,6 @@ def decode_batch(
         raise BatchError(
             path, f"not a valid zstd file (truncated or corrupt): {e}", kind="corrupt_zstd"
         ) from e
-    if declared is not None and len(data) != declared:
-        raise BatchError(
-            path,
-            f"the zstd frame is truncated: it declares {declared} bytes but holds {len(data)}",
-            kind="corrupt_zstd",
-        )
     arrays = _load_npz(data, path, max_bytes)
     meta = _parse_meta(arrays.pop("meta"), path)
     _check_name(path, meta)
@@ -328,31 +321,6 @@ def decode_batch(
         boards.append(_replay_checked(rec, meta.move_cap, path, g))
         records.append(rec)
     return Batch(meta, records, boards)
-
-
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-def _zstd_content_size(raw: bytes, path) -> int | None:
-    """The content size declared in a zstd frame header (None if the frame does not say).
-
-    HACK: `distributed.transfer.decompress_bytes` streams, and a stream reader returns a cut
-    frame's prefix without complaint; our writer always records the content size, so
-    comparing against it catches truncated files by name.
-    """
-    if raw[:4] != _ZSTD_MAGIC or len(raw) < 6:
-        raise BatchError(path, "not a zstd file (bad magic number or too short)",
-                         kind="corrupt_zstd")
-    fhd = raw[4]
-    fcs_flag, single_segment, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
-    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
-    size_len = ((1 if single_segment else 0), 2, 4, 8)[fcs_flag]
-    if size_len == 0:
-        return None
-    if len(raw) < pos + size_len:
-        raise BatchError(path, "the zstd frame header is truncated", kind="corrupt_zstd")
-    value = int.from_bytes(raw[pos : pos + size_len], "little")
-    return value + 256 if size_len == 2 else value
 
 
 def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.ndarray]:
