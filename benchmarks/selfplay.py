@@ -198,22 +198,33 @@ def run_children(args: argparse.Namespace, processes: int, threads: int, seconds
 
 
 def cache_stats(evaluate, seconds: float) -> dict:
-    """Share of leaf evaluations whose exact input planes were evaluated before in this run
-    (any game), i.e. the most an evaluation cache could save (9x9, 100 simulations)."""
+    """How often a leaf's exact input planes were evaluated before in this run (any game):
+    the most an evaluation cache could save, for the first 5 moves of the games and after
+    (9x9, 100 simulations, 32 games, for at least `seconds`)."""
     seen: set[bytes] = set()
-    hits = total = 0
+    counts = {"opening": [0, 0], "later": [0, 0]}
+    phase = ["opening"]
 
     def counting(planes, legal):
-        nonlocal hits, total
+        bucket = counts[phase[0]]
         for i in range(len(planes)):
             key = planes[i].tobytes()
-            hits += key in seen
+            bucket[0] += key in seen
+            bucket[1] += 1
             seen.add(key)
-            total += 1
         return evaluate(planes, legal)
 
-    selfplay_speed(Setting(9, 6, 64, 100, 64, seconds), counting)
-    return {"lookups": total, "hit_rate": round(hits / max(total, 1), 4)}
+    go = GoConfig(board_size=9, komi=7.5)
+    sp_cfg = SelfPlayConfig(parallel_games=32, batch_size=32, resign_threshold=-1.0)
+    sp = SelfPlay(counting, go, MctsConfig(simulations=100), sp_cfg, history=HISTORY)
+    start, moves = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds or moves < 6:
+        phase[0] = "opening" if moves < 5 else "later"
+        sp.step()
+        moves += 1
+    out = {f"{k}_hit_rate": round(h / max(n, 1), 4) for k, (h, n) in counts.items()}
+    out["moves"] = moves
+    return out
 
 
 def main() -> None:
@@ -225,7 +236,9 @@ def main() -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 ...")
     p.add_argument("--threads", type=int, default=1, help="torch threads of this process")
     p.add_argument("--no-processes", action="store_true", help="skip the 2-process figure")
-    p.add_argument("--cache-stats", action="store_true", help="measure evaluation-cache hits")
+    p.add_argument(
+        "--cache-stats", action="store_true", help="measure how often an evaluation cache hits"
+    )
     p.add_argument("--parallel", type=int, default=128, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child-seed", type=int, default=0, help=argparse.SUPPRESS)

@@ -39,11 +39,15 @@ reused root, after its evaluation for a fresh one), with alpha = dirichlet_total
 legal moves, from each game's own numpy Generator, so a game's search does not depend on
 which other games share its batch: a batched search and a one-game search agree.
 
-No evaluation cache: it would not pay. A hit needs exactly the same input planes (the last
-`history` boards) as an earlier evaluation; measured over 40 moves of 64 9x9 games at 100
-simulations, 0.8% of the leaf evaluations repeated an earlier input (random priors; run
-`benchmarks/selfplay.py --cache-stats` for a net), against a hashing cost of about 3% of a
-position's network time. Tree reuse already saves re-evaluating the chosen subtree.
+No evaluation cache. A hit needs exactly the same input planes (the last `history` boards)
+as an earlier evaluation; with tree reuse that happens only across games. Measured over 60
+moves of 64 9x9 games at 100 simulations with a deterministic stand-in net: 34% of the leaf
+evaluations in the first 5 moves of the games repeated an earlier input (all games open on
+the same empty board), 4-8% later, 7% overall. So a cache could save at most about 7% of
+network time (it depends on how peaked the net is: `benchmarks/selfplay.py --cache-stats`
+measures it for a net), while it needs a bounded store cleared at every new model.
+TODO(search): add one (keyed by the Zobrist hashes of the last `history` boards, computed in
+`_select`) if trained nets show clearly more hits.
 
 This module imports no torch, reads no files and owns no threads; it receives `evaluate` as
 a callable: evaluate(planes float32 [B, C, N, N], legal bool [B, A+1]) ->
