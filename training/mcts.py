@@ -57,13 +57,16 @@ a callable: evaluate(planes float32 [B, C, N, N], legal bool [B, A+1]) ->
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 from numba import njit
 
 from training import fastgo
 from training.features import write_planes
+
+if TYPE_CHECKING:
+    from configs import GoConfig, MctsConfig
 
 log = logging.getLogger(__name__)
 
@@ -382,8 +385,8 @@ class Mcts:
     def __init__(
         self,
         n_games: int,
-        go_cfg,
-        mcts_cfg,
+        go_cfg: GoConfig,
+        mcts_cfg: MctsConfig,
         *,
         history: int,
         batch_size: int = 256,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from training import fastgo
 from training.coords import BLACK
 from training.mcts import Evaluate, Mcts, choose_moves
 from training.records import GameRecord
+
+if TYPE_CHECKING:
+    from configs import GoConfig, MctsConfig, SelfPlayConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +81,9 @@ class SelfPlay:
     def __init__(
         self,
         evaluate: Evaluate,
-        go_cfg,
-        mcts_cfg,
-        self_play_cfg,
+        go_cfg: GoConfig,
+        mcts_cfg: MctsConfig,
+        self_play_cfg: SelfPlayConfig,
         *,
         history: int,
         generation: int = 0,
@@ -237,8 +240,8 @@ def play_match(
     evaluate_a: Evaluate,
     evaluate_b: Evaluate,
     n_games: int,
-    go_cfg,
-    mcts_cfg,
+    go_cfg: GoConfig,
+    mcts_cfg: MctsConfig,
     seed: int,
     *,
     history: int,
@@ -317,8 +320,8 @@ class MctsPlayer:
     def __init__(
         self,
         evaluate: Evaluate,
-        go_cfg,
-        mcts_cfg,
+        go_cfg: GoConfig,
+        mcts_cfg: MctsConfig,
         simulations: int | None = None,
         *,
         history: int,
