@@ -256,7 +256,9 @@ def main() -> None:
         net = make_net(s, device)
         fn = compile_for_inference(net, device, "trace")
         window = min(0.5, seconds / 16)
-        limit, best_batch = network_limit(fn, net, device, args.batches, window)
+        # 19x19: a batch of 256 takes seconds on a CPU; self-play there uses far fewer games
+        batches = [b for b in args.batches if b <= max(64, 2 * s.parallel_games)]
+        limit, best_batch = network_limit(fn, net, device, batches or args.batches, window)
         evaluate = make_evaluator(net, device)
         sp = selfplay_speed(s, evaluate)
         # once more after self-play, at the best batch size: the limit is the best seen
