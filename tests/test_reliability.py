@@ -28,7 +28,7 @@ import yaml
 
 from distributed.status import WorkerState, parse_status_text
 from training import model_store
-from training.simworker import SimWorker, read_written
+from training.simworker import read_written
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = "training.simworker:SimWorker"
@@ -553,7 +553,6 @@ def test_sshd_killed_worker_offline_others_unaffected(netns_hosts, tmp_path):
         _wait(lambda: all(s == WorkerState.ACTIVE for s in sim.states().values())
               and len(sim.states()) == 3, 180, "three workers Active")
         netns_hosts.kill_sshd(2)
-        t0 = time.monotonic()
         try:
             offline_s = _wait(lambda: sim.states().get("worker2") == WorkerState.OFFLINE, 60,
                               "worker2 Offline")

@@ -206,7 +206,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--games-per-s", type=float, default=None,
                    help="pace of finished games (default $AZGO_SIM_GAMES_PER_S or 0 = flat out)")
     p.add_argument("--pool", type=int, default=None, help="random games made at start (32)")
-    p.add_argument("--ledger", default=None, help=f"written-batch ledger (default DIR/{LEDGER_NAME})")
+    p.add_argument("--ledger", default=None,
+                   help=f"written-batch ledger (default DIR/{LEDGER_NAME})")
     p.add_argument("--worker-class", default=None, help="ignored (accepted like start_worker)")
     return p.parse_args(argv)
 
@@ -223,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     log_file = None if args.log_to_stderr_only else log_dir / f"worker_{args.name}.log"
     configure_logging(log_file, cfg.logging.level)
     worker = SimWorker(cfg, args.name, folder, games_per_s=args.games_per_s,
-                       pool_size=args.pool, ledger_path=args.ledger, seed=args.seed, min_seq=args.min_seq,
-                       models_dir=args.models_dir)
+                       pool_size=args.pool, ledger_path=args.ledger, seed=args.seed,
+                       min_seq=args.min_seq, models_dir=args.models_dir)
     worker.install_signal_handlers()
     log.info("simulated worker %s pid %d, %s games/s", args.name, os.getpid(),
              worker.games_per_s or "max")
