@@ -199,3 +199,17 @@ def test_foreign_dict_is_not_a_model(tmp_path):
 def test_missing_model_file_says_so(tmp_path):
     with pytest.raises(ModelError, match="no such model file"):
         load_model(tmp_path / "nope.pt")
+
+
+@pytest.mark.slow
+def test_compiled_evaluator_matches_eager_on_odd_batch_sizes(tiny_net):
+    """torch.compile pads batches to powers of two; the padding must not leak into results."""
+    eager = make_evaluator(tiny_net, jit=False)
+    compiled = make_evaluator(tiny_net, jit="compile")
+    assert compiled.mode == "compile"
+    for batch in (1, 3, 5):
+        planes = _random_planes(tiny_net, batch, seed=batch)
+        p0, v0 = eager(planes)
+        p1, v1 = compiled(planes)
+        np.testing.assert_allclose(p1, p0, atol=1e-5)
+        np.testing.assert_allclose(v1, v0, atol=1e-5)

@@ -139,7 +139,8 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
         if xs:
             ax.plot(xs, ys, marker=".", label=label)
     ax.set_ylabel("loss")
-    ax.legend(loc="upper right", fontsize="small")
+    if ax.lines:
+        ax.legend(loc="upper right", fontsize="small")
     ax = axes[1]
     xs, ys = _series(rows, "elo")
     if xs:
