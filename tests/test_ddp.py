@@ -203,3 +203,26 @@ def test_two_nodes_on_loopback_train_together(work):
     assert summary["world_size"] == 2 and len(set(summary["rank_checksums"])) == 1
     assert (run / "models" / "model_000001.pt").exists()
     assert not (work / "two_nodes_node1" / "models").exists()  # node 1 holds rank 1: no files
+
+
+def test_two_ranks_train_from_the_real_replay_window(work):
+    """Default data: the replay window over run/replay, opened identically on both ranks."""
+    from training.net import load_model, make_evaluator
+    from training.records import BatchMeta, batch_name, write_batch
+    from training.selfplay import SelfPlay
+    from training.trainer import write_initial_model
+
+    cfg = load_config(TINY)
+    run = work / "window_run"
+    (run / "replay").mkdir(parents=True)
+    net, _ = load_model(write_initial_model(cfg, run))
+    selfplay = SelfPlay(make_evaluator(net), cfg.go, cfg.mcts, cfg.self_play,
+                        history=cfg.net.history, seed=7)
+    records = []
+    while len(records) < 24:
+        records += selfplay.step()
+    write_batch(run / "replay" / batch_name("worker1", 0, 0), records,
+                BatchMeta.from_records("worker1", records, max_moves=cfg.go.max_moves))
+    summary = _summary(_torchrun(["--config", str(TINY), "--run-dir", str(run), "--steps", "3"]))
+    assert summary["generation"] == 1 and summary["world_size"] == 2
+    assert len(set(summary["rank_checksums"])) == 1 and np.isfinite(summary["loss"])
