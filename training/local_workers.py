@@ -18,6 +18,7 @@ It must not: collect or validate batches (the collector does) or decide when to 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -28,7 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from configs import Config
-from distributed.status import HEARTBEAT_NAME, Heartbeat, StatusFormatError, read_heartbeat
+from distributed.status import (
+    HEARTBEAT_NAME,
+    Heartbeat,
+    StatusFormatError,
+    WorkerState,
+    read_heartbeat,
+)
 from training import model_store
 from training.collector import LocalSource
 from training.model_store import Manifest
@@ -297,8 +304,8 @@ class LocalFleet:
             except (OSError, StatusFormatError):
                 out[name] = None
             if out[name] is not None and not proc.is_running():
-                # a dead daemon's last heartbeat must not look fresh
-                out[name] = None
+                # a dead or stopped daemon is Offline, whatever its last heartbeat said
+                out[name] = dataclasses.replace(out[name], state=WorkerState.OFFLINE)
         return out
 
     def source(self, name: str) -> LocalSource:
