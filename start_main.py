@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         log.info("moved the old run folder to %s", aside)
     elif run_dir.exists():
         log.info("resuming the run in %s", run_dir)
+    elif args.resume:
+        print(f"error: --resume: no run folder {run_dir} to resume (run.dir in the config, or "
+              "--run-dir)", file=sys.stderr)
+        return 2
     if cfg.distributed.enabled and not cfg.distributed.workers:
         print(f"error: {args.config or 'configs/config.yaml'}: distributed mode needs "
               "distributed.workers (add one with `python distributed/ssh_connector.py "

@@ -182,6 +182,9 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     coach._view("worker2").generation_games = 10
     coach._view("worker2").state = WorkerState.OFFLINE
     coach.generation = 3
+    from training.collector import WorkerTally
+
+    coach.collector.tally["worker2"] = WorkerTally(batches=1, games=10, rejected=2)
     coach._write_status()
     snap = parse_status_text((run_dir / "status.txt").read_text())
     assert snap.workers_active == 1 and snap.workers_total == 2 and snap.generation == 3
@@ -189,3 +192,4 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     assert rows["worker1"].state == WorkerState.ACTIVE
     assert rows["worker2"].state == WorkerState.OFFLINE
     assert rows["worker1"].share == pytest.approx(0.75) and rows["worker2"].share == 0.25
+    assert rows["worker2"].games == 10 and "2 batches rejected" in rows["worker2"].last_error

@@ -656,6 +656,8 @@ class Coach:
             if hb is not None and hb.paused:
                 error = (f"outbox full ({hb.outbox_backlog}), paused; " + error).rstrip("; ")
             tally = self.collector.tally.get(name)
+            if tally is not None and tally.rejected:
+                error = (f"{tally.rejected} batches rejected (quarantine/); " + error).rstrip("; ")
             rows.append(WorkerRow(
                 name=name, host=self.fleet.hosts.get(name, "-"), state=v.state,
                 gpu=self.fleet.gpus.get(name, "-"),
