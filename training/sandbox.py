@@ -14,9 +14,10 @@ checkout's Python (`distributed.deploy: false`, as for hosts prepared by hand); 
 exercises the real deploy into a virtual environment per host instead.
 
 `sandbox/hosts.json` lists the hosts (name, port, pid) while it runs. Adding a host to a
-running coach is `python distributed/ssh_connector.py --add-worker 127.0.0.1 $USER --port P
---key-path sandbox/client_key --config sandbox/config.yaml` against a host started with
-`--spare 1`.
+running coach is `python distributed/ssh_connector.py --config sandbox/config.yaml
+--add-worker 127.0.0.1 $USER --port P --key-path sandbox/client_key --gpu-id -1` against a
+host started with `--spare 1` (the command prints it); its remote_dir defaults to
+`sandbox/added`.
 
 It must not: listen on anything but loopback, or be used for a real cluster.
 """
@@ -69,6 +70,7 @@ def sandbox_config(base: Config, servers: list[SSHServer], folder: str | os.Path
         "distributed.workers": workers,
         "distributed.worker_weights": {},
         "distributed.known_hosts": str(folder / "known_hosts"),
+        "distributed.remote_dir": str(folder / "added"),  # hosts added later stay in here
         "distributed.deploy": deploy,
         "distributed.python": python or sys.executable,
         "run.dir": str(folder / "run"),
