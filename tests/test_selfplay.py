@@ -181,3 +181,27 @@ def test_self_play_with_a_real_network(tiny_cfg):
             check_record(r, tiny_cfg)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_benchmark_measures_a_tiny_setting():
+    """benchmarks/selfplay.py's machinery on a 5x5 board with a 1-block net (not a timing)."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.selfplay import Setting, make_net, network_limit, selfplay_speed
+    from training.net import compile_for_inference, make_evaluator
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        s = Setting(5, 1, 8, 4, 4, 0.0)
+        device = torch.device("cpu")
+        net = make_net(s, device)
+        limit, batch = network_limit(
+            compile_for_inference(net, device, "trace"), net, device, [4, 8], 0.01
+        )
+        assert limit > 0 and batch in (4, 8)
+        sp = selfplay_speed(s, make_evaluator(net, device))
+        assert sp["moves"] == 4 and sp["moves_per_s"] > 0
+        assert 0.0 <= sp["outside_net_share"] <= 1.0
+        assert 4 <= sp["evals_per_move"] <= 5  # 4 simulations, plus a fresh root's evaluation
+    finally:
+        torch.set_num_threads(threads)
