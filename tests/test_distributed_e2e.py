@@ -111,7 +111,8 @@ def _run_coach(cfg, config_file: Path, status: Path, **kw):
 def test_two_hosts_train_two_generations_through_faults(tiny_cfg, cluster):
     servers, tmp = cluster
     cfg = _config(tiny_cfg, servers, tmp, 2)
-    cfg = override(cfg, {"run.iterations": 2, "self_play.games_per_worker": 40})
+    cfg = override(cfg, {"run.iterations": 2, "self_play.games_per_worker": 40,
+                         "evaluation.games": 0})  # the arena runs in the local e2e test
     config = tmp / "config.yaml"
     config.write_text(dump_config(cfg))
     status = tmp / "status.txt"

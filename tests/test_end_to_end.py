@@ -137,6 +137,7 @@ def test_killed_worker_is_restarted_and_active_again(setup):
 
 def test_coach_killed_mid_run_resumes_with_every_batch_counted_once(setup):
     cfg, config, run, status = setup
+    config.write_text(dump_config(override(cfg, {"evaluation.games": 0})))  # budget: no arena
     proc = _start_main(config, status, "--iterations", "5")
     try:
         _wait(lambda: len(_ledger(run)) >= 6, 180, "six ingested batches")
