@@ -226,3 +226,18 @@ def test_two_ranks_train_from_the_real_replay_window(work):
     summary = _summary(_torchrun(["--config", str(TINY), "--run-dir", str(run), "--steps", "3"]))
     assert summary["generation"] == 1 and summary["world_size"] == 2
     assert len(set(summary["rank_checksums"])) == 1 and np.isfinite(summary["loss"])
+
+
+@pytest.mark.slow
+def test_torchrun_max_restarts_recovers_from_a_killed_rank(work):
+    """The restarted group joins under attempt-prefixed store keys (flaky without them here)."""
+    run = work / "restarted"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "--max-restarts=1", "-m", "training.trainer", "--no-progress", "--config", str(TINY),
+           "--run-dir", str(run), "--samples", str(work / "samples.npz"), "--steps", "4",
+           "--test-kill-rank-at", "1:2"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert "rank 1 kills itself" in proc.stderr
+    summary = _summary(proc)
+    assert summary["generation"] == 1 and summary["steps"] == 4
+    assert (run / "models" / "model_000001.pt").exists()

@@ -444,7 +444,8 @@ class FaultHooks:
     fake_oom_at_micro_batch: int | None = None
     """Raise an out-of-memory error for any micro-batch of at least this many samples."""
     kill_rank_at_step: tuple[int, int] | None = None
-    """(rank, step): that rank SIGKILLs itself before that optimizer step."""
+    """(rank, step): that rank SIGKILLs itself before that optimizer step (first attempt only,
+    so that torchrun --max-restarts can show the group recovering)."""
     hang_rank_at_step: tuple[int, int] | None = None
     """(rank, step): that rank sleeps forever before that optimizer step."""
 
@@ -818,7 +819,8 @@ def _gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
 
 
 def _maybe_inject_fault(hooks: FaultHooks, rank: int, step: int) -> None:
-    if hooks.kill_rank_at_step == (rank, step):
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    if hooks.kill_rank_at_step == (rank, step) and first_attempt:
         log.error("test hook: rank %d kills itself at step %d", rank, step)
         os.kill(os.getpid(), 9)
     if hooks.hang_rank_at_step == (rank, step):
