@@ -121,6 +121,21 @@ def test_evaluator_is_a_snapshot_of_the_net(tiny_net):
     np.testing.assert_array_equal(before[0], after[0])
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_load_weights_swaps_in_a_new_generation(tiny_net, tiny_cfg, jit):
+    evaluate = make_evaluator(tiny_net, jit=jit)
+    torch.manual_seed(1)
+    newer = _trained_a_little(net_from_config(tiny_cfg.net, tiny_cfg.go.board_size))
+    planes = _random_planes(tiny_net, 4)
+    evaluate.load_weights(newer)
+    p0, v0 = make_evaluator(newer, jit=False)(planes)
+    p1, v1 = evaluate(planes)
+    np.testing.assert_allclose(p1, p0, atol=1e-5)
+    np.testing.assert_allclose(v1, v0, atol=1e-5)
+    with pytest.raises(ValueError, match="same net config"):
+        evaluate.load_weights(net_from_config(tiny_cfg.net, 7))
+
+
 def test_save_then_load_gives_identical_outputs(tiny_net, tmp_path):
     path = tmp_path / "models" / "model_000003.pt"
     save_model(path, tiny_net, 3, meta={"games": 120})
@@ -213,3 +228,11 @@ def test_compiled_evaluator_matches_eager_on_odd_batch_sizes(tiny_net):
         p1, v1 = compiled(planes)
         np.testing.assert_allclose(p1, p0, atol=1e-5)
         np.testing.assert_allclose(v1, v0, atol=1e-5)
+    # a new generation's weights go into the compiled graph without recompiling
+    with torch.no_grad():
+        for p in tiny_net.parameters():
+            p.mul_(0.5)
+    compiled.load_weights(tiny_net)
+    planes = _random_planes(tiny_net, 3, seed=9)
+    np.testing.assert_allclose(compiled(planes)[0], make_evaluator(tiny_net, jit=False)(planes)[0],
+                               atol=1e-5)

@@ -406,14 +406,15 @@ def make_evaluator(
         # TorchScript freezing does not keep autocast regions; eager under autocast on a GPU
         # is network-bound anyway.
         mode = "eager"
-    fn = compile_for_inference(model, dev, mode)
-    if fn is model:
+    forms = {"fn": compile_for_inference(model, dev, mode)}
+    if forms["fn"] is model:
         mode = "eager"
     n, c = model.board_size, model.in_planes
     moves = model.num_moves
     limit = max_batch or 1 << 30
 
     def _forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        fn = forms["fn"]
         if dtype is not None:
             with torch.autocast(device_type=dev.type, dtype=dtype):
                 logits, values = fn(x)
@@ -452,6 +453,23 @@ def make_evaluator(
                 values[lo:hi] = v.cpu().numpy()
         return priors, values
 
+    def load_weights(new_net: nn.Module) -> None:
+        """Swap in the weights of `new_net` (same net config) without rebuilding from scratch.
+
+        Eager and torch.compile forms keep their graphs (weights are inputs of the compiled
+        graph: no recompilation); the frozen trace has its weights inlined and is re-traced
+        (~0.1 s).
+        """
+        source = unwrap(new_net)
+        if source.config != model.config:
+            raise ValueError(f"load_weights needs the same net config: evaluator has "
+                             f"{model.config}, new net has {source.config}")
+        with torch.no_grad():
+            model.load_state_dict(plain_state_dict(source))
+        if mode == "trace":
+            forms["fn"] = compile_for_inference(model, dev, "trace")
+
     evaluate.mode = mode  # type: ignore[attr-defined]
     evaluate.device = dev  # type: ignore[attr-defined]
+    evaluate.load_weights = load_weights  # type: ignore[attr-defined]
     return evaluate
