@@ -12,9 +12,10 @@ included), picks one and plays it, until two passes or the 2*N*N move cap. Engin
 (OpenSpiel has simple ko and ends a game on a repeated position; we forbid the repeating
 move. Repetitions are rare in random games, so the games have the same length on average:
 the mean moves per game are printed.) Everything runs in one thread, one engine after the
-other in the same process; JIT compilation is done before timing; each figure is the median of several timed repeats. The last line is
-one JSON object with the 9x9 figures (`ours_moves_per_s`, `openspiel_moves_per_s`,
-`ratio`) and extras.
+other in the same process, timed in CPU seconds of the process (robust to other load on a
+shared machine); JIT compilation is done before timing; each figure is the median of several
+timed repeats. The last line is one JSON object with the 9x9 figures (`ours_moves_per_s`,
+`openspiel_moves_per_s`, `ratio`) and extras.
 
 Usage: python benchmarks/rules.py [--repeats 5] [--quick]
 """
@@ -35,12 +36,16 @@ from training.go import Position
 
 
 def time_runs(run, repeats: int) -> tuple[float, float]:
-    """Median (moves/s, moves/game) over `repeats` calls of run() -> (moves, games)."""
+    """Median (moves per CPU second, moves/game) over `repeats` calls of run() -> (moves, games).
+
+    CPU time of this process, not wall time: everything here is single-threaded, and on a
+    shared machine wall-clock figures swing with the other processes' load.
+    """
     speeds, lengths = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         moves, games = run()
-        dt = time.perf_counter() - t0
+        dt = time.process_time() - t0
         speeds.append(moves / dt)
         lengths.append(moves / games)
     return statistics.median(speeds), statistics.mean(lengths)
@@ -126,7 +131,8 @@ def main() -> None:
     repeats = 3 if args.quick else args.repeats
     scale = 0.1 if args.quick else 1.0
     print("Uniformly random playouts, one thread: legal moves (suicide, ko) + play, every move")
-    print(f"numba {numba.__version__}, numpy {np.__version__}, median of {repeats} repeats")
+    print(f"moves per CPU second of this process, median of {repeats} repeats; "
+          f"numba {numba.__version__}, numpy {np.__version__}")
     print()
     header = f"{'size':5} {'engine':36} {'moves/s':>11} {'moves/game':>11} {'vs OpenSpiel':>13}"
     print(header)

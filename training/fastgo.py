@@ -73,6 +73,11 @@ code, or from Python through `FastBoard`):
 
 Input planes for the net are written by `training.features.write_planes(b, g, history, out)`.
 
+Speed (`python benchmarks/rules.py`, moves per CPU second of uniformly random playouts, this
+2-core machine): 9x9 about 750k in the numba loop, 1.7x OpenSpiel's C++ Go driven from
+Python; 19x19 about 360k, 2.1x. From Python each call costs a few microseconds of numba
+dispatch (unboxing `b`), so `FastBoard` manages about 110k moves/s: keep loops in njit code.
+
 This module imports no torch, reads no files and logs nothing.
 """
 
