@@ -614,7 +614,13 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
                                 weight_decay=tcfg.weight_decay)
     epoch = offset = 0
     if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
+        try:
+            optimizer.load_state_dict(ckpt["optimizer"])
+        except (ValueError, KeyError) as e:
+            raise TrainingError(
+                f"{checkpoint or 'the newest checkpoint'}: its optimizer state does not fit "
+                f"this net ({e}); pass --checkpoint none to start afresh"
+            ) from e
         schedule.step = int(ckpt["schedule"]["step"])
         data = ckpt.get("data", {})
         if (data.get("length"), data.get("per_rank"), data.get("world_size")) == (
