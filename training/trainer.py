@@ -604,7 +604,10 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     else:
         net = net_from_config(cfg.net, cfg.go.board_size)
     net.to(ctx.device).train()
-    model: torch.nn.Module = DDP(net) if ctx.is_distributed else net
+    model: torch.nn.Module = net
+    if ctx.is_distributed:
+        on_gpu = ctx.device.startswith("cuda")
+        model = DDP(net, device_ids=[torch.device(ctx.device).index] if on_gpu else None)
     autocast, use_scaler = _autocast_dtype(ctx, tcfg.mixed_precision)
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
 
