@@ -20,7 +20,7 @@ Figures:
     (marked extrapolated: one core or GPU per worker assumed); and the coach's ingest
     capacity measured with N simulated daemons producing faster than it collects.
 
-    python benchmarks/pipeline.py                 # short: about 5 minutes
+    python benchmarks/pipeline.py                 # short: about 6 minutes (9 on a busy machine)
     python benchmarks/pipeline.py --seconds 120 --daemon-seconds 300 --config configs/config.yaml
 
 The last line is one JSON object of the figures. Timings of a busy machine are low.
@@ -367,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--daemon-config", default=str(REPO / "configs" / "tiny.yaml"),
                    help="config of the real self-play daemons (default configs/tiny.yaml, so "
                         "that a short run finishes games; use configs/config.yaml on a GPU)")
-    p.add_argument("--seconds", type=float, default=30.0, help="collection window per run")
-    p.add_argument("--daemon-seconds", type=float, default=45.0,
+    p.add_argument("--seconds", type=float, default=20.0, help="collection window per run")
+    p.add_argument("--daemon-seconds", type=float, default=30.0,
                    help="timed window of the real daemons")
     p.add_argument("--hosts", type=int, default=8, help="hosts of the latency/bytes run")
     p.add_argument("--games-per-s", type=float, default=10.0,
@@ -447,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"measured with 1 and 2 side by side, one core each):")
             print(f"  {'workers':>7} {'self-play games/h':>18} {'':<13} "
                   f"{'coach ingest capacity games/h':>30}")
+            print(f"  (2 real daemons side by side measured: "
+                  f"{measured[2]['games_per_hour']:,.0f} games/h, per daemon "
+                  f"{per_daemon:,.0f}; beyond 2 = N x per daemon, extrapolated)")
             for r in rows:
                 tag = "extrapolated" if r["selfplay_extrapolated"] else "measured"
                 print(f"  {r['workers']:>7} {r['selfplay_games_per_hour']:>18,.0f} {tag:<13} "
