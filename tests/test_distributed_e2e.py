@@ -149,7 +149,8 @@ def test_two_hosts_train_two_generations_through_faults(tiny_cfg, cluster):
     assert model_store.list_manifests(run / "models") == [0, 1, 2]
     for name in ("worker1", "worker2"):
         models = _remote_root(cfg, name) / "workers" / name / "models"
-        assert model_store.list_manifests(models)[-2:] == [1, 2]  # older ones pruned
+        assert 2 in model_store.list_manifests(models)
+        assert 0 not in model_store.list_manifests(models)  # older generations pruned
     snap = parse_status_text(status.read_text())
     assert snap.generation == 2 and snap.workers_total == 2
     assert snap.model_sync_s is not None and snap.network_mb_per_min >= 0

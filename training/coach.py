@@ -154,6 +154,8 @@ class Coach:
         self._games_at_gen = 0
         self._last_progress = 0.0
         self._retry_round_at = 0.0
+        self._delivered: dict[str, int] = {}  # newest generation pushed to each worker
+        self._repush_after: dict[str, float] = {}
         self._started = time.monotonic()
         self.fleet: Any = None
         self.collector: Collector | None = None
@@ -299,6 +301,7 @@ class Coach:
                 self._reload_config()
             self.fleet.supervise()
             self._poll_heartbeats()
+            self._repush_missing()
             self._collect()
             self._advance_training()
             self._write_status()
@@ -460,8 +463,8 @@ class Coach:
         for name in added:
             try:
                 self.fleet.start(name)
-                self.fleet.push_model(self.models_dir, self._manifest(self.generation),
-                                      names=[name])
+                self._delivered.pop(name, None)
+                self._push(self.generation, names=[name])
             except Exception as e:  # noqa: BLE001 - per-worker outcome
                 log.error("worker %s: could not start: %s", name, e)
                 self._view(name).error = str(e)
@@ -596,17 +599,34 @@ class Coach:
         self.generation = generation
         log.info("published generation %d", generation)
 
-    def _push(self, generation: int) -> None:
+    def _push(self, generation: int, names: list[str] | None = None) -> None:
         manifest = self._manifest(generation)
         t0 = time.monotonic()
-        self._push_started[generation] = t0
-        results = self.fleet.push_model(self.models_dir, manifest)
+        if names is None:
+            self._push_started[generation] = t0
+        results = self.fleet.push_model(self.models_dir, manifest, names=names)
         ok = [n for n, r in results.items() if not isinstance(r, Exception)]
+        for name in ok:
+            self._delivered[name] = max(generation, self._delivered.get(name, -1))
         for name, r in results.items():
             if isinstance(r, Exception):
                 self._view(name).error = f"model push failed: {r}"
+                self._repush_after[name] = t0 + self.cfg.distributed.backoff_max_s
         log.info("pushed generation %d to %d/%d workers in %.2fs", generation, len(ok),
                  len(results), time.monotonic() - t0)
+
+    def _repush_missing(self) -> None:
+        """A worker that missed a push (its host was down) gets the current model again."""
+        if self.generation < 0:
+            return
+        now = time.monotonic()
+        missing = [n for n in self.fleet.names()
+                   if self._delivered.get(n, -1) < self.generation
+                   and self._view(n).state != WorkerState.OFFLINE
+                   and now >= self._repush_after.get(n, 0.0)]
+        if missing:
+            log.info("re-pushing generation %d to %s", self.generation, ",".join(missing))
+            self._push(self.generation, names=missing)
 
     def _check_sync_done(self) -> None:
         """Model sync time: from the push until every active worker runs the new model."""
