@@ -206,7 +206,8 @@ def test_two_nodes_on_loopback_train_together(work):
 
 
 def test_two_ranks_train_from_the_real_replay_window(work):
-    """Default data: the replay window over run/replay, opened identically on both ranks."""
+    """Default data: the replay window over run/replay, opened identically on both ranks;
+    equal weights after steps of two micro-batches each show no_sync + the final all-reduce."""
     from training.net import load_model, make_evaluator
     from training.records import BatchMeta, batch_name, write_batch
     from training.selfplay import SelfPlay
@@ -223,8 +224,13 @@ def test_two_ranks_train_from_the_real_replay_window(work):
         records += selfplay.step()
     write_batch(run / "replay" / batch_name("worker1", 0, 0), records,
                 BatchMeta.from_records("worker1", records, max_moves=cfg.go.max_moves))
-    summary = _summary(_torchrun(["--config", str(TINY), "--run-dir", str(run), "--steps", "3"]))
+    # with gradient accumulation: no_sync on the first micro-batch, all-reduce on the second
+    accumulate = work / "accumulate.yaml"
+    accumulate.write_text(dump_config(override(cfg, {"training.grad_accumulation": 2})))
+    summary = _summary(_torchrun(["--config", str(accumulate), "--run-dir", str(run),
+                                  "--steps", "3"]))
     assert summary["generation"] == 1 and summary["world_size"] == 2
+    assert summary["accumulation"] == 2 and summary["micro_batch"] == 8
     assert len(set(summary["rank_checksums"])) == 1 and np.isfinite(summary["loss"])
 
 

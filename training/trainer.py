@@ -33,6 +33,7 @@ Only this module touches torch.distributed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -750,7 +751,8 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         if hooks.fake_oom_at_micro_batch is not None and hi - lo >= hooks.fake_oom_at_micro_batch:
             raise RuntimeError(f"CUDA out of memory (fake, micro-batch {hi - lo})")
         is_last = i == len(chunks) - 1
-        sync = model.no_sync() if isinstance(model, DDP) and not is_last else _nullcontext()
+        defer_sync = isinstance(model, DDP) and not is_last  # all-reduce once, on the last
+        sync = model.no_sync() if defer_sync else contextlib.nullcontext()
         with sync:
             x = planes[lo:hi].to(ctx.device, non_blocking=True)
             pi = policy[lo:hi].to(ctx.device, non_blocking=True)
@@ -769,14 +771,6 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     else:
         optimizer.step()
     return out
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 @torch.no_grad()
