@@ -166,7 +166,8 @@ def ledger(run: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def check_exactly_once(run: Path, worker_dirs: list[Path]) -> dict[str, int]:
+def check_exactly_once(run: Path, worker_dirs: list[Path], rejected_ok: frozenset = frozenset()
+                       ) -> dict[str, int]:
     """Every batch a worker wrote is ingested exactly once; returns the counts."""
     entries = ledger(run)
     names = [e["name"] for e in entries]
@@ -181,8 +182,8 @@ def check_exactly_once(run: Path, worker_dirs: list[Path]) -> dict[str, int]:
     assert not lost, f"written but never ingested: {sorted(lost)[:5]}"
     # a daemon killed between its rename and its ledger line leaves at most one unlisted batch
     assert len(ingested - written) <= 2, sorted(ingested - written)
-    rejected = [e for e in entries if e["status"] != "ingested"]
-    assert not rejected, rejected[:2]
+    rejected = {e["name"] for e in entries if e["status"] != "ingested"}
+    assert rejected == set(rejected_ok), rejected
     return {"written": len(written), "ingested": len(ingested), "duplicates": dupes,
             "lost": len(lost), "left_in_outbox": len(left)}
 
@@ -246,14 +247,46 @@ def test_coach_sigkill_during_collection_counts_every_batch_once(tmp_path, coach
         coach.start()
         _wait(lambda: coach.all_active(names), 120, "workers Active after the coach restart")
         assert {w: coach.worker_pid(w) for w in names} == pids, "daemons were not adopted"
+        if k == 0:  # a hostile batch: quarantined once, counted across the restarts
+            bad = _hostile_batch(coach.run / "workers" / "worker2" / "outbox", "worker2")
     n = len(ledger(coach.run))
     _wait(lambda: len(ledger(coach.run)) >= n + 3, 60, "collection after the last restart")
+    _wait(lambda: "1 batches rejected" in _row_error(coach, "worker2"), 30,
+          "the rejection in worker2's status row")
     assert coach.stop() == 0, coach.log_text()[-2000:]
     assert not list((coach.run / "incoming").iterdir())
-    counts = check_exactly_once(coach.run, [coach.run / "workers" / n for n in names])
+    assert (coach.run / "quarantine" / bad).exists()
+    counts = check_exactly_once(coach.run, [coach.run / "workers" / n for n in names],
+                                rejected_ok=frozenset([bad]))
     print(f"reliability coach_sigkill_collecting kills={kills} written={counts['written']} "
           f"ingested={counts['ingested']} duplicates={counts['duplicates']} "
-          f"lost={counts['lost']}")
+          f"lost={counts['lost']} hostile_rejected=1 shown_in_status=1")
+
+
+def _hostile_batch(outbox: Path, worker: str) -> str:
+    """A batch with an illegal move (a stone on an occupied point) under a valid name."""
+    import dataclasses
+
+    import numpy as np
+
+    from training import records
+
+    rng = np.random.default_rng(5)
+    recs = [records.random_record(5, 0.5, rng, simulations=8) for _ in range(3)]
+    moves = recs[0].moves.copy()
+    moves[1] = moves[0]
+    recs[0] = dataclasses.replace(recs[0], moves=moves)
+    name = records.batch_name(worker, 0, 90_000_000)
+    records.write_batch(outbox / name, recs, records.BatchMeta.from_records(worker, recs))
+    return name
+
+
+def _row_error(coach: CoachProc, name: str) -> str:
+    try:
+        rows = parse_status_text(coach.status.read_text()).workers
+    except (OSError, ValueError):
+        return ""
+    return next((r.last_error for r in rows if r.name == name), "")
 
 
 def _trainer_pid(coach: CoachProc) -> int | None:
