@@ -146,6 +146,8 @@ class SelfPlayConfig:
     """Run self-play on the CPU even when GPUs are present."""
     threads_per_worker: int = 1
     """torch threads per worker process (one process per core with one thread is robust)."""
+    worker_class: str = "training.worker:Worker"
+    """The worker daemon class, as module:Class (a subclass of training.worker.Worker)."""
 
     def __post_init__(self) -> None:
         _range(self, "games_per_worker", 1, 10**9)
@@ -157,6 +159,12 @@ class SelfPlayConfig:
         _range(self, "workers", 1, 1024)
         _range(self, "workers_per_gpu", 1, 64)
         _range(self, "threads_per_worker", 1, 256)
+        module, _, cls = self.worker_class.partition(":")
+        _check(
+            bool(module) and cls.isidentifier() and all(p.isidentifier() for p in module.split(".")),
+            "worker_class",
+            f"must be module:Class, e.g. training.worker:Worker, got {self.worker_class!r}",
+        )
 
 
 @dataclass(frozen=True)

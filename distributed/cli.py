@@ -130,7 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0 if all(isinstance(r, PreflightReport) and r.ok
                                 for r in results.values()) else 1
             name = args.restart
-            connector.spec(name)
+            # Local-mode workers (worker1..N, processes of the coach) are not SSH workers: only
+            # the running coach can restart them, so the request goes to it either way.
+            is_ssh_worker = name in connector.workers
+            if args.direct:
+                connector.spec(name)  # UnknownWorkerError names the known workers
             if not args.direct:
                 req = restart_requests.request_restart(name, Path(args.requests_dir))
                 if restart_requests.wait_taken(req, args.wait):
@@ -139,6 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not restart_requests.withdraw(req):
                     print(f"restart of {name} handed to the running coach")
                     return 0
+                if not is_ssh_worker:
+                    print(f"error: no running coach took the restart of {name} within "
+                          f"{args.wait:g}s, and {name} is not an SSH worker in {args.config}",
+                          file=sys.stderr)
+                    return 1
                 print(f"no coach took the request within {args.wait:g}s; restarting directly")
             pid = connector.restart(name)
             print(f"restarted {name}: pid {pid}")

@@ -164,3 +164,9 @@ def test_override_revalidates():
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Config().go.board_size = 13  # type: ignore[misc]
+
+
+def test_worker_class_must_be_module_colon_class():
+    assert load_config_text("self_play:\n  worker_class: custom_worker:CustomWorker\n")
+    msg = _error("self_play:\n  worker_class: 'custom_worker.CustomWorker'\n")
+    assert "self_play.worker_class must be module:Class" in msg

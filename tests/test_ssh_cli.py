@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from configs import load_config
+from tests.conftest import REPO
 from distributed import config_edit, restart_requests
 from distributed.cli import main
 from distributed.config_edit import ConfigEditError
@@ -209,3 +210,38 @@ def test_cli_restart_without_coach_restarts_over_ssh(sshd_server, tmp_path, caps
 def test_cli_unknown_worker_is_a_clean_error(cfg_file, capsys):
     assert main(["--config", str(cfg_file), "--restart", "nobody", "--direct"]) == 1
     assert "no worker named 'nobody'" in capsys.readouterr().err
+
+
+def test_restart_of_a_local_mode_worker_goes_to_the_running_coach(tmp_path):
+    """Local-mode workers are not in distributed.workers; the coach alone can restart them."""
+    import threading
+
+    from distributed import cli, restart_requests
+
+    requests = tmp_path / "requests"
+    taken: list = []
+
+    def coach():
+        for _ in range(100):
+            got = restart_requests.take_requests(requests)
+            if got:
+                taken.extend(got)
+                return
+            threading.Event().wait(0.05)
+
+    t = threading.Thread(target=coach)
+    t.start()
+    rc = cli.main(["--config", str(REPO / "configs" / "tiny.yaml"), "--restart", "worker1",
+                   "--requests-dir", str(requests), "--wait", "5"])
+    t.join()
+    assert rc == 0
+    assert taken == [("restart", "worker1")]
+
+
+def test_restart_of_an_unknown_local_worker_without_coach_is_a_clear_error(tmp_path, capsys):
+    from distributed import cli
+
+    rc = cli.main(["--config", str(REPO / "configs" / "tiny.yaml"), "--restart", "worker7",
+                   "--requests-dir", str(tmp_path / "r"), "--wait", "0.2"])
+    assert rc == 1
+    assert "no running coach took the restart of worker7" in capsys.readouterr().err
