@@ -554,7 +554,11 @@ def load_config_text(text: str, source: str = "<config>") -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+        # One line: PyYAML's own text spans several lines with a caret drawing.
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{source}: not valid YAML{where}: {problem}") from None
     return parse_config(data, source)
 
 

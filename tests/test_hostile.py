@@ -318,12 +318,7 @@ TRAVERSAL = ["../../escaped_000000_00000000.npz.zst", "/tmp/abs_000000_00000000.
              "sub/w1_000000_00000009.npz.zst"]
 
 
-@pytest.mark.parametrize("evil", [
-    pytest.param(n, marks=pytest.mark.xfail(
-        strict=True, reason="training.collector uses a listed name in paths before checking "
-        "it is a bare batch name: is_known() finds replay/../../x, then delete() removes a "
-        "file outside the outbox (reported to the coach owner)")) if not n.startswith("sub/")
-    else n for n in TRAVERSAL])
+@pytest.mark.parametrize("evil", TRAVERSAL)
 def test_path_traversal_name_writes_nothing_outside_the_run(evil, tmp_path):
     """A listed name with a folder part must not be fetched from or written outside the
     worker's outbox and the run's quarantine."""
@@ -572,9 +567,7 @@ def test_bad_config_value_is_a_config_error_naming_the_key(case, tmp_path):
 
 @pytest.mark.parametrize("case", [
     "unknown_key", "nan", "worker_bad_port", "weight_unknown_worker",
-    pytest.param("not_yaml", marks=pytest.mark.xfail(
-        strict=True, reason="configs.load_config: the invalid-YAML error carries PyYAML's "
-        "multi-line mark (4 lines on stderr), not one line (reported to the lead)"))])
+    "not_yaml"])
 def test_start_main_bad_config_is_one_line_and_exit_code_2(case, tmp_path):
     text, word = BAD_CONFIGS[case]
     path = tmp_path / "bad.yaml"

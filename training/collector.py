@@ -245,6 +245,12 @@ class Collector:
         for name in names:
             if max_games is not None and result.games >= max_games:
                 break
+            if not _is_bare_name(name):
+                # A name with a folder part (`../x`, `/tmp/x`) is never joined to a path nor
+                # handed back to the source: not fetched, not deleted, counted once.
+                self._reject_unsafe_name(worker, name)
+                result.rejected.append(name)
+                continue
             parsed = parse_batch_file_name(name)
             if self.is_known(name):
                 source.delete(name)
@@ -290,6 +296,18 @@ class Collector:
         self._append(entry)
         log.error("rejected %s (quarantined): %s", name, reason)
 
+    def _reject_unsafe_name(self, worker: str, name: str) -> None:
+        """Count a listed name that is not a bare file name once, touching no file."""
+        key = f"unsafe:{worker}:{name!r}"
+        if key in self.entries:
+            return
+        reason = f"{name!r}: not a plain file name (it has a folder part)"
+        entry = {"name": key, "worker": worker, "generation": -1, "seq": -1,
+                 "status": "rejected", "time": time.time(), "games": 0, "positions": 0,
+                 "size": 0, "sha256": "", "reason": reason}
+        self._append(entry)
+        log.error("rejected a listed name from %s without touching it: %s", worker, reason)
+
     def _reject_unfetched(self, worker: str, name: str, source: BatchSource) -> None:
         """A file whose name is not this worker's batch name: fetch it into quarantine."""
         target = self.incoming_dir / name
@@ -305,6 +323,22 @@ class Collector:
         self._append(entry)
         source.delete(name)
         log.error("rejected %s (quarantined): %s", name, reason)
+
+
+def _is_bare_name(name: str) -> bool:
+    """A plain file name: no folder part, not . or .., no NUL, not too long.
+
+    Odd but plain names (spaces, newlines, `;`) are safe to quarantine: names are never
+    handed to a shell, only joined to a folder.
+    """
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and len(name.encode("utf-8", "surrogateescape")) <= 255
+    )
 
 
 def _mean(values: Any) -> float:
