@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import yaml
@@ -462,116 +462,63 @@ from tests.sshd import netns_hosts  # noqa: E402,F401 - fixture (module scope, 3
 LINK_DOWN_S = float(os.environ.get("AZGO_LINK_DOWN_S", "12"))
 
 
-class SimCoach:
-    """The real `Coach` in distributed mode, in a thread, its SSH fleet starting simulated
-    daemons (the coach has no config key for the worker class yet)."""
+def sim_cluster(tmp: Path, hosts) -> Any:
+    """The real coach in distributed mode (a thread of this process) collecting from
+    simulated daemons on the namespace hosts, with short timeouts (`SimCluster` of
+    benchmarks/pipeline.py: the coach has no config key for the worker class yet)."""
+    from benchmarks.pipeline import SimCluster
 
-    def __init__(self, tmp: Path, hosts, games_per_s: float = 10.0):
-        from configs import load_config, override
-        from distributed.ssh_connector import SSHConnector
-        from training.coach import Coach
-        from training.simworker import SIM_START_COMMAND
-        from training.ssh_workers import SSHFleet
+    return SimCluster(tmp, hosts.n, config=REPO / "configs" / "tiny.yaml", games_per_s=10.0,
+                      hosts=hosts, overrides={
+                          "distributed.batch_size": 5, "distributed.heartbeat_interval_s": 0.5,
+                          "distributed.offline_after_s": 3, "distributed.poll_interval_s": 0.3,
+                          "distributed.connect_timeout_s": 2,
+                          "distributed.command_timeout_s": 15,
+                          "distributed.transfer_timeout_s": 5, "distributed.retries": 1,
+                          "distributed.backoff_base_s": 0.3, "distributed.backoff_max_s": 2,
+                          "distributed.keepalive_s": 1, "distributed.stop_grace_s": 2})
 
-        workers = [{"host": hosts.addr(i), "user": hosts.servers[i - 1].user,
-                    "name": f"worker{i}", "key_path": str(hosts.client_key), "gpu_id": -1,
-                    "remote_dir": str(tmp / f"host{i}")} for i in range(1, hosts.n + 1)]
-        cfg = override(load_config(REPO / "configs" / "tiny.yaml"), {
-            "run.dir": str(tmp / "run"), "logging.dir": str(tmp / "logs"),
-            "self_play.games_per_worker": 100_000,
-            "distributed.enabled": True, "distributed.workers": workers,
-            "distributed.known_hosts": str(hosts.known_hosts), "distributed.deploy": False,
-            "distributed.python": sys.executable, "distributed.batch_size": 5,
-            "distributed.heartbeat_interval_s": 0.5, "distributed.offline_after_s": 3,
-            "distributed.poll_interval_s": 0.3, "distributed.connect_timeout_s": 2,
-            "distributed.command_timeout_s": 15, "distributed.transfer_timeout_s": 5,
-            "distributed.retries": 1, "distributed.backoff_base_s": 0.3,
-            "distributed.backoff_max_s": 2, "distributed.keepalive_s": 1,
-            "distributed.stop_grace_s": 2,
-        })
-        start = (*SIM_START_COMMAND, "--games-per-s", str(games_per_s))
 
-        class _Coach(Coach):
-            def _make_fleet(self):
-                conn = SSHConnector(self.cfg.distributed, start_command=start,
-                                    stats=self.stats)
-                return SSHFleet(self.cfg, self.run_dir, self.run_config_path, stats=self.stats,
-                                next_seq=self.collector.next_seq, connector=conn)
+def _ingested_by(sim: Any, name: str) -> int:
+    return sum(1 for e in sim.ledger() if e["worker"] == name)
 
-        self.tmp = tmp
-        self.run = tmp / "run"
-        self.status = tmp / "status.txt"
-        self.names = [w["name"] for w in workers]
-        self.coach = _Coach(cfg, distributed=True, status_path=self.status,
-                            requests_dir=tmp / "requests", watch_config=False)
-        self.thread = None
-        self.error: BaseException | None = None
 
-    def start(self) -> SimCoach:
-        import threading
-
-        def run() -> None:
-            try:
-                self.coach.run()
-            except BaseException as e:  # noqa: BLE001 - reported by the test
-                self.error = e
-
-        self.thread = threading.Thread(target=run, name="coach", daemon=True)
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.coach.stop()
-        self.thread.join(timeout=90)
-        assert not self.thread.is_alive(), "the coach did not stop"
-        assert self.error is None, self.error
-
-    def states(self) -> dict[str, WorkerState]:
-        try:
-            return {r.name: r.state for r in parse_status_text(self.status.read_text()).workers}
-        except (OSError, ValueError):
-            return {}
-
-    def worker_dirs(self) -> list[Path]:
-        return [self.tmp / f"host{i}" / "workers" / n for i, n in enumerate(self.names, 1)]
-
-    def ingested_by(self, name: str) -> int:
-        return sum(1 for e in ledger(self.run) if e["worker"] == name)
+def _worker_dirs(sim: Any) -> list[Path]:
+    return [sim.worker_dir(i) for i in range(1, sim.n + 1)]
 
 
 @pytest.mark.ssh
 @pytest.mark.netns
 def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tmp_path):
-    sim = SimCoach(tmp_path, netns_hosts).start()
+    sim = sim_cluster(tmp_path, netns_hosts).start()
     try:
-        _wait(lambda: all(s == WorkerState.ACTIVE for s in sim.states().values())
-              and len(sim.states()) == 3, 180, "three workers Active")
-        _wait(lambda: sim.ingested_by("worker1") >= 2, 60, "batches from worker1")
-        others = {n: sim.ingested_by(n) for n in ("worker2", "worker3")}
+        _wait(sim.all_active, 180, "three workers Active")
+        _wait(lambda: _ingested_by(sim, "sim01") >= 2, 60, "batches from sim01")
+        others = {n: _ingested_by(sim, n) for n in ("sim02", "sim03")}
         t_before = time.monotonic()
         time.sleep(4.0)
-        rate_before = sum(sim.ingested_by(n) - c for n, c in others.items()) / (
+        rate_before = sum(_ingested_by(sim, n) - c for n, c in others.items()) / (
             time.monotonic() - t_before)
         netns_hosts.link_down(1)
         t0 = time.monotonic()
-        others = {n: sim.ingested_by(n) for n in ("worker2", "worker3")}
+        others = {n: _ingested_by(sim, n) for n in ("sim02", "sim03")}
         try:
-            offline_s = _wait(lambda: sim.states().get("worker1") == WorkerState.OFFLINE, 60,
-                              "worker1 Offline")
+            offline_s = _wait(lambda: sim.states().get("sim01") == WorkerState.OFFLINE, 60,
+                              "sim01 Offline")
             time.sleep(max(0.0, LINK_DOWN_S - (time.monotonic() - t0)))
             assert all(sim.states().get(n) == WorkerState.ACTIVE for n in others)
-            rate_during = sum(sim.ingested_by(n) - c for n, c in others.items()) / (
+            rate_during = sum(_ingested_by(sim, n) - c for n, c in others.items()) / (
                 time.monotonic() - t0)
             assert rate_during > 0, "the other workers' batches stalled during the outage"
         finally:
             netns_hosts.link_up(1)
         t1 = time.monotonic()
-        n1 = sim.ingested_by("worker1")
-        active_s = _wait(lambda: sim.states().get("worker1") == WorkerState.ACTIVE
-                         and sim.ingested_by("worker1") > n1, 120, "worker1 Active again")
+        n1 = _ingested_by(sim, "sim01")
+        active_s = _wait(lambda: sim.states().get("sim01") == WorkerState.ACTIVE
+                         and _ingested_by(sim, "sim01") > n1, 120, "sim01 Active again")
     finally:
-        sim.stop()
-    counts = check_exactly_once(sim.run, sim.worker_dirs())
+        sim.close()
+    counts = check_exactly_once(sim.run, _worker_dirs(sim))
     print(f"reliability link_down outage_s={t1 - t0:.0f} offline_after_s={offline_s:.1f} "
           f"active_again_s={active_s:.1f} duplicates={counts['duplicates']} "
           f"lost={counts['lost']} ingested={counts['ingested']} "
@@ -581,26 +528,25 @@ def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tm
 @pytest.mark.ssh
 @pytest.mark.netns
 def test_sshd_killed_worker_offline_others_unaffected(netns_hosts, tmp_path):
-    sim = SimCoach(tmp_path, netns_hosts).start()
+    sim = sim_cluster(tmp_path, netns_hosts).start()
     try:
-        _wait(lambda: all(s == WorkerState.ACTIVE for s in sim.states().values())
-              and len(sim.states()) == 3, 180, "three workers Active")
+        _wait(sim.all_active, 180, "three workers Active")
         netns_hosts.kill_sshd(2)
         try:
-            offline_s = _wait(lambda: sim.states().get("worker2") == WorkerState.OFFLINE, 60,
-                              "worker2 Offline")
-            others = {n: sim.ingested_by(n) for n in ("worker1", "worker3")}
+            offline_s = _wait(lambda: sim.states().get("sim02") == WorkerState.OFFLINE, 60,
+                              "sim02 Offline")
+            others = {n: _ingested_by(sim, n) for n in ("sim01", "sim03")}
             time.sleep(3.0)
             assert all(sim.states().get(n) == WorkerState.ACTIVE for n in others)
-            assert all(sim.ingested_by(n) > c for n, c in others.items()), "others stalled"
+            assert all(_ingested_by(sim, n) > c for n, c in others.items()), "others stalled"
         finally:
             netns_hosts.restart_sshd(2)
-        n2 = sim.ingested_by("worker2")
-        active_s = _wait(lambda: sim.states().get("worker2") == WorkerState.ACTIVE
-                         and sim.ingested_by("worker2") > n2, 120, "worker2 Active again")
+        n2 = _ingested_by(sim, "sim02")
+        active_s = _wait(lambda: sim.states().get("sim02") == WorkerState.ACTIVE
+                         and _ingested_by(sim, "sim02") > n2, 120, "sim02 Active again")
     finally:
-        sim.stop()
-    counts = check_exactly_once(sim.run, sim.worker_dirs())
+        sim.close()
+    counts = check_exactly_once(sim.run, _worker_dirs(sim))
     print(f"reliability sshd_killed offline_after_s={offline_s:.1f} others_active=2/2 "
           f"active_again_after_restart_s={active_s:.1f} duplicates={counts['duplicates']} "
           f"lost={counts['lost']}")
