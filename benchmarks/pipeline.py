@@ -76,7 +76,11 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 class SimCluster:
     """N namespace hosts, each running a simulated daemon, and the real coach (in a thread)
-    collecting from them over SSH. `close()` removes everything."""
+    collecting from them over SSH. `close()` removes everything.
+
+    The SSH fleet's start command is `training.simworker.SIM_START_COMMAND` plus the pace
+    (`self_play.worker_class` would run SimWorker too, but through `training.worker`, which
+    imports torch, and without a way to pass the pace over SSH)."""
 
     def __init__(self, state: Path, n: int, *, config: Path = DEFAULT_CONFIG,
                  games_per_s: float = 5.0, overrides: dict[str, Any] | None = None,

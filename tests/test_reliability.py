@@ -465,7 +465,7 @@ LINK_DOWN_S = float(os.environ.get("AZGO_LINK_DOWN_S", "12"))
 def sim_cluster(tmp: Path, hosts) -> Any:
     """The real coach in distributed mode (a thread of this process) collecting from
     simulated daemons on the namespace hosts, with short timeouts (`SimCluster` of
-    benchmarks/pipeline.py: the coach has no config key for the worker class yet)."""
+    benchmarks/pipeline.py)."""
     from benchmarks.pipeline import SimCluster
 
     return SimCluster(tmp, hosts.n, config=REPO / "configs" / "tiny.yaml", games_per_s=10.0,
