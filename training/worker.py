@@ -185,6 +185,8 @@ class Worker:
         log.info("worker %s starting in %s on %s (pid %d, seed %d, next batch seq %d)",
                  self.name, self.folder, self.device, os.getpid(), self.seed, self._next_seq)
         observer = self._watch_models()
+        # Models that arrived while nothing watched (before this run) are looked at once.
+        self._models_changed.set()
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
         games_since_sync = 0
