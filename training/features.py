@@ -70,10 +70,14 @@ def write_planes(b, g, history, out):
             out[2 * k + 1, :, :] = 0.0
             continue
         slot = ply % depth
-        for p in range(n * n):
-            s = b.recent[g, slot, p]
-            out[2 * k, p // n, p % n] = 1.0 if s == color else 0.0
-            out[2 * k + 1, p // n, p % n] = 1.0 if s == -color else 0.0
+        # Rows then columns: no division per point (this runs once per simulation).
+        p = 0
+        for r in range(n):
+            for c in range(n):
+                s = b.recent[g, slot, p]
+                out[2 * k, r, c] = 1.0 if s == color else 0.0
+                out[2 * k + 1, r, c] = 1.0 if s == -color else 0.0
+                p += 1
     out[2 * history, :, :] = 1.0 if color == 1 else 0.0
 
 
