@@ -189,15 +189,18 @@ def _fetch(dataset: SampleDataset, idx: Sequence[int]) -> tuple[torch.Tensor, ..
     )
 
 
-def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext") -> SampleDataset:
+def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext",
+                       cache_dir: Path | None = None) -> SampleDataset:
     """replay_buffer.ReplayWindow over run_dir/replay, the same on every rank.
 
     Rank 0 builds the window (and any missing sidecars) first; the others then open exactly
     the batch files rank 0 chose, so batches that arrive meanwhile cannot make them differ.
+    A rank given `cache_dir` (a training node without rank 0's run folder) opens its window
+    over cache_dir/replay instead, after rank 0 sent it the chosen files it lacks there.
     """
     from training.replay_buffer import ReplayWindow  # helper "records"' module
 
-    replay_dir = run_dir / "replay"
+    replay_dir = run_dir / "replay" if cache_dir is None else cache_dir / "replay"
 
     def _open(files: list[str] | None) -> SampleDataset:
         return ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size,
@@ -207,6 +210,12 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext") -> Sample
     names = [window.names() if window is not None else None]
     if ctx.is_distributed:
         dist.broadcast_object_list(names, src=0)
+        if _any_receiver(ctx, cache_dir):
+            replay_dir.mkdir(parents=True, exist_ok=True)
+            _relay_files(ctx, run_dir / "replay", names[0],
+                         replay_dir if cache_dir is not None else None)
+            if cache_dir is not None and ctx.local_rank == 0:
+                _prune_cache(replay_dir, names[0])
         if window is None:
             window = _open(names[0])
     assert window is not None
@@ -216,6 +225,146 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext") -> Sample
             "ingested first (or pass --samples FILE.npz)"
         )
     return window
+
+
+# ------------------------------------------------------- training nodes without shared files
+#
+# A rank started with a cache folder (`--cache-dir`, the coach's extra training nodes) does not
+# see rank 0's run folder. Rank 0 then sends it, over the process group itself, the batch files
+# of the window and the file the round starts from; nothing else crosses, and a round whose
+# ranks all share run_dir sends nothing.
+
+RELAY_CHUNK_BYTES = 32 << 20
+
+
+def _any_receiver(ctx: "DistContext", cache_dir: Path | None) -> bool:
+    """True when some rank has a cache folder (collective: every rank must call it)."""
+    flags = _all_reduce_sum([1.0 if cache_dir is not None else 0.0], ctx)
+    return flags[0] > 0
+
+
+def _relay_files(ctx: "DistContext", src_dir: Path, names: list[str],
+                 dest_dir: Path | None) -> int:
+    """Rank 0 broadcasts the files of `names` (from src_dir) that some receiver lacks; every
+    rank with a dest_dir writes them there (atomically, sha256 checked). Returns bytes sent.
+
+    Collective: every rank calls it with the same names (dest_dir None = not a receiver).
+    """
+    import hashlib
+
+    from distributed.transfer import write_atomic
+
+    missing = [] if dest_dir is None else [n for n in names if not (dest_dir / n).exists()]
+    wanted = sorted(set().union(*_gather_objects(missing, ctx)))
+    if not wanted:
+        return 0
+    info: list[Any] = [None]
+    if ctx.is_main:
+        info[0] = []
+        for n in wanted:
+            data = (src_dir / n).read_bytes()
+            info[0].append((n, len(data), hashlib.sha256(data).hexdigest()))
+    dist.broadcast_object_list(info, src=0)
+    total = 0
+    for name, size, digest in info[0]:
+        data = (src_dir / name).read_bytes() if ctx.is_main else None
+        buf = bytearray() if not ctx.is_main else None
+        for lo in range(0, size, RELAY_CHUNK_BYTES):
+            n = min(RELAY_CHUNK_BYTES, size - lo)
+            if ctx.is_main:
+                t = torch.frombuffer(bytearray(data[lo:lo + n]), dtype=torch.uint8)
+                t = t.to(ctx.device)
+            else:
+                t = torch.empty(n, dtype=torch.uint8, device=ctx.device)
+            dist.broadcast(t, src=0)
+            if buf is not None:
+                buf += t.cpu().numpy().tobytes()
+        total += size
+        if dest_dir is not None and name in missing:
+            got = bytes(buf)
+            if hashlib.sha256(got).hexdigest() != digest:
+                raise TrainingError(f"rank {ctx.rank}: {name} arrived damaged from rank 0 "
+                                    "(sha256 differs); run the round again")
+            write_atomic(dest_dir / name, got)
+    if ctx.is_main:
+        log.info("relay: sent %d files, %.1f MB to the training nodes", len(wanted),
+                 total / 1e6)
+    return total
+
+
+def _prune_cache(folder: Path, keep: list[str]) -> None:
+    """Drop cached batch files (and their sidecars) that left the window."""
+    import shutil
+
+    from training.replay_buffer import CACHE_DIR_NAME
+
+    kept = set(keep)
+    for p in folder.iterdir():
+        if p.is_file() and not p.name.startswith(".") and p.name not in kept:
+            p.unlink(missing_ok=True)
+    stems = {n.split(".npz")[0] for n in kept}
+    cars = folder / CACHE_DIR_NAME
+    if cars.is_dir():
+        for p in cars.iterdir():
+            if p.is_dir() and not p.name.startswith(".") and p.name not in stems:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _start_file(run_dir: Path, checkpoint: str | os.PathLike | None
+                ) -> tuple[str, Path | None, int]:
+    """(kind "checkpoint" | "model" | "none", file, base generation) a round starts from."""
+    if checkpoint is not None and str(checkpoint).lower() == "none":
+        return "none", None, 0
+    if checkpoint is not None:
+        return "checkpoint", Path(checkpoint), -1
+    found = latest(run_dir / "checkpoints", "checkpoint")
+    if found is not None:
+        return "checkpoint", found[1], found[0]
+    newest = latest(run_dir / "models", "model")
+    if newest is not None:
+        return "model", newest[1], newest[0]
+    return "none", None, 0
+
+
+def _load_start(kind: str, path: Path | None, base_gen: int
+                ) -> tuple[dict | None, dict | None, int]:
+    if kind == "checkpoint":
+        ckpt = load_checkpoint(path)
+        return ckpt, ckpt["model"], int(ckpt["generation"])
+    if kind == "model":
+        try:
+            return None, load_payload(path), base_gen
+        except ModelError as e:
+            raise TrainingError(str(e)) from e
+    return None, None, 0
+
+
+def _resolve_start_shared(cfg: Config, run_dir: Path, checkpoint: str | os.PathLike | None,
+                          ctx: "DistContext", cache_dir: Path | None
+                          ) -> tuple[dict | None, dict | None, int]:
+    """_resolve_start, where rank 0 picks the file and sends it to ranks with a cache folder
+    (so the optimizer, schedule, data position and RNG states resume the same everywhere)."""
+    if not ctx.is_distributed or not _any_receiver(ctx, cache_dir):
+        return _resolve_start(cfg, run_dir, checkpoint)
+    choice: list[Any] = [None]
+    if ctx.is_main:
+        kind, path, gen = _start_file(run_dir, checkpoint)
+        choice[0] = (kind, None if path is None else str(path), gen)
+    dist.broadcast_object_list(choice, src=0)
+    kind, path, gen = choice[0]
+    src = Path(path) if path is not None else None
+    dest = None if cache_dir is None else cache_dir / "start"
+    if dest is not None:
+        dest.mkdir(parents=True, exist_ok=True)
+    if src is not None:
+        _relay_files(ctx, src.parent, [src.name], dest)
+        if dest is not None:
+            if ctx.local_rank == 0:
+                _prune_cache(dest, [src.name])
+            src = dest / src.name
+    if cache_dir is None and not ctx.is_main:
+        return _resolve_start(cfg, run_dir, checkpoint)
+    return _load_start(kind, src, gen)
 
 
 # ------------------------------------------------------------------------ distributed setup
@@ -523,23 +672,7 @@ def _autocast_dtype(ctx: DistContext, mixed_precision: bool) -> tuple[torch.dtyp
 def _resolve_start(cfg: Config, run_dir: Path, checkpoint: str | os.PathLike | None
                    ) -> tuple[dict | None, dict | None, int]:
     """(checkpoint dict or None, model payload to start from or None, base generation)."""
-    if checkpoint is not None and str(checkpoint).lower() == "none":
-        found = None
-    elif checkpoint is not None:
-        found = (None, Path(checkpoint))
-    else:
-        found = latest(run_dir / "checkpoints", "checkpoint")
-    if found is not None:
-        ckpt = load_checkpoint(found[1])
-        return ckpt, ckpt["model"], int(ckpt["generation"])
-    newest = latest(run_dir / "models", "model")
-    if newest is not None and str(checkpoint).lower() != "none":
-        try:
-            payload = load_payload(newest[1])
-        except ModelError as e:
-            raise TrainingError(str(e)) from e
-        return None, payload, newest[0]
-    return None, None, 0
+    return _load_start(*_start_file(run_dir, checkpoint))
 
 
 def train_round(
@@ -552,6 +685,7 @@ def train_round(
     generation: int | None = None,
     progress: bool = True,
     hooks: FaultHooks | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> RoundResult:
     """Train one round and write the next generation's model and checkpoint.
 
@@ -559,13 +693,16 @@ def train_round(
     `checkpoint`, else the newest checkpoint in run_dir/checkpoints, else the newest model in
     run_dir/models, else a fresh net; "none" forces a fresh start. `dataset` defaults to the
     replay window over run_dir/replay. `steps` overrides the config's round length.
+    `cache_dir`: this rank's node does not share rank 0's run folder; rank 0 sends the window's
+    batch files and the starting checkpoint there, and run_dir is never read.
     """
     run_dir = Path(run_dir)
     hooks = hooks or FaultHooks()
     tcfg = cfg.training
     ctx = init_distributed(tcfg.timeout_s)
     try:
-        return _train(cfg, run_dir, ctx, dataset, checkpoint, steps, generation, progress, hooks)
+        return _train(cfg, run_dir, ctx, dataset, checkpoint, steps, generation, progress, hooks,
+                      None if cache_dir is None else Path(cache_dir))
     finally:
         if ctx.is_distributed and dist.is_initialized():
             dist.destroy_process_group()
@@ -573,11 +710,14 @@ def train_round(
 
 def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset | None,
            checkpoint: str | os.PathLike | None, steps: int | None, generation: int | None,
-           progress: bool, hooks: FaultHooks) -> RoundResult:
+           progress: bool, hooks: FaultHooks, cache_dir: Path | None = None) -> RoundResult:
     tcfg = cfg.training
+    if cache_dir is not None and ctx.is_main:
+        raise TrainingError("--cache-dir is for the other training nodes; rank 0 reads run_dir")
     if dataset is None:
-        dataset = open_replay_window(cfg, run_dir, ctx)
-    ckpt, start_payload, base_gen = _resolve_start(cfg, run_dir, checkpoint)
+        dataset = open_replay_window(cfg, run_dir, ctx, cache_dir)
+    ckpt, start_payload, base_gen = _resolve_start_shared(cfg, run_dir, checkpoint, ctx,
+                                                          cache_dir)
     new_gen = generation if generation is not None else base_gen + 1
 
     per_rank = tcfg.batch_size // ctx.world_size
@@ -868,6 +1008,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--generation", type=int, default=None, help="number the new model so")
     ap.add_argument("--samples", default=None,
                     help="train from this .npz (planes, policy, value) instead of the window")
+    ap.add_argument("--cache-dir", default=None,
+                    help="this node does not see rank 0's run folder: receive the window and "
+                         "the starting checkpoint from rank 0 into this folder")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default config)")
     # Fault injection for tests/test_ddp.py and tests/test_trainer.py.
@@ -957,7 +1100,8 @@ def main(argv: list[str] | None = None) -> int:
             dataset = SampleArrays.load(args.samples, cfg.replay.validation_fraction)
         result = train_round(cfg, run_dir, dataset=dataset, checkpoint=args.checkpoint,
                              steps=args.steps, generation=args.generation,
-                             progress=not args.no_progress, hooks=hooks)
+                             progress=not args.no_progress, hooks=hooks,
+                             cache_dir=args.cache_dir)
     except (TrainingError, ConfigError) as e:
         log.error("%s", e)
         return 1
