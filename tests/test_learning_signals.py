@@ -140,3 +140,48 @@ def test_a_pass_that_ends_a_lost_game_is_avoided(tiny_cfg):
     visits, value = _searched(tiny_cfg, [PASS, 6, 12, 7, 24, PASS])
     assert visits[PASS] <= 1 and int(np.argmax(visits)) != PASS
     assert value > -0.5
+
+
+def _loves_pass(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A net whose prior is nearly all on pass and whose value says nothing."""
+    priors = legal.astype(np.float32) * 0.001
+    priors[:, -1] = 1.0
+    priors /= priors.sum(axis=1, keepdims=True)
+    return priors, np.zeros(len(priors), np.float32)
+
+
+def _own_eye(board: np.ndarray, p: int, color: int, n: int) -> bool:
+    r, c = divmod(p, n)
+    nbrs = [(r + dr, c + dc) for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+    return all(board[a * n + b] == color for a, b in nbrs if 0 <= a < n and 0 <= b < n)
+
+
+def test_self_play_never_passes_first_while_a_real_move_is_left(tiny_cfg):
+    """The pass collapse: a pass-loving prior made every self-play game [PASS, PASS]."""
+    n = tiny_cfg.go.board_size
+    selfplay = SelfPlay(_loves_pass, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play,
+                        history=tiny_cfg.net.history, seed=5)
+    records = []
+    while len(records) < 8:
+        records += selfplay.step()
+    for record in records:
+        position = Position(n, tiny_cfg.go.komi, max_moves=tiny_cfg.go.move_cap)
+        for t, move in enumerate(record.moves.tolist()):
+            passed = t > 0 and record.moves[t - 1] == n * n
+            if move == n * n and not passed:
+                board = np.asarray(position.board)
+                real = [p for p in range(n * n) if board[p] == 0 and position.is_legal(p)
+                        and not _own_eye(board, p, position.to_play, n)]
+                assert not real, f"passed first at move {t} with {real} left"
+            if move == n * n:
+                assert record.visits[t][n * n] > 0
+            position.play(move)
+    assert np.mean([r.num_moves for r in records]) > 10
+
+
+def test_the_arena_keeps_the_full_rules(tiny_cfg):
+    from training.selfplay import play_match
+
+    pairs = play_match(_loves_pass, _loves_pass, 2, tiny_cfg.go, tiny_cfg.mcts, seed=1,
+                       history=tiny_cfg.net.history, opening_moves=0)
+    assert all(r.moves.tolist() == [25, 25] for r, _ in pairs)

@@ -20,6 +20,9 @@ falls below `resign_threshold`; in `resign_disabled_fraction` of games resignati
 the record notes the colour that would have resigned (`would_resign_as`), so the share of
 such games that colour went on to win is the false-resignation rate.
 
+Self-play searches never pass first while a real move is left (`Mcts(early_pass=False)`,
+see "Passes" in `training.mcts`); `play_match` and `MctsPlayer` play the full rules.
+
 A record's `generation` is the model generation when the game STARTED; after
 `set_evaluator(evaluate, generation)` games in progress continue with the new model.
 
@@ -102,6 +105,8 @@ class SelfPlay:
             mcts_cfg,
             history=history,
             batch_size=self_play_cfg.batch_size,
+            # TODO(learning): config key self_play.early_pass (asked of the lead)
+            early_pass=bool(getattr(self_play_cfg, "early_pass", False)),
         )
         self.games_started = 0
         self.games_finished = 0
