@@ -159,6 +159,8 @@ class Coach:
         self._started = time.monotonic()
         self.fleet: Any = None
         self.collector: Collector | None = None
+        self.training_nodes: Any = None  # remote_training.TrainingNodes when configured
+        self._round_nodes: list[str] = []  # extra nodes of the running round
 
     # ------------------------------------------------------------------ setup
 
@@ -247,6 +249,10 @@ class Coach:
         self._ensure_first_model()
         self._games_at_gen = self._total_games()
         self.fleet = self._make_fleet()
+        if self.distributed and self.cfg.distributed.training_nodes:
+            from training.remote_training import TrainingNodes
+
+            self.training_nodes = TrainingNodes(self.cfg, str(self.run_config_path))
         observer = self._watch_config() if self.watch_config else None
         log.info("coach: run folder %s, %s mode, workers %s, target %s generations",
                  self.run_dir, "distributed" if self.distributed else "local",
@@ -264,6 +270,8 @@ class Coach:
                             self.round.generation)
                 _terminate(self.round.popen)
                 self.round = None
+                if self.training_nodes is not None:
+                    self.training_nodes.stop_round()
             if observer is not None:
                 observer.stop()
             self.fleet.stop_all()
@@ -272,6 +280,8 @@ class Coach:
             self._write_status()
             if hasattr(self.fleet, "close"):
                 self.fleet.close()
+            if self.training_nodes is not None:
+                self.training_nodes.close()
         summary = CoachSummary(
             generations=self.generations_done, games=self._total_games(),
             batches=len(self.collector.ingested_entries()),
@@ -482,6 +492,11 @@ class Coach:
             rnd = self.round
             if rnd.evaluation is None:
                 code = rnd.popen.poll()
+                if code is None and self._round_nodes:
+                    for name in self.training_nodes.check():
+                        log.warning("training node %s: its trainer died; the round fails "
+                                    "within training.timeout_s=%s", name,
+                                    self.cfg.training.timeout_s)
                 if code is not None:
                     self._finish_training(code)
             elif not rnd.evaluation.is_alive():
@@ -501,13 +516,20 @@ class Coach:
             return
         self._start_round()
 
-    def _trainer_command(self, generation: int) -> list[str]:
-        """The trainer re-launches itself under torchrun when several GPUs/nodes train."""
+    def _trainer_command(self, generation: int, nodes: int = 0,
+                         master_addr: str = "") -> list[str]:
+        """The trainer re-launches itself under torchrun when several GPUs/nodes train;
+        with `nodes` extra training nodes it is node rank 0 of nodes + 1."""
         if self.trainer_cmd:
-            return list(self.trainer_cmd) + ["--generation", str(generation)]
-        return [sys.executable, "-m", "training.trainer", "--config", str(self.run_config_path),
-                "--run-dir", str(self.run_dir), "--generation", str(generation),
-                "--no-progress"]
+            cmd = list(self.trainer_cmd) + ["--generation", str(generation)]
+        else:
+            cmd = [sys.executable, "-m", "training.trainer", "--config",
+                   str(self.run_config_path), "--run-dir", str(self.run_dir), "--generation",
+                   str(generation), "--no-progress"]
+        if nodes:
+            cmd += ["--nodes", str(nodes + 1), "--node-rank", "0", "--master-addr",
+                    master_addr, "--master-port", str(self.cfg.training.master_port)]
+        return cmd
 
     def _next_generation(self) -> int:
         """One past the newest trained model (a model refused by gating keeps its number)."""
@@ -519,7 +541,22 @@ class Coach:
         gen = self._next_generation()
         log_path = Path(self.cfg.logging.dir) / f"trainer_{gen:06d}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = self._trainer_command(gen)
+        nodes, addr = 0, ""
+        if self.training_nodes is not None:
+            from training.remote_training import NodeStartError
+
+            try:
+                nodes, addr = self.training_nodes.start_round(gen,
+                                                              self.cfg.training.master_port)
+            except NodeStartError as e:
+                log.warning("training round for generation %d not started: %s; retrying "
+                            "next pass", gen, e)
+                return
+            self._round_nodes = list(self.training_nodes.in_round)
+            if not nodes and self.training_nodes.names():
+                log.warning("training generation %d on the main node only (training nodes "
+                            "benched: %s)", gen, ", ".join(self.training_nodes.names()))
+        cmd = self._trainer_command(gen, nodes, addr)
         log.info("training generation %d on %d games (%d new): %s", gen, self._total_games(),
                  self._new_games(), " ".join(cmd))
         out = open(log_path, "ab")
@@ -540,6 +577,9 @@ class Coach:
         rnd.train_s = time.monotonic() - rnd.started
         text = rnd.log_path.read_text(errors="replace") if rnd.log_path.exists() else ""
         pt = self.models_dir / f"{model_store.model_stem(rnd.generation)}.pt"
+        if self._round_nodes:
+            self.training_nodes.finish_round(code == 0 and pt.exists())
+            self._round_nodes = []
         if code != 0 or not pt.exists():
             self.round = None
             tail = "\n".join(text.splitlines()[-15:])

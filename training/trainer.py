@@ -40,6 +40,7 @@ import math
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -1045,6 +1046,21 @@ def _is_peer_failure(err: BaseException) -> bool:
                                    "connection closed", "broken pipe", "nccl"))
 
 
+def _die_with_parent() -> None:
+    """Get SIGTERM when the parent dies, even by SIGKILL (Linux; a no-op elsewhere).
+
+    torchrun starts each rank in its own session, so killing a node's trainer by its process
+    group (the coach stopping a training node) would otherwise leave the rank running; and the
+    relaunching trainer's torchrun must not outlive it either.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _rank_step(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -1082,12 +1098,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rank = int(os.environ.get("RANK", "0"))
+    if under_torchrun():
+        _die_with_parent()  # the launcher's death ends this rank
     level = args.log_level or cfg.logging.level
     configure_logging(None, level if rank == 0 else "WARNING")  # other ranks: problems only
     cmd = relaunch_command(args, argv, cfg)
     if cmd is not None:
         log.info("relaunching through torch.distributed.run: %s", " ".join(cmd))
-        return subprocess.call(cmd)
+        return subprocess.call(cmd, preexec_fn=_die_with_parent)
     run_dir = Path(cfg.run.dir)
     hooks = FaultHooks(
         fake_oom_at_micro_batch=args.test_fake_oom_at,
