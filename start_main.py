@@ -53,6 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=None, help="training.epochs")
     p.add_argument("--filters", type=int, default=None, help="net.filters (new runs)")
     p.add_argument("--blocks", type=int, default=None, help="net.blocks (new runs)")
+    p.add_argument("--simulations", type=int, default=None, help="mcts.simulations per move")
+    p.add_argument("--games-per-epoch", type=int, default=None,
+                   help="new games per generation over all workers (sets "
+                        "self_play.games_per_worker to this / number of workers)")
     return p.parse_args(argv)
 
 
@@ -72,8 +76,15 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         "training.epochs": args.epochs,
         "net.filters": args.filters,
         "net.blocks": args.blocks,
+        "mcts.simulations": args.simulations,
     }
     return {k: v for k, v in pairs.items() if v is not None}
+
+
+def games_per_worker(games_per_epoch: int, cfg) -> int:
+    """--games-per-epoch spread over the workers the run will have (at least 1 each)."""
+    workers = len(cfg.distributed.workers) if cfg.distributed.enabled else cfg.self_play.workers
+    return max(1, -(-games_per_epoch // max(1, workers)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         overrides = overrides_from_args(args)
         if overrides:
+            cfg = override(cfg, overrides)
+        if args.games_per_epoch is not None:
+            if args.games_per_epoch < 1:
+                raise ConfigError(f"command line: --games-per-epoch must be >= 1, "
+                                  f"got {args.games_per_epoch}")
+            overrides["self_play.games_per_worker"] = games_per_worker(args.games_per_epoch, cfg)
             cfg = override(cfg, overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
