@@ -21,7 +21,8 @@ the record notes the colour that would have resigned (`would_resign_as`), so the
 such games that colour went on to win is the false-resignation rate.
 
 Self-play searches never pass first while a real move is left (`Mcts(early_pass=False)`,
-see "Passes" in `training.mcts`); `play_match` and `MctsPlayer` play the full rules.
+see "Passes" in `training.mcts`); `play_match` and `MctsPlayer` play the full rules unless
+given `early_pass=False`.
 
 A record's `generation` is the model generation when the game STARTED; after
 `set_evaluator(evaluate, generation)` games in progress continue with the new model.
@@ -253,6 +254,7 @@ def play_match(
     opening_moves: int = 4,
     simulations: int | None = None,
     batch_size: int = 256,
+    early_pass: bool = True,
 ) -> list[tuple[GameRecord, bool]]:
     """Play n_games between two evaluators, all at once; returns (record, a_was_black).
 
@@ -260,13 +262,14 @@ def play_match(
     side to move's evaluator (no tree reuse, no root noise); the first `opening_moves` moves
     are drawn in proportion to visits from the game's own seed, so the games differ, then
     the most visited move is played. No resignation: games are played out and scored.
+    `early_pass` False: neither side passes first while a real move is left (`training.mcts`).
     """
     if n_games <= 0:
         return []
     sims = mcts_cfg.simulations if simulations is None else simulations
     mcts = Mcts(
         n_games, go_cfg, mcts_cfg, history=history, batch_size=batch_size,
-        simulations=sims, reuse_tree=False,
+        simulations=sims, reuse_tree=False, early_pass=early_pass,
     )
     a_black = np.arange(n_games) % 2 == 0
     seeds = [game_seed(seed, k) for k in range(n_games)]
@@ -320,7 +323,11 @@ def play_match(
 
 
 class MctsPlayer:
-    """Searches one position at a time for the GTP engine (no noise, most visited move)."""
+    """Searches one position at a time for the GTP engine (no noise, most visited move).
+
+    `early_pass` False: never pass first while a real move is left (against players that
+    never pass early, such as `training.gtp.RandomPlayer`, passing first gives the board away).
+    """
 
     def __init__(
         self,
@@ -330,12 +337,13 @@ class MctsPlayer:
         simulations: int | None = None,
         *,
         history: int,
+        early_pass: bool = True,
     ):
         self.evaluate = evaluate
         self.size = go_cfg.board_size
         self.mcts = Mcts(
             1, go_cfg, mcts_cfg, history=history, batch_size=1,
-            simulations=simulations, reuse_tree=False,
+            simulations=simulations, reuse_tree=False, early_pass=early_pass,
         )
         self.last_value = 0.0
 
