@@ -321,6 +321,9 @@ class DistributedConfig:
     """Relative speed of each named worker, e.g. worker2: 2.0 for a 2x faster machine."""
     training_nodes: tuple[WorkerSpec, ...] = ()
     """Extra hosts that join DDP training (node_rank 1, 2, ... in this order)."""
+    master_addr: str | None = None
+    """The main node's address as the training nodes see it; unset: the client end of the SSH
+    connection to the first node."""
     accept_new_host_keys: bool = False
     """Record the key of a host not yet in known_hosts (explicit choice; a changed key is
     always refused)."""
