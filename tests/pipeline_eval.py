@@ -42,8 +42,8 @@ def main(argv: list[str]) -> None:
     torch.set_num_threads(1)
     cfg = load_config(run / "config.yaml")
     history = cfg.net.history
-    rules = "full (early passes allowed)" if early_pass else "no pass first while a real move is left"
-    print("rules:", rules, flush=True)
+    rules = "no pass first while a real move is left"
+    print("rules:", "full (early passes allowed)" if early_pass else rules, flush=True)
 
     def evaluator(g: int):
         net, _ = load_model(run / "models" / f"model_{g:06d}.pt")
