@@ -21,8 +21,8 @@ the record notes the colour that would have resigned (`would_resign_as`), so the
 such games that colour went on to win is the false-resignation rate.
 
 Self-play searches never pass first while a real move is left (`Mcts(early_pass=False)`,
-see "Passes" in `training.mcts`); `play_match` and `MctsPlayer` play the full rules unless
-given `early_pass=False`.
+see "Passes" in `training.mcts`), nor does `MctsPlayer` (the GTP engine) by default;
+`play_match` plays the full rules unless given `early_pass=False`.
 
 A record's `generation` is the model generation when the game STARTED; after
 `set_evaluator(evaluate, generation)` games in progress continue with the new model.
@@ -325,8 +325,10 @@ def play_match(
 class MctsPlayer:
     """Searches one position at a time for the GTP engine (no noise, most visited move).
 
-    `early_pass` False: never pass first while a real move is left (against players that
-    never pass early, such as `training.gtp.RandomPlayer`, passing first gives the board away).
+    `early_pass` False (default): never pass first while a real move is left, as in self-play
+    (the net never learned what follows its own early pass; against players that never pass
+    early, such as `training.gtp.RandomPlayer`, passing first gives the board away; under area
+    scoring the rule costs nothing but own-eye fills, which it does not force).
     """
 
     def __init__(
@@ -337,7 +339,7 @@ class MctsPlayer:
         simulations: int | None = None,
         *,
         history: int,
-        early_pass: bool = True,
+        early_pass: bool = False,
     ):
         self.evaluate = evaluate
         self.size = go_cfg.board_size
