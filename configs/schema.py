@@ -146,6 +146,9 @@ class SelfPlayConfig:
     """Run self-play on the CPU even when GPUs are present."""
     threads_per_worker: int = 1
     """torch threads per worker process (one process per core with one thread is robust)."""
+    early_pass: bool = False
+    """Let self-play search pass while a real move is left (false: pass only after the
+    opponent's pass or when every move fills an own eye; stops the pass collapse of small nets)."""
     worker_class: str = "training.worker:Worker"
     """The worker daemon class, as module:Class (a subclass of training.worker.Worker)."""
 

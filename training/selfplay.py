@@ -106,8 +106,7 @@ class SelfPlay:
             mcts_cfg,
             history=history,
             batch_size=self_play_cfg.batch_size,
-            # TODO(learning): config key self_play.early_pass (asked of the lead)
-            early_pass=bool(getattr(self_play_cfg, "early_pass", False)),
+            early_pass=self_play_cfg.early_pass,
         )
         self.games_started = 0
         self.games_finished = 0
