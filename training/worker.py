@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import errno
 import json
 import logging
 import os
@@ -57,6 +58,10 @@ from training.model_store import Manifest, ModelStoreError
 log = logging.getLogger(__name__)
 
 STATE_NAME = "worker_state.json"
+# Space kept aside on the worker's disk so that a full disk can still be reported: on ENOSPC
+# the heartbeat gives this file up and writes the Error state in its place.
+RESERVE_NAME = ".disk_reserve"
+RESERVE_BYTES = 64 * 1024
 _BATCH_SUFFIX = ".npz.zst"
 # how often the model folder is re-scanned even without a watchdog event (a missed inotify
 # event, or a file system without it, must not leave a worker on an old model forever)
@@ -142,6 +147,8 @@ class Worker:
         self._selfplay: Any = None
         self._pending: list[Any] = []  # finished games not yet in a batch
         self._reserved: int | None = None  # a sequence number reserved, its batch unwritten
+        self._heartbeat_failing = False
+        self._make_disk_reserve()
 
     # ------------------------------------------------------------------ extension points
 
@@ -375,6 +382,7 @@ class Worker:
         with self._lock:
             self.batches_written += 1
         self._clear_error("cannot write")
+        self._make_disk_reserve()
         log.info("wrote %s (%d games)", path.name, len(records))
         return True
 
@@ -451,10 +459,35 @@ class Worker:
         hb = self.heartbeat()
         extra = {"discarded_games": self.discarded_games, "batches_written":
                  self.batches_written, "next_seq": self._next_seq, "device": self.device}
+        payload = {**hb.to_dict(), **extra}
         try:
-            write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
+            try:
+                write_json_atomic(self.heartbeat_path, payload)
+            except OSError as e:
+                reserve = self.folder / RESERVE_NAME
+                if e.errno != errno.ENOSPC or not reserve.exists():
+                    raise
+                reserve.unlink()  # the disk is full: the reserve makes room to say so
+                write_json_atomic(self.heartbeat_path, payload)
         except OSError as e:  # a full disk must not kill the daemon; the next beat retries
-            log.warning("heartbeat not written: %s", e)
+            if not self._heartbeat_failing:  # once per streak: the log may be on that disk
+                log.warning("heartbeat not written (retrying quietly): %s", e)
+            self._heartbeat_failing = True
+            return
+        if self._heartbeat_failing:
+            log.info("heartbeat written again")
+        self._heartbeat_failing = False
+
+    def _make_disk_reserve(self) -> None:
+        """(Re)create the reserve file if it is missing; best effort."""
+        reserve = self.folder / RESERVE_NAME
+        if reserve.exists():
+            return
+        try:
+            with open(reserve, "wb") as f:
+                f.write(b"\0" * RESERVE_BYTES)
+        except OSError:
+            reserve.unlink(missing_ok=True)
 
 
 def _derive_seed(base: int, name: str) -> int:
