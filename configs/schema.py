@@ -579,10 +579,12 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
 
 
 def _display_path(path: Path) -> str:
+    """configs/config.yaml for a file under the current folder, else the absolute path."""
+    absolute = path.resolve()
     try:
-        return os.path.relpath(path)
+        return str(absolute.relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(path)
+        return str(absolute)
 
 
 def override(cfg: Config, overrides: dict[str, Any], source: str = "command line") -> Config:
