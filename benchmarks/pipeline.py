@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training.simworker import read_jsonl
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "configs" / "config.yaml"
 
@@ -58,20 +60,6 @@ FAST = {
     "distributed.backoff_max_s": 5, "distributed.keepalive_s": 2,
     "distributed.stop_grace_s": 3, "distributed.max_outbox_batches": 1000,
 }
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    out = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
 
 
 class SimCluster:
@@ -179,7 +167,7 @@ class SimCluster:
         return time.monotonic() - t0
 
     def ledger(self) -> list[dict]:
-        return _read_jsonl(self.run / "ledger.jsonl")
+        return read_jsonl(self.run / "ledger.jsonl")
 
     def worker_dir(self, i: int) -> Path:
         return self.state / f"host{i:02d}" / "workers" / self.names[i - 1]
@@ -187,7 +175,7 @@ class SimCluster:
     def written(self) -> list[dict]:
         out = []
         for i in range(1, self.n + 1):
-            out += _read_jsonl(self.worker_dir(i) / "written.jsonl")
+            out += read_jsonl(self.worker_dir(i) / "written.jsonl")
         return out
 
     def link_bytes(self) -> int:

@@ -173,9 +173,14 @@ def read_written(folder: str | os.PathLike) -> list[dict]:
     path = Path(folder)
     if path.is_dir():
         path = path / LEDGER_NAME
+    return read_jsonl(path)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The JSON lines of a file, skipping a torn last line; [] when there is no file."""
     out = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
     for line in text.splitlines():
