@@ -84,9 +84,9 @@ class GoConfig:
 
 @dataclass(frozen=True)
 class NetConfig:
-    blocks: int = 6
+    blocks: int = 4
     """Residual blocks (the user guide's --blocks)."""
-    filters: int = 64
+    filters: int = 32
     """Convolution filters per layer (the user guide's --filters)."""
     history: int = 8
     """Past positions in the input: 2 * history + 1 input planes."""
@@ -102,7 +102,7 @@ class NetConfig:
 
 @dataclass(frozen=True)
 class MctsConfig:
-    simulations: int = 100
+    simulations: int = 32
     """Simulations per move (new visits added to the root; a reused subtree keeps its visits)."""
     c_puct: float = 1.5
     """Exploration constant of PUCT."""
@@ -125,7 +125,7 @@ class MctsConfig:
 
 @dataclass(frozen=True)
 class SelfPlayConfig:
-    games_per_worker: int = 1000
+    games_per_worker: int = 128
     """Games each worker contributes per generation; the coach trains a new generation once
     games_per_worker x active workers new games have arrived (weighted by load balancing)."""
     parallel_games: int = 64
@@ -172,9 +172,9 @@ class SelfPlayConfig:
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    min_positions: int = 20_000
+    min_positions: int = 10_000
     """The window never shrinks below this many positions (KataGo-style growing window)."""
-    max_positions: int = 500_000
+    max_positions: int = 200_000
     """The window never grows beyond this many positions."""
     growth: float = 0.75
     """Window size = min_positions * (total_positions / min_positions) ** growth, capped."""
@@ -207,7 +207,7 @@ class TrainingConfig:
     """Linear LR warmup at the start of a run."""
     momentum: float = 0.9
     weight_decay: float = 1e-4
-    steps_per_generation: int = 500
+    steps_per_generation: int = 200
     """Optimizer steps per training round (one new generation)."""
     epochs: int = 0
     """If > 0, train this many passes over the window instead of steps_per_generation."""

@@ -1,0 +1,104 @@
+"""training.strength: a run's generations against generation 0 and a random player."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import REPO
+from training.go import area_score
+from training.net import net_from_config, save_model
+from training.strength import default_generations, play_vs_random
+
+
+def area(sign: float):
+    """An evaluator with uniform priors whose value is `sign` x the Tromp-Taylor area score of
+    the side to move: +1 a sensible player, -1 one that wants to lose."""
+
+    def evaluate(planes: np.ndarray, legal: np.ndarray):
+        priors = legal.astype(np.float32)
+        priors /= priors.sum(axis=1, keepdims=True)
+        n = planes.shape[-1]
+        boards = (planes[:, 0] - planes[:, 1]).reshape(len(planes), -1).astype(int)
+        score = np.array([area_score(tuple(b), n) for b in boards], np.float32)
+        return priors, np.tanh(sign * score / 5).astype(np.float32)
+
+    return evaluate
+
+
+@pytest.fixture
+def fair_cfg(tiny_cfg):
+    """5x5 with komi 2.5 (komi 0.5 would hand a random black player most games)."""
+    return replace(tiny_cfg, go=replace(tiny_cfg.go, komi=2.5),
+                   mcts=replace(tiny_cfg.mcts, simulations=64))
+
+
+def test_greedy_search_beats_the_random_player_and_a_self_harming_one_loses(fair_cfg):
+    good = play_vs_random(area(+1.0), fair_cfg, 20, seed=1)
+    bad = play_vs_random(area(-1.0), fair_cfg, 20, seed=1)
+    assert good.games == bad.games == 20
+    assert good.score >= 0.7, good  # colours or scoring swapped would show up here
+    assert bad.score <= 0.2, bad
+
+
+def test_vs_random_is_deterministic_for_a_seed(fair_cfg):
+    a = play_vs_random(area(+1.0), fair_cfg, 6, seed=3)
+    b = play_vs_random(area(+1.0), fair_cfg, 6, seed=3)
+    assert (a.wins, a.draws, a.losses) == (b.wins, b.draws, b.losses)
+
+
+def test_default_generations_keep_zero_and_the_newest():
+    assert default_generations([0]) == [0]
+    assert default_generations([0, 1, 2]) == [0, 1, 2]
+    picked = default_generations(list(range(21)))
+    assert picked[0] == 0 and picked[-1] == 20 and len(picked) == 5
+    assert default_generations([]) == []
+
+
+def _fake_run(run_dir, cfg, generations):
+    (run_dir / "models").mkdir(parents=True)
+    for g in generations:
+        torch.manual_seed(g)
+        save_model(run_dir / "models" / f"model_{g:06d}.pt",
+                   net_from_config(cfg.net, cfg.go.board_size), g)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "training.strength", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_plays_the_table_and_writes_json_and_plot(tiny_cfg, run_dir):
+    _fake_run(run_dir, tiny_cfg, [0, 1, 2])
+    out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
+               "--games", "4")
+    assert out.returncode == 0, out.stderr
+    assert "gen    2  vs random" in out.stdout and "vs gen 0" in out.stdout
+    report = json.loads((run_dir / "strength.json").read_text())
+    rows = report["rows"]
+    assert [r["generation"] for r in rows] == [0, 1, 2]
+    assert rows[0]["vs_gen0"] is None
+    for r in rows:
+        assert sum(r["vs_random"]) == 4
+    for r in rows[1:]:
+        assert sum(r["vs_gen0"]) == 4
+        lo, hi = r["vs_gen0_ci"]
+        assert lo <= r["vs_gen0_elo"] <= hi
+    assert (run_dir / "strength.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir):
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    out = _cli("--config", tiny, "--run-dir", str(run_dir))
+    assert out.returncode == 2 and "model_000000.pt not found" in out.stderr
+    _fake_run(run_dir, tiny_cfg, [0, 1])
+    out = _cli("--config", tiny, "--run-dir", str(run_dir), "--generations", "0,5")
+    assert out.returncode == 2 and "generation(s) [5]" in out.stderr
+    out = _cli("--config", tiny, "--run-dir", str(run_dir), "--generations", "zero")
+    assert out.returncode == 2 and "comma list" in out.stderr
