@@ -186,6 +186,7 @@ class StatusSnapshot:
     staleness_generations: float | None = None
     last_loss: float | None = None
     elo: float | None = None
+    training_nodes: str = ""  # "node1 Training; node2 Benched 60s: why" (empty: none set up)
     updated: str = ""  # UTC time of writing, "YYYY-MM-DD HH:MM:SS"
     workers: list[WorkerRow] = field(default_factory=list)
 
@@ -246,8 +247,10 @@ def render_status(snap: StatusSnapshot) -> str:
         f"Data staleness: {_opt(snap.staleness_generations, '.2f')} generations",
         f"Last loss: {_opt(snap.last_loss, '.4f')}",
         f"Elo: {_opt(snap.elo, '.1f')}",
-        "",
     ]
+    if snap.training_nodes:
+        lines.append("Training nodes: " + " ".join(snap.training_nodes.split()))
+    lines.append("")
     table = [[h for h, _ in _COLUMNS]] + [[_cell(r, a) for _, a in _COLUMNS] for r in snap.workers]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
     for row in table:
@@ -309,6 +312,8 @@ def parse_status_text(text: str) -> StatusSnapshot:
                 snap.last_loss = _num(value, float)
             elif key == "Elo":
                 snap.elo = _num(value, float)
+            elif key == "Training nodes":
+                snap.training_nodes = value
             # unknown header keys are skipped: newer writers may add lines
             i += 1
     except ValueError as e:

@@ -79,6 +79,17 @@ def test_status_text_parses_back():
     assert w4.last_error.endswith("...")
 
 
+def test_training_nodes_line_shows_only_when_there_are_nodes():
+    assert "Training nodes" not in render_status(_snapshot())
+    snap = _snapshot()
+    snap.training_nodes = "node1 Training; node2 Benched 60s: its trainer\ndied"
+    text = render_status(snap)
+    assert "Training nodes: node1 Training; node2 Benched 60s: its trainer died" in text
+    back = parse_status_text(text)
+    assert back.training_nodes == "node1 Training; node2 Benched 60s: its trainer died"
+    assert len(back.workers) == 4  # the table still parses below the extra line
+
+
 def test_status_table_is_fixed_width():
     lines = render_status(_snapshot()).splitlines()
     table = lines[lines.index("") + 1 :]

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -169,6 +170,13 @@ def _coach(work: Path, node_host, name: str, changes: dict):
     return coach, Path(node["remote_dir"])
 
 
+def _status_nodes(coach) -> str:
+    """The training nodes as status.txt shows them, read back from the rendered text."""
+    from distributed.status import parse_status_text, render_status
+
+    return parse_status_text(render_status(coach.snapshot())).training_nodes
+
+
 def _wait_round(coach, timeout_s: float) -> float:
     """Drive the coach's round until the trainer exited; returns the seconds it took."""
     import time
@@ -189,9 +197,12 @@ def _wait_round(coach, timeout_s: float) -> float:
 def test_the_coach_trains_a_round_with_a_node_over_ssh(work, node_host):
     coach, node_root = _coach(work, node_host, "ssh_round", {})
     try:
+        assert coach.snapshot().training_nodes == "node1 Idle"
         coach._start_round()
         assert coach._round_nodes == ["node1"]
+        assert _status_nodes(coach) == "node1 Training"
         seconds = _wait_round(coach, 150)
+        assert _status_nodes(coach) == "node1 Ready"
     finally:
         if coach.round is not None and coach.round.evaluation is None:
             coach.round.popen.kill()
@@ -236,6 +247,8 @@ def test_a_killed_node_fails_the_round_and_the_next_one_runs_without_it(work, no
         seconds = _wait_round(coach, timeout_s + 60)
         assert coach.round is None and not (coach.run_dir / "models" / "model_000002.pt").exists()
         assert nodes.available() == []  # benched
+        assert re.fullmatch(r"node1 Benched \d+s: its trainer died during the round",
+                            _status_nodes(coach)), _status_nodes(coach)
         print(f"killed node: round failed after {seconds:.1f}s (timeout {timeout_s}s)")
 
         # the coach carries on: the retried round runs on the main node alone
@@ -252,3 +265,30 @@ def test_a_killed_node_fails_the_round_and_the_next_one_runs_without_it(work, no
     assert (coach.run_dir / "models" / "model_000002.pt").exists()
     text = (coach.run_dir / "logs" / "trainer_000002.log").read_text()
     assert json.loads(text.strip().splitlines()[-1])["world_size"] == 1
+
+
+def test_training_nodes_follow_config_edits_from_the_next_round(tmp_path):
+    """Nodes added to or removed from the config take part from the next round on."""
+    from training.coach import Coach
+
+    def node(name: str) -> dict:
+        return {"host": "127.0.0.1", "port": 22, "user": "u", "name": name, "gpu_id": -1}
+
+    cfg = override(load_config(TINY), {"run.dir": str(tmp_path / "run"),
+                                       "logging.dir": str(tmp_path / "logs"),
+                                       "distributed.training_nodes": [node("node1")]})
+    coach = Coach(cfg, distributed=True, watch_config=False)
+    coach._sync_training_nodes()
+    first = coach.training_nodes
+    assert first.names() == ["node1"] and first.describe() == "node1 Idle"
+    coach._sync_training_nodes()
+    assert coach.training_nodes is first  # unchanged config: the same nodes, kept set up
+    coach.cfg = override(cfg, {"distributed.training_nodes": [node("node1"), node("node2")]})
+    coach._sync_training_nodes()
+    assert coach.training_nodes.names() == ["node1", "node2"]
+    coach.cfg = override(cfg, {"distributed.training_nodes": []})
+    coach._sync_training_nodes()
+    assert coach.training_nodes is None
+    local = Coach(cfg, distributed=False, watch_config=False)
+    local._sync_training_nodes()
+    assert local.training_nodes is None  # training nodes are a distributed-mode feature

@@ -249,10 +249,7 @@ class Coach:
         self._ensure_first_model()
         self._games_at_gen = self._total_games()
         self.fleet = self._make_fleet()
-        if self.distributed and self.cfg.distributed.training_nodes:
-            from training.remote_training import TrainingNodes
-
-            self.training_nodes = TrainingNodes(self.cfg, str(self.run_config_path))
+        self._sync_training_nodes()
         observer = self._watch_config() if self.watch_config else None
         log.info("coach: run folder %s, %s mode, workers %s, target %s generations",
                  self.run_dir, "distributed" if self.distributed else "local",
@@ -537,7 +534,27 @@ class Coach:
                    if p.name[6:12].isdigit()]
         return max([self.generation, *trained]) + 1
 
+    def _sync_training_nodes(self) -> None:
+        """Match `self.training_nodes` to distributed.training_nodes of the current config.
+
+        Called at start and before each round: nodes added to or removed from the watched
+        config file take part from the next round on (a running round keeps its nodes)."""
+        specs = list(self.cfg.distributed.training_nodes) if self.distributed else []
+        current = self.training_nodes
+        if current is not None and list(current.cfg.distributed.training_nodes) == specs:
+            return
+        if current is not None:
+            current.close()
+            log.info("training nodes changed: %s -> %s", ",".join(current.names()) or "-",
+                     ",".join(s.name for s in specs) or "-")
+        self.training_nodes = None
+        if specs:
+            from training.remote_training import TrainingNodes
+
+            self.training_nodes = TrainingNodes(self.cfg, str(self.run_config_path))
+
     def _start_round(self) -> None:
+        self._sync_training_nodes()
         gen = self._next_generation()
         log_path = Path(self.cfg.logging.dir) / f"trainer_{gen:06d}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -741,7 +758,8 @@ class Coach:
             window_games=games, window_positions=positions,
             staleness_generations=(self.generation - mean_gen) if mean_gen is not None
             else None,
-            last_loss=self.last_loss, elo=self.elo, workers=rows)
+            last_loss=self.last_loss, elo=self.elo, workers=rows,
+            training_nodes=self.training_nodes.describe() if self.training_nodes else "")
 
     def _write_status(self) -> None:
         snap = self.snapshot()

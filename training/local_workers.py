@@ -4,7 +4,8 @@ A `LocalFleet` runs `start_worker.py` once per worker, each with its own folder
 `run_dir/workers/<name>` (models/, outbox/, status.json) and its log in
 `logs/worker_<name>.log`, spread over the GPUs by `placement.plan_workers` (or all on the CPU).
 It restarts a worker whose process died, with exponential backoff, and stops them with
-SIGTERM (then SIGKILL after `distributed.stop_grace_s`).
+SIGTERM (then SIGKILL after `distributed.stop_grace_s`). The daemons run at nice
+`WORKER_NICE`, below the coach and its trainer.
 
 Each worker's pid is written to `run_dir/workers/<name>/worker.pid`, so a coach restarted
 after a crash adopts the daemons that still run instead of starting a second copy.
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
 PID_NAME = "worker.pid"
+WORKER_NICE = 10
+"""Local daemons run this much below the coach's CPU priority: a training round or an arena
+on the same cores then takes the CPU it needs (with equal priority, self-play on every core
+slowed a CPU training round 5-10x) and self-play fills the idle time."""
 
 
 @dataclass
@@ -179,7 +184,8 @@ class LocalFleet:
                 return old
         cmd = [sys.executable, str(REPO / "start_worker.py"), "--config", str(self.config_file),
                "--name", proc.name, "--dir", str(proc.folder), "--log-dir", str(self.log_dir),
-               "--device", proc.device, "--min-seq", str(self.next_seq(proc.name))]
+               "--device", proc.device, "--min-seq", str(self.next_seq(proc.name)),
+               "--nice", str(WORKER_NICE)]
         if self.worker_class:
             cmd += ["--worker-class", self.worker_class]
         env = dict(os.environ)

@@ -193,5 +193,22 @@ class TrainingNodes:
                 log.warning("training node %s: could not stop its trainer: %s", name, res)
         self.in_round, self.dead = [], set()
 
+    def describe(self) -> str:
+        """The nodes for status.txt: "node1 Training; node2 Benched 60s: why; node3 Ready".
+
+        Training: its trainer runs in this round (Lost: it died during the round); Benched:
+        left out for the seconds shown after a failure; Ready: set up, waiting for a round;
+        Idle: not contacted yet (the first round sets it up)."""
+        now = time.monotonic()
+        parts = []
+        for name, s in self.nodes.items():
+            if name in self.in_round:
+                parts.append(f"{name} {'Lost' if name in self.dead else 'Training'}")
+            elif now < s.benched_until:
+                parts.append(f"{name} Benched {s.benched_until - now:.0f}s: {s.error}")
+            else:
+                parts.append(f"{name} {'Ready' if s.up else 'Idle'}")
+        return "; ".join(parts)
+
     def close(self) -> None:
         self.connector.close()

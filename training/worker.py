@@ -540,6 +540,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-games", type=int, default=None, help="stop after this many games")
     p.add_argument("--worker-class", default=None,
                    help="module:Class, a subclass of training.worker.Worker to run")
+    p.add_argument("--nice", type=int, default=0,
+                   help="lower this daemon's CPU priority by this much (local mode: 10, so that "
+                   "training on the same cores goes first)")
     return p.parse_args(argv)
 
 
@@ -572,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         logging.getLogger(__name__).error("%s", e)
         return 2
+    if args.nice > 0:
+        os.nice(args.nice)
     import torch
 
     torch.set_num_threads(cfg.self_play.threads_per_worker)
