@@ -171,3 +171,21 @@ def test_daemon_stops_cleanly_on_sigterm_with_a_custom_worker_class(cfg, run_dir
                 for n in outbox_batches(folder / "outbox"))
     assert total == hb["games_done"]  # every finished game is in a batch, none half-written
     assert "worker w1 stopped" in (folder / "logs" / "worker_w1.log").read_text()
+
+
+def test_lower_priority_sets_the_process_and_its_session_group(tmp_path):
+    """Local daemons yield the CPU to the trainer: nice value and, under Linux autogroup
+    (each daemon is its own session), the session group's nice value."""
+    import subprocess
+    import sys
+
+    code = ("import os; from training.worker import lower_priority; lower_priority(7); "
+            "print(os.getpriority(os.PRIO_PROCESS, 0)); "
+            "p = '/proc/self/autogroup'; print(open(p).read().split()[-1] if os.path.exists(p) "
+            "else 'none')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         start_new_session=True, timeout=60, cwd=str(REPO))
+    assert out.returncode == 0, out.stderr
+    nice, group = out.stdout.split()
+    assert int(nice) == os.getpriority(os.PRIO_PROCESS, 0) + 7
+    assert group in ("7", "none")

@@ -546,6 +546,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def lower_priority(nice: int) -> None:
+    """Lower this process's CPU priority by `nice`, also where the kernel groups processes by
+    session (Linux autogroup: a daemon in its own session competes as a group, and its own
+    nice value counts only inside that group, so the group's nice value is set too)."""
+    os.nice(nice)
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:  # not Linux, or no autogroup: the process's nice value is what counts
+        pass
+
+
 def _device(args: argparse.Namespace) -> str:
     if args.device:
         return args.device
@@ -576,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(__name__).error("%s", e)
         return 2
     if args.nice > 0:
-        os.nice(args.nice)
+        lower_priority(args.nice)
     import torch
 
     torch.set_num_threads(cfg.self_play.threads_per_worker)
