@@ -61,6 +61,16 @@ def test_tiny_config_has_the_same_keys_as_the_default():
     assert load_config(REPO / "configs" / "tiny.yaml").go.board_size == 5
 
 
+def test_gpu_config_has_the_same_keys_and_is_bigger_than_the_default():
+    default = yaml.safe_load((REPO / "configs" / "config.yaml").read_text())
+    gpu = yaml.safe_load((REPO / "configs" / "gpu.yaml").read_text())
+    assert {s: set(v) for s, v in default.items()} == {s: set(v) for s, v in gpu.items()}
+    cpu, big = load_config(REPO / "configs" / "config.yaml"), load_config(
+        REPO / "configs" / "gpu.yaml")
+    assert big.net.filters > cpu.net.filters and big.mcts.simulations > cpu.mcts.simulations
+    assert big.go == cpu.go and big.distributed == cpu.distributed
+
+
 def test_user_guide_example_loads_with_default_worker_names():
     cfg = load_config_text(GUIDE_WORKERS)
     workers = cfg.distributed.workers
