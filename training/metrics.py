@@ -124,6 +124,7 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
 
     matplotlib.use("Agg")  # no display on servers; must come before pyplot
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
@@ -159,6 +160,7 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
         ax.plot(xs, ys, marker=".", color="tab:orange")
     ax.set_ylabel("self-play games/s")
     ax.set_xlabel("generation")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no generation 1.5
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()

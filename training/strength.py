@@ -172,6 +172,7 @@ def plot(rows: Sequence[Row], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     top.plot([r.generation for r in rows], [100 * r.random_win_rate for r in rows],
@@ -186,6 +187,7 @@ def plot(rows: Sequence[Row], path: Path) -> None:
                         [0.0] + [r.vs_gen0_ci[1] for r in rated], alpha=0.2, color="tab:green")
     bottom.set_ylabel("Elo vs generation 0 (95% CI)")
     bottom.set_xlabel("generation")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
     fig.tight_layout()
