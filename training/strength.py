@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from configs import Config, ConfigError, load_config
-from training import elo
 from training.arena import MatchResult, play_arena
 from training.coords import BLACK
 from training.go import Position
@@ -241,7 +239,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.games < 2:
         print("error: --games must be at least 2 (colours alternate)", file=sys.stderr)
         return 2
-    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     sims = args.simulations or cfg.evaluation.simulations or cfg.mcts.simulations
     print(f"{run_dir}: generations {gens}, {args.games} games per match, {sims} simulations "
           f"per move, {cfg.go.board_size}x{cfg.go.board_size} komi {cfg.go.komi}", flush=True)
