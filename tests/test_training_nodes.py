@@ -165,8 +165,8 @@ def _coach(work: Path, node_host, name: str, changes: dict):
                          "distributed.backoff_max_s": 30, **changes})
     coach = Coach(cfg, distributed=True, watch_config=False)
     shutil.copytree(work / "base", coach.run_dir, ignore=shutil.ignore_patterns(".window"))
-    coach._prepare_run_dir()
-    coach.training_nodes = TrainingNodes(cfg, str(coach.run_config_path))
+    coach.setup()  # as run() does: collector, fleet (no workers), training nodes
+    assert isinstance(coach.training_nodes, TrainingNodes)
     return coach, Path(node["remote_dir"])
 
 
@@ -278,9 +278,10 @@ def test_training_nodes_follow_config_edits_from_the_next_round(tmp_path):
                                        "logging.dir": str(tmp_path / "logs"),
                                        "distributed.training_nodes": [node("node1")]})
     coach = Coach(cfg, distributed=True, watch_config=False)
-    coach._sync_training_nodes()
+    coach.setup()
     first = coach.training_nodes
     assert first.names() == ["node1"] and first.describe() == "node1 Idle"
+    assert coach.snapshot().training_nodes == "node1 Idle"
     coach._sync_training_nodes()
     assert coach.training_nodes is first  # unchanged config: the same nodes, kept set up
     coach.cfg = override(cfg, {"distributed.training_nodes": [node("node1"), node("node2")]})
@@ -288,7 +289,7 @@ def test_training_nodes_follow_config_edits_from_the_next_round(tmp_path):
     assert coach.training_nodes.names() == ["node1", "node2"]
     coach.cfg = override(cfg, {"distributed.training_nodes": []})
     coach._sync_training_nodes()
-    assert coach.training_nodes is None
+    assert coach.training_nodes is None and coach.snapshot().training_nodes == ""
     local = Coach(cfg, distributed=False, watch_config=False)
     local._sync_training_nodes()
     assert local.training_nodes is None  # training nodes are a distributed-mode feature

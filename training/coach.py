@@ -236,9 +236,9 @@ class Coach:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: self.stop())
 
-    def run(self) -> CoachSummary:
-        """Run until `run.iterations` new generations are published, or until stopped."""
-        t0 = time.monotonic()
+    def setup(self) -> None:
+        """Run folder, collector, generation 0, the fleet and the training nodes: everything
+        `run` needs before it starts workers (no process is started, no host contacted)."""
         self._prepare_run_dir()
         from training.replay_buffer import sidecar_dir
 
@@ -250,6 +250,11 @@ class Coach:
         self._games_at_gen = self._total_games()
         self.fleet = self._make_fleet()
         self._sync_training_nodes()
+
+    def run(self) -> CoachSummary:
+        """Run until `run.iterations` new generations are published, or until stopped."""
+        t0 = time.monotonic()
+        self.setup()
         observer = self._watch_config() if self.watch_config else None
         log.info("coach: run folder %s, %s mode, workers %s, target %s generations",
                  self.run_dir, "distributed" if self.distributed else "local",
