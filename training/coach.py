@@ -65,6 +65,7 @@ from distributed.status import (
     write_status,
 )
 from distributed.transfer import TransferStats, write_atomic
+from training.signals import on_stop_signals
 from training import model_store
 from training.collector import Collector, validate_with_records
 
@@ -233,8 +234,7 @@ class Coach:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, frame: self.stop())
+        on_stop_signals(self.stop)
 
     def setup(self) -> None:
         """Run folder, collector, generation 0, the fleet and the training nodes: everything

@@ -29,13 +29,13 @@ import getpass
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config, override
 from distributed.sandbox import SSHServer, keygen
+from training.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args.dir).resolve()
     servers = start_hosts(args.hosts + args.spare, folder)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *a: stop.set())
+    on_stop_signals(stop.set)
     try:
         cfg = sandbox_config(base, servers[: args.hosts], folder, deploy=args.deploy)
         config = write_config(cfg, folder / "config.yaml")

@@ -40,7 +40,6 @@ import errno
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -51,6 +50,7 @@ from typing import Any, Callable, Sequence
 from configs import Config, ConfigError, load_config
 from distributed.status import HEARTBEAT_NAME, Heartbeat, WorkerState
 from distributed.transfer import write_json_atomic
+from training.signals import on_stop_signals
 from training import model_store
 from training.logsetup import configure_logging
 from training.model_store import Manifest, ModelStoreError
@@ -184,8 +184,7 @@ class Worker:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT stop the daemon cleanly (main thread only)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, frame: self.stop())
+        on_stop_signals(self.stop)
 
     def run(self, max_games: int | None = None) -> WorkerSummary:
         """Play until stopped or `max_games` games are finished; returns a summary."""
