@@ -65,9 +65,9 @@ from distributed.status import (
     write_status,
 )
 from distributed.transfer import TransferStats, write_atomic
-from training.signals import on_stop_signals
 from training import model_store
 from training.collector import Collector, validate_with_records
+from training.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 

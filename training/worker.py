@@ -50,10 +50,10 @@ from typing import Any, Callable, Sequence
 from configs import Config, ConfigError, load_config
 from distributed.status import HEARTBEAT_NAME, Heartbeat, WorkerState
 from distributed.transfer import write_json_atomic
-from training.signals import on_stop_signals
 from training import model_store
 from training.logsetup import configure_logging
 from training.model_store import Manifest, ModelStoreError
+from training.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 
