@@ -128,14 +128,12 @@ def decide(match: MatchResult, ev_cfg: Any) -> tuple[str, float | None]:
 def _opponent(models_dir: Path, generation: int) -> int | None:
     """The newest promoted generation below `generation` (a manifest marks promotion);
     without manifests, the newest model file below it."""
-    from training.model_store import list_manifests
+    from training.model_store import list_manifests, list_models
 
-    published = [g for g in list_manifests(models_dir) if g < generation
-                 and (models_dir / f"model_{g:06d}.pt").exists()]
+    files = [g for g in list_models(models_dir) if g < generation]
+    published = [g for g in list_manifests(models_dir) if g in files]
     if published:
         return published[-1]
-    files = sorted(int(p.name[6:12]) for p in models_dir.glob("model_*.pt")
-                   if p.name[6:12].isdigit() and int(p.name[6:12]) < generation)
     return files[-1] if files else None
 
 

@@ -44,7 +44,6 @@ import json
 import logging
 import math
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -67,7 +66,7 @@ from distributed.status import (
 from distributed.transfer import TransferStats, write_atomic
 from training import model_store
 from training.collector import Collector, validate_with_records
-from training.signals import on_stop_signals
+from training.signals import die_with_parent, on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +181,9 @@ class Coach:
             self.generation = gens[-1]
             log.info("resuming at model generation %d", self.generation)
             return
-        pts = sorted(self.models_dir.glob("model_*.pt"))
-        if pts:  # the coach stopped between training and publishing: publish now
-            gen = int(pts[-1].name[6:12])
+        trained = model_store.list_models(self.models_dir)
+        if trained:  # the coach stopped between training and publishing: publish now
+            gen = trained[-1]
         else:
             from training.net import net_from_config, save_model
 
@@ -535,9 +534,7 @@ class Coach:
 
     def _next_generation(self) -> int:
         """One past the newest trained model (a model refused by gating keeps its number)."""
-        trained = [int(p.name[6:12]) for p in self.models_dir.glob("model_*.pt")
-                   if p.name[6:12].isdigit()]
-        return max([self.generation, *trained]) + 1
+        return max([self.generation, *model_store.list_models(self.models_dir)]) + 1
 
     def _sync_training_nodes(self) -> None:
         """Match `self.training_nodes` to distributed.training_nodes of the current config.
@@ -584,7 +581,7 @@ class Coach:
         out = open(log_path, "ab")
         try:
             popen = subprocess.Popen(cmd, cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         finally:
             out.close()
         self.round = _Round(gen, popen, time.monotonic(), log_path, self._total_games())
@@ -833,17 +830,6 @@ def _terminate(popen: subprocess.Popen, grace_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         popen.kill()
         popen.wait()
-
-
-def _die_with_parent() -> None:
-    """In the trainer child: get SIGTERM when the coach dies, even by SIGKILL (Linux), so a
-    restarted coach never races an orphaned round."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _git_commit() -> str:

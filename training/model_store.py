@@ -34,6 +34,7 @@ from distributed.transfer import (
 )
 
 _MANIFEST_RE = re.compile(r"^model_(\d{6,})\.json$")
+_MODEL_RE = re.compile(r"^model_(\d{6,})\.pt$")
 # a 19x19 40-block net is ~400 MB; anything past this is a corrupt or hostile file
 MAX_MODEL_BYTES = 4 << 30
 
@@ -81,17 +82,22 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     return m
 
 
-def list_manifests(folder: str | os.PathLike) -> list[int]:
-    """Generations that have a manifest in `folder`, ascending (temporary names skipped)."""
+def _generations(folder: str | os.PathLike, pattern: re.Pattern) -> list[int]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    gens = []
-    for name in os.listdir(folder):
-        m = _MANIFEST_RE.match(name)
-        if m:
-            gens.append(int(m.group(1)))
-    return sorted(gens)
+    return sorted(int(m.group(1)) for m in map(pattern.match, os.listdir(folder)) if m)
+
+
+def list_manifests(folder: str | os.PathLike) -> list[int]:
+    """Generations that have a manifest in `folder`, ascending (temporary names skipped)."""
+    return _generations(folder, _MANIFEST_RE)
+
+
+def list_models(folder: str | os.PathLike) -> list[int]:
+    """Generations that have a model file `model_<gen>.pt` in `folder`, ascending (published
+    or not; temporary names skipped)."""
+    return _generations(folder, _MODEL_RE)
 
 
 def newest_manifest(folder: str | os.PathLike) -> Manifest | None:

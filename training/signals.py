@@ -6,6 +6,9 @@ arrives while the first handler holds a lock (`threading.Event.set` takes one) w
 second handler that waits for that lock forever. `timeout` forwarding SIGINT while `pkill`
 sent one too hung the sandbox that way. Here later signals return at once, so a stop in
 progress is never re-entered; SIGKILL remains the hard stop.
+
+`die_with_parent()` (a `preexec_fn`, or called in a child) makes the parent's death, even by
+SIGKILL, deliver SIGTERM to this process, so that no trainer outlives its coach or launcher.
 """
 
 from __future__ import annotations
@@ -29,3 +32,19 @@ def on_stop_signals(callback: Callable[[], None]) -> None:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
+
+
+def die_with_parent() -> None:
+    """Get SIGTERM when the parent process dies, even by SIGKILL (Linux; a no-op elsewhere).
+
+    Used for the coach's trainer child (a restarted coach never races an orphaned round), for
+    the ranks under torchrun (each in its own session, so stopping a node's trainer by its
+    process group would otherwise leave them running) and for the relaunching trainer's
+    torchrun.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

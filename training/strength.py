@@ -37,6 +37,7 @@ from training.coords import BLACK
 from training.go import Position
 from training.gtp import RandomPlayer
 from training.mcts import Evaluate, Mcts
+from training.model_store import list_models, model_stem
 from training.net import load_model, make_evaluator, write_file_atomic
 
 STRENGTH_JSON = "strength.json"
@@ -118,12 +119,7 @@ def default_generations(available: Sequence[int], count: int = 5) -> list[int]:
 
 
 def model_path(run_dir: Path, generation: int) -> Path:
-    return run_dir / "models" / f"model_{generation:06d}.pt"
-
-
-def available_generations(run_dir: Path) -> list[int]:
-    names = (p.name for p in (run_dir / "models").glob("model_*.pt"))
-    return sorted(int(n[6:12]) for n in names if n[6:12].isdigit() and len(n) == 15)
+    return run_dir / "models" / f"{model_stem(generation)}.pt"
 
 
 def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
@@ -217,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    have = available_generations(run_dir)
+    have = list_models(run_dir / "models")
     if 0 not in have:
         print(f"error: {model_path(run_dir, 0)} not found: no run in {run_dir} (start one with "
               "python start_main.py, or name it with --run-dir)", file=sys.stderr)

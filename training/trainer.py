@@ -40,7 +40,6 @@ import math
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -70,6 +69,7 @@ from training.net import (
     save_model,
     write_file_atomic,
 )
+from training.signals import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -259,16 +259,15 @@ def _relay_files(ctx: "DistContext", src_dir: Path, names: list[str],
     wanted = sorted(set().union(*_gather_objects(missing, ctx)))
     if not wanted:
         return 0
-    info: list[Any] = [None]
-    if ctx.is_main:
-        info[0] = []
-        for n in wanted:
-            data = (src_dir / n).read_bytes()
-            info[0].append((n, len(data), hashlib.sha256(data).hexdigest()))
-    dist.broadcast_object_list(info, src=0)
     total = 0
-    for name, size, digest in info[0]:
-        data = (src_dir / name).read_bytes() if ctx.is_main else None
+    for name in wanted:
+        meta: list[Any] = [None]  # (size, sha256) from rank 0, which reads each file once
+        data = None
+        if ctx.is_main:
+            data = (src_dir / name).read_bytes()
+            meta[0] = (len(data), hashlib.sha256(data).hexdigest())
+        dist.broadcast_object_list(meta, src=0)
+        size, digest = meta[0]
         buf = bytearray() if not ctx.is_main else None
         for lo in range(0, size, RELAY_CHUNK_BYTES):
             n = min(RELAY_CHUNK_BYTES, size - lo)
@@ -1046,21 +1045,6 @@ def _is_peer_failure(err: BaseException) -> bool:
                                    "connection closed", "broken pipe", "nccl"))
 
 
-def _die_with_parent() -> None:
-    """Get SIGTERM when the parent dies, even by SIGKILL (Linux; a no-op elsewhere).
-
-    torchrun starts each rank in its own session, so killing a node's trainer by its process
-    group (the coach stopping a training node) would otherwise leave the rank running; and the
-    relaunching trainer's torchrun must not outlive it either.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _rank_step(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -1099,13 +1083,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rank = int(os.environ.get("RANK", "0"))
     if under_torchrun():
-        _die_with_parent()  # the launcher's death ends this rank
+        die_with_parent()  # the launcher's death ends this rank
     level = args.log_level or cfg.logging.level
     configure_logging(None, level if rank == 0 else "WARNING")  # other ranks: problems only
     cmd = relaunch_command(args, argv, cfg)
     if cmd is not None:
         log.info("relaunching through torch.distributed.run: %s", " ".join(cmd))
-        return subprocess.call(cmd, preexec_fn=_die_with_parent)
+        return subprocess.call(cmd, preexec_fn=die_with_parent)
     run_dir = Path(cfg.run.dir)
     hooks = FaultHooks(
         fake_oom_at_micro_batch=args.test_fake_oom_at,
