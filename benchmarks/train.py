@@ -1,11 +1,17 @@
 """Training and inference throughput of the network on this machine.
 
 Training (default): samples/s of real trainer rounds (`python -m training.trainer` on
-synthetic samples, the 9x9 6-block 64-filter net of configs/config.yaml unless told otherwise)
+synthetic samples, a 9x9 6-block 64-filter net (configs/gpu.yaml's) unless told otherwise)
 for one process and for two DDP processes over Gloo on the CPU (torchrun, one thread each),
 and, where CUDA is present, one GPU with and without mixed precision. Steady-state figures:
 the first `--warmup-steps` steps of each run are left out. The last line is one JSON object
 with `samples_per_s_1` and `samples_per_s_ddp2` (and `samples_per_s_gpu*` on a GPU).
+
+Beside self-play (`--beside-selfplay N`): samples/s of one trainer process alone, then with N
+real self-play processes on the same cores (each in its own session, as local mode starts
+them) at equal priority, then at `training.local_workers.WORKER_NICE` (`start_worker.py
+--nice`). The JSON has `samples_per_s_alone`, `samples_per_s_beside_nice0` and
+`samples_per_s_beside_niced`.
 
 Inference (`--inference`): positions/s of `training.net.make_evaluator` by batch size for
 eager PyTorch, a frozen TorchScript trace and torch.compile, one thread; the last line is a
@@ -13,6 +19,7 @@ JSON object with every figure and the best form per batch size.
 
 Usage (after `pip install -e .`, which makes the project importable from anywhere):
     python benchmarks/train.py [--steps 30] [--batch-size 256] [--blocks 6 --filters 64]
+    python benchmarks/train.py --beside-selfplay 2 --blocks 4 --filters 32 --steps 10
     python benchmarks/train.py --inference [--batches 1 8 32 64 128] [--modes eager trace]
 Timings are only meaningful on a quiet machine (other processes take cores).
 """
@@ -53,6 +60,81 @@ def _run_trainer(cmd_prefix: list[str], cfg_path: Path, run_dir: Path, samples: 
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+SELFPLAY_CHILD = """
+import sys, torch
+from configs import load_config
+from training.net import make_evaluator, net_from_config
+from training.selfplay import SelfPlay
+from training.worker import lower_priority
+cfg, nice = load_config(sys.argv[1]), int(sys.argv[2])
+if nice:
+    lower_priority(nice)
+torch.set_num_threads(1)
+net = net_from_config(cfg.net, cfg.go.board_size).eval()
+play = SelfPlay(make_evaluator(net, max_batch=cfg.self_play.batch_size), cfg.go, cfg.mcts,
+                cfg.self_play, history=cfg.net.history)
+print("ready", flush=True)
+while True:
+    play.step()
+"""
+
+
+def _start_selfplay(n: int, cfg_path: Path, nice: int) -> list[subprocess.Popen]:
+    """n self-play processes, each in its own session like local-mode workers; returns once
+    every one has compiled and started playing."""
+    procs = [subprocess.Popen([sys.executable, "-c", SELFPLAY_CHILD, str(cfg_path), str(nice)],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+             for _ in range(n)]
+    for p in procs:
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError("a self-play process did not start")
+    return procs
+
+
+def bench_beside_selfplay(args: argparse.Namespace) -> dict:
+    """One trainer alone, then beside N self-play processes at nice 0 and at WORKER_NICE."""
+    from training.local_workers import WORKER_NICE
+
+    cfg = override(load_config(args.config), {
+        "go.board_size": args.board_size, "net.blocks": args.blocks,
+        "net.filters": args.filters, "training.batch_size": args.batch_size,
+        "training.warmup_steps": 0, "replay.validation_fraction": 0.0,
+    })
+    steps = args.steps + args.warmup_steps
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_beside_") as tmp:
+        tmp = Path(tmp)
+        cfg_path = tmp / "config.yaml"
+        cfg_path.write_text(dump_config(cfg))
+        samples = tmp / "samples.npz"
+        synthetic_samples(max(args.batch_size * 8, 2048), cfg.go.board_size, cfg.net.history,
+                          seed=0).save(samples)
+        trainer = [sys.executable, "-m", "training.trainer"]
+        for key, nice in (("alone", None), ("beside_nice0", 0), ("beside_niced", WORKER_NICE)):
+            procs = [] if nice is None else _start_selfplay(args.beside_selfplay, cfg_path, nice)
+            try:
+                summary = _run_trainer(trainer, cfg_path, tmp / key, samples, steps, [],
+                                       {"CUDA_VISIBLE_DEVICES": ""})
+            finally:
+                for p in procs:
+                    p.kill()
+                    p.wait()
+            rate = _steady_samples_per_s(summary, args.batch_size, args.warmup_steps)
+            results[f"samples_per_s_{key}"] = rate
+            print(f"  trainer {key}: {rate:,.0f} samples/s", file=sys.stderr)
+    alone = results["samples_per_s_alone"]
+    net = f"{cfg.go.board_size}x{cfg.go.board_size} {cfg.net.blocks}x{cfg.net.filters}"
+    print(f"\nTrainer samples/s beside {args.beside_selfplay} self-play processes, {net} net, "
+          f"batch {args.batch_size}, {os.cpu_count()} cores")
+    for key, label in (("alone", "alone (baseline)"), ("beside_nice0", "beside, equal priority"),
+                       ("beside_niced", f"beside, self-play at nice {WORKER_NICE}")):
+        rate = results[f"samples_per_s_{key}"]
+        print(f"  {label:<32} {rate:>8,.0f} samples/s  {rate / alone:5.2f}x of alone")
+    return {"net": net, "batch_size": args.batch_size, "selfplay_processes":
+            args.beside_selfplay, **{k: round(v, 1) for k, v in results.items()}}
 
 
 def bench_training(args: argparse.Namespace) -> dict:
@@ -176,13 +258,20 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20, help="training: timed steps per run")
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--inference", action="store_true", help="measure inference instead")
+    ap.add_argument("--beside-selfplay", type=int, default=0, metavar="N",
+                    help="trainer alone vs beside N self-play processes (nice 0, niced)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     ap.add_argument("--modes", nargs="+", default=["eager", "trace", "compile"],
                     choices=["eager", "trace", "compile"])
     ap.add_argument("--threads", type=int, default=1, help="inference: torch threads")
     ap.add_argument("--min-time-s", type=float, default=0.5, help="inference: per window")
     args = ap.parse_args()
-    summary = bench_inference(args) if args.inference else bench_training(args)
+    if args.inference:
+        summary = bench_inference(args)
+    elif args.beside_selfplay:
+        summary = bench_beside_selfplay(args)
+    else:
+        summary = bench_training(args)
     print(json.dumps(summary))
     return 0
 

@@ -47,8 +47,9 @@ REPO = Path(__file__).resolve().parent.parent
 PID_NAME = "worker.pid"
 WORKER_NICE = 10
 """Local daemons run this much below the coach's CPU priority: a training round or an arena
-on the same cores then takes the CPU it needs (with equal priority, self-play on every core
-slowed a CPU training round 5-10x) and self-play fills the idle time."""
+on the same cores then takes the CPU it needs (`benchmarks/train.py --beside-selfplay 2`, 2
+cores: the trainer at 0.13x of its speed alone beside equal-priority self-play, 0.66x beside
+niced self-play) and self-play fills the idle time."""
 
 
 @dataclass
