@@ -1,6 +1,6 @@
 """Real DDP: two trainer processes with Gloo on CPU under torchrun (subprocesses, tiny net).
 
-What is checked (issue 4): weights equal across ranks after training, only rank 0 writes
+What is checked: weights equal across ranks after training, only rank 0 writes
 files (an audit hook in every rank records each file opened for writing), the DDP loss on a
 fixed seed matches one process on the same total batch, a killed or hung rank makes the run
 exit with an error within the timeout, and a checkpoint resumes to the same next-step loss.

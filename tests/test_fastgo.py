@@ -140,7 +140,7 @@ def test_is_legal_agrees_with_legal_mask_and_random_playout_scores_like_the_refe
 
 @njit(cache=True)
 def _njit_caller(b, g):
-    """The MCTS engineer's use: call the engine from inside other njit code."""
+    """The search's use: call the engine from inside other njit code."""
     mask = np.zeros(b.stones.shape[1] + 1, np.bool_)
     fastgo.play(b, g, 40)
     fastgo.copy_game(b, g, g + 1)

@@ -1,7 +1,7 @@
 """The learning signal end to end: what self-play searched is what the trainer learns from.
 
-Guards for the path a sign or alignment bug would break (helper "learning"'s audit of a run
-that stopped learning): the planes the search evaluated for a position equal the planes the
+Guards for the path a sign or alignment bug would break (found by auditing a run that
+stopped learning): the planes the search evaluated for a position equal the planes the
 replay window builds for it bit for bit; the value target is the result from the side to
 move's view; the policy target is the visit distribution of the search at that very position;
 a real net trained through `trainer.train_round` on games black always wins says so for black

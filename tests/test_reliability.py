@@ -9,7 +9,7 @@ against hosts in network namespaces (`distributed.sandbox.NetnsHosts`).
 
 Figures are printed as `reliability <fault> key=value ...` (run with `-s` to see them;
 docs/RELIABILITY.md has the table). `AZGO_LINK_DOWN_S` sets the outage of the link-down test
-(default 12 s; the issue's figure is for 30 s).
+(default 12 s; docs/RELIABILITY.md's figure is for 30 s).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Extra training nodes without a shared filesystem (issue 6): real trainers, real DDP (Gloo).
+"""Extra training nodes without a shared filesystem: real trainers, real DDP (Gloo).
 
 - Two "nodes" on this machine (`--nodes 2`, each relaunched through torch.distributed.run);
   node 1 gets an empty run folder and a `--cache-dir`: rank 0 sends it the window's batch

@@ -14,7 +14,7 @@ optimizer steps (or `training.epochs` passes) and produces generation G+1 from g
 A **micro-batch** is one forward/backward; `accumulation` micro-batches make one optimizer step
 (gradients are all-reduced only on the last, `no_sync` before).
 
-Behaviour (issue 4): backend NCCL with CUDA, Gloo otherwise (one device on MPS); the total
+Behaviour: backend NCCL with CUDA, Gloo otherwise (one device on MPS); the total
 batch `training.batch_size` is split across ranks; LR scaled linearly / by sqrt from
 `lr_reference_batch`, with linear warmup; DistributedSampler with `set_epoch` and `drop_last`;
 losses reduced across ranks; a process-group timeout (`training.timeout_s`); a rank that fails
@@ -199,7 +199,7 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext",
     A rank given `cache_dir` (a training node without rank 0's run folder) opens its window
     over cache_dir/replay instead, after rank 0 sent it the chosen files it lacks there.
     """
-    from training.replay_buffer import ReplayWindow  # helper "records"' module
+    from training.replay_buffer import ReplayWindow
 
     replay_dir = run_dir / "replay" if cache_dir is None else cache_dir / "replay"
 
