@@ -12,8 +12,12 @@ Batch file layout: a zstd-compressed ``.npz`` (written with ``np.savez``; read w
     meta            0-d unicode   JSON of `BatchMeta`
     offsets         int64 [G+1]   game g's moves are rows offsets[g]:offsets[g+1]
     moves           int16 [M]     flat index or PASS
-    visits          uint16 [M, P] root visit counts per move (the policy target)
+    visits          uint16 [M, P] the policy target per move: root visit counts (PUCT), or
+                                  the improved policy in units of 1/POLICY_SCALE (Gumbel)
     values          float16 [M]   root value, side to move's view, in [-1, 1]
+    full_search     bool [M]      the move got a full search, so its `visits` row is a policy
+                                  target (playout cap randomization; false: a fast search,
+                                  value target only). Optional: missing (older batches) = true
     result          int8 [G]      +1 black won, -1 white won, 0 draw
     score           float32 [G]   Tromp-Taylor score, black's view, komi included; NaN if resigned
     resigned, resign_disabled     bool [G]
@@ -96,6 +100,10 @@ class GameRecord:
     simulations: int
     values: np.ndarray
     """float16 [T]: root value, from the side to move's view."""
+    full_search: np.ndarray | None = None
+    """bool [T]: the move's `visits` row is a policy target (a full search); False: a fast
+    search of playout cap randomization, trained for the value only. None: all True (a
+    record read from a batch always has the array)."""
 
     @property
     def num_moves(self) -> int:
@@ -209,8 +217,14 @@ _GAME_DTYPES = {
     "seed": np.int64,
     "simulations": np.int32,
 }
-_MOVE_DTYPES = {"moves": np.int16, "visits": np.uint16, "values": np.float16}
+_MOVE_DTYPES = {
+    "moves": np.int16, "visits": np.uint16, "values": np.float16, "full_search": np.bool_,
+}
 _ARRAYS = {"meta", "offsets", *_GAME_DTYPES, *_MOVE_DTYPES}
+_OPTIONAL_ARRAYS = {"full_search"}
+"""Arrays that older batches lack; `_load_npz` fills them in (full_search: all true)."""
+POLICY_SCALE = 10_000
+"""A Gumbel search's improved policy is stored in `visits` as round(p * POLICY_SCALE)."""
 
 
 def encode_batch(records: Sequence[GameRecord], meta: BatchMeta) -> bytes:
@@ -224,7 +238,8 @@ def encode_batch(records: Sequence[GameRecord], meta: BatchMeta) -> bytes:
         "offsets": offsets,
     }
     for key, dtype in _MOVE_DTYPES.items():
-        parts = [np.asarray(getattr(r, key)) for r in records]
+        parts = [np.ones(r.num_moves, np.bool_) if getattr(r, key) is None
+                 else np.asarray(getattr(r, key)) for r in records]
         empty = np.zeros((0, p) if key == "visits" else (0,), dtype)
         arrays[key] = np.concatenate([empty, *[a.astype(dtype, copy=False) for a in parts]])
     for key, dtype in _GAME_DTYPES.items():
@@ -317,6 +332,7 @@ def decode_batch(
             seed=int(arrays["seed"][g]),
             simulations=int(arrays["simulations"][g]),
             values=arrays["values"][a:b],
+            full_search=arrays["full_search"][a:b],
         )
         boards.append(_replay_checked(rec, meta.move_cap, path, g))
         records.append(rec)
@@ -346,7 +362,8 @@ def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.nda
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             names = set(npz.files)
-            missing, extra = sorted(_ARRAYS - names), sorted(names - _ARRAYS)
+            missing = sorted(_ARRAYS - _OPTIONAL_ARRAYS - names)
+            extra = sorted(names - _ARRAYS)
             if missing:
                 raise BatchError(
                     path, f"missing arrays {', '.join(missing)}", kind="missing_array"
@@ -369,6 +386,9 @@ def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.nda
         raise BatchError(path, f"unreadable npz archive: {e}", kind="not_npz") from e
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise BatchError(path, f"unreadable npz archive: {e}", kind="not_npz") from e
+    if "full_search" not in arrays:  # an older batch: every move was a full search
+        moves = arrays["moves"]
+        arrays["full_search"] = np.ones(len(moves) if moves.ndim == 1 else 0, np.bool_)
     return arrays
 
 
