@@ -92,6 +92,14 @@ class NetConfig:
     """Past positions in the input: 2 * history + 1 input planes."""
     value_hidden: int = 64
     """Width of the value head's hidden layer."""
+    global_pooling: bool = True
+    """KataGo's global pooling bias in every other block from the 2nd and in the policy head."""
+    ownership_head: bool = True
+    """Train a head on the final owner of every point (a training-only output)."""
+    score_head: bool = True
+    """Train a head on the final area margin, komi included (a training-only output)."""
+    opponent_policy_head: bool = True
+    """Train a second policy on the opponent's reply (a training-only output)."""
 
     def __post_init__(self) -> None:
         _range(self, "blocks", 1, 80)
@@ -114,6 +122,22 @@ class MctsConfig:
     """Unvisited children start at the parent's value minus this (first-play urgency)."""
     reuse_tree: bool = True
     """Keep the chosen child's subtree for the next move."""
+    algorithm: str = "puct"
+    """Search: puct (AlphaZero: PUCT, Dirichlet root noise, visit-count policy targets) or
+    gumbel (Gumbel MuZero: Gumbel-top-k root sampling, sequential halving, improved-policy
+    targets; c_puct, fpu_reduction and dirichlet_* are then unused)."""
+    gumbel_max_considered: int = 16
+    """Gumbel: root moves sampled for sequential halving, m = min(legal, this, simulations)."""
+    gumbel_c_visit: float = 50.0
+    """Gumbel: sigma(q) = (gumbel_c_visit + max child visits) * gumbel_c_scale * q."""
+    gumbel_c_scale: float = 1.0
+    """Gumbel: scale of the normalised completed Q in sigma (see gumbel_c_visit)."""
+    full_search_fraction: float = 1.0
+    """Playout cap randomization (KataGo): share of self-play moves searched with
+    `simulations` and trained as policy targets; the others get `fast_simulations`, no
+    root noise, and train only the value. 1 = every move a full search."""
+    fast_simulations: int = 8
+    """Simulations of a fast search (used when full_search_fraction < 1)."""
 
     def __post_init__(self) -> None:
         _range(self, "simulations", 1, 100_000)
@@ -121,6 +145,24 @@ class MctsConfig:
         _range(self, "dirichlet_total_alpha", 0.0, 1000.0)
         _range(self, "dirichlet_fraction", 0.0, 1.0)
         _range(self, "fpu_reduction", 0.0, 2.0)
+        _choice(self, "algorithm", ("puct", "gumbel"))
+        _range(self, "gumbel_max_considered", 1, 1000)
+        _range(self, "gumbel_c_visit", 0.0, 100_000.0)
+        _range(self, "gumbel_c_scale", 0.0, 1000.0)
+        _check(
+            0.0 < self.full_search_fraction <= 1.0,
+            "full_search_fraction",
+            f"must be > 0 and <= 1 (some moves must be policy targets), "
+            f"got {self.full_search_fraction!r}",
+        )
+        _range(self, "fast_simulations", 1, 100_000)
+        if self.full_search_fraction < 1.0:
+            _check(
+                self.fast_simulations <= self.simulations,
+                "fast_simulations",
+                f"must be <= mcts.simulations ({self.simulations}) when "
+                f"full_search_fraction < 1, got {self.fast_simulations}",
+            )
 
 
 @dataclass(frozen=True)
@@ -225,6 +267,12 @@ class TrainingConfig:
     """Process group timeout: a stuck or dead rank ends the round after this."""
     min_new_positions: int = 0
     """Also require this many new positions before a training round (0 = only games_per_worker)."""
+    ownership_weight: float = 1.5
+    """Loss weight of the ownership head (mean over points; KataGo: 1.5 / N^2 summed)."""
+    score_weight: float = 0.05
+    """Loss weight of the score head (Huber loss on the margin / N, delta 1)."""
+    opponent_policy_weight: float = 0.15
+    """Loss weight of the opponent's-reply policy head (KataGo: 0.15)."""
 
     def __post_init__(self) -> None:
         _range(self, "batch_size", 1, 1 << 20)
@@ -242,6 +290,9 @@ class TrainingConfig:
         _range(self, "master_port", 1, 65535)
         _range(self, "timeout_s", 1.0, 86400.0)
         _range(self, "min_new_positions", 0, 10**12)
+        _range(self, "ownership_weight", 0.0, 100.0)
+        _range(self, "score_weight", 0.0, 100.0)
+        _range(self, "opponent_policy_weight", 0.0, 100.0)
 
 
 @dataclass(frozen=True)

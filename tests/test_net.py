@@ -58,6 +58,10 @@ def test_net_from_config_follows_the_net_section(tiny_cfg):
         "filters": tiny_cfg.net.filters,
         "history": tiny_cfg.net.history,
         "value_hidden": tiny_cfg.net.value_hidden,
+        "global_pooling": tiny_cfg.net.global_pooling,
+        "ownership_head": tiny_cfg.net.ownership_head,
+        "score_head": tiny_cfg.net.score_head,
+        "opponent_policy_head": tiny_cfg.net.opponent_policy_head,
     }
     assert len(net.tower) == tiny_cfg.net.blocks
 

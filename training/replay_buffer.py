@@ -11,7 +11,13 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
       visits   uint16 [M, P]    root visit counts: the policy target, normalised when sampled
       games    int64 [G, 4]     per game: first position, end position, model generation,
                                 result (+1 black won); black moves at even offsets in a game
+      ownership int8 [G, N*N]   per game: the owner of every point of the final position
+                                (`features.area_ownership`, black's view; 0 if resigned)
+      scores   float32 [G]      per game: the area score, black's view, komi included (the
+                                batch's `score`, checked by the replay); NaN if resigned
       info.json                 name, meta generation, created, board size, counts, version
+  Ownership is recomputed here from the replayed final position rather than stored in the
+  batch file: a worker cannot forge it, and batches need no new array.
 - **Window**: files ordered by (generation, created, name), oldest first; games are taken
   newest first until the window holds `size` positions, where (KataGo's growing window)
   size = min_positions * (total / min_positions) ** growth, clamped to
@@ -20,12 +26,15 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   below `validation_fraction`, so the split is the same on every rank and after a restart.
 - **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, and
   `w.batch(indices)` / `w.__getitems__` for a whole batch at once (about 10x faster per
-  sample). Planes are `training.features.planes` of the position (C = 2 * history + 1: the
+  sample). `w.samples(indices)` adds the auxiliary targets as a dict (`TARGETS`): ownership
+  float32 [B, A] and score float32 [B] (margin / N) from the side to move's view, and
+  opponent_policy float32 [B, P] (the next move's policy target), each with a float32 [B]
+  mask (`<name>_mask`: 0 for a resigned game, or for the last move of a game). Planes are `training.features.planes` of the position (C = 2 * history + 1: the
   stones of the side to move, then the opponent's, for the last `history` boards, most
   recent first; then ones if black is to move), rebuilt here from the sidecar's boards with
   one vectorised gather. Policy sums to 1 (pass last); value is the result from the side to
   move's view, in {-1, 0, 1}. One of the 8 symmetries of `training.features` is applied per
-  sample (planes and policy alike), drawn from a hash of (seed, epoch, index): deterministic,
+  sample (planes, policies and ownership alike), drawn from a hash of (seed, epoch, index): deterministic,
   the same in every DataLoader worker, and different each epoch (`set_epoch`).
 
 Vocabulary as in `training.coords` (N, A = N*N, PASS = A, P = A + 1). This module must not
@@ -61,9 +70,11 @@ from training.records import (
 
 log = logging.getLogger(__name__)
 
-SIDECAR_VERSION = 2
+SIDECAR_VERSION = 3
 CACHE_DIR_NAME = ".window"
-_ARRAYS = ("boards", "visits", "games")
+_ARRAYS = ("boards", "visits", "games", "ownership", "scores")
+TARGETS = ("ownership", "score", "opponent_policy")
+"""Auxiliary targets of `WindowView.samples`, each with a `<name>_mask`."""
 
 
 def window_size(total: int, min_positions: int, max_positions: int, growth: float) -> int:
@@ -142,6 +153,8 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     boards = np.zeros((m, a), np.int8)
     visits = np.zeros((m, a + 1), np.uint16)
     games = np.zeros((len(lengths), 4), np.int64)
+    scores = np.array([np.nan if r.resigned else r.score for r in batch.records], np.float32)
+    final = np.zeros((len(lengths), a), np.int8)
     start = 0
     for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
         t = rec.num_moves
@@ -149,7 +162,10 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
         boards[start:end] = rec_boards[:-1]
         visits[start:end] = rec.visits
         games[g] = (start, end, rec.generation, rec.result)
+        if not rec.resigned:  # a resigned game's last position is not settled
+            final[g] = rec_boards[-1]
         start = end
+    ownership = features.area_ownership(final, n)
     info = {
         "version": SIDECAR_VERSION,
         "name": name,
@@ -163,7 +179,7 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     tmp.mkdir(parents=True)
     try:
-        for key, arr in zip(_ARRAYS, (boards, visits, games)):
+        for key, arr in zip(_ARRAYS, (boards, visits, games, ownership, scores)):
             np.save(tmp / f"{key}.npy", arr)
         write_json_atomic(tmp / "info.json", info)
         if final.exists():  # outdated (or another process built it meanwhile): replace
@@ -202,7 +218,7 @@ class _Sidecar:
         self.folder = folder
         self.info = info
         self.name: str = info["name"]
-        self.games = np.load(folder / "games.npy")  # small: [G, 3]
+        self.games = np.load(folder / "games.npy")  # small: [G, 4]
         self._arrays: dict[str, np.ndarray] = {}
 
     def array(self, key: str) -> np.ndarray:
@@ -233,8 +249,8 @@ class WindowView:
     def __init__(self, sidecars: list[_Sidecar], segments: np.ndarray, *, history: int,
                  board_size: int, seed: int, augment: bool):
         self._sidecars = sidecars
-        # segments: int64 [S, 5], one game per row: (sidecar index, first position, end
-        # position, generation, result)
+        # segments: int64 [S, 6], one game per row: (sidecar index, first position, end
+        # position, generation, result, game index in the sidecar)
         self._segments = segments
         lengths = segments[:, 2] - segments[:, 1] if len(segments) else np.zeros(0, np.int64)
         self._cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -289,6 +305,18 @@ class WindowView:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Samples at `indices`: planes float32 [B, C, N, N], policy float32 [B, P],
         value float32 [B]. `symmetries` ([B] ints 0..7) overrides the epoch's draw."""
+        s = self._samples(indices, symmetries, targets=False)
+        return s["planes"], s["policy"], s["value"]
+
+    def samples(
+        self, indices: Sequence[int] | np.ndarray, symmetries: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """`batch` as a dict (planes, policy, value) plus the auxiliary targets (`TARGETS`)
+        and their masks; what the trainer fetches."""
+        return self._samples(indices, symmetries, targets=True)
+
+    def _samples(self, indices: Sequence[int] | np.ndarray, symmetries: np.ndarray | None,
+                 targets: bool) -> dict[str, np.ndarray]:
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
             raise IndexError(f"sample index out of range for a window of {len(self)}")
@@ -305,15 +333,26 @@ class WindowView:
         back = np.where(valid, back, pos[:, None])
         past = np.empty((b, h, a), np.int8)
         visits = np.empty((b, a + 1), np.uint16)
+        if targets:
+            game_end = self._segments[seg, 2]
+            has_next = pos + 1 < game_end  # the opponent's reply is in the same game
+            after = np.where(has_next, pos + 1, pos)
+            next_visits = np.empty((b, a + 1), np.uint16)
+            owner = np.empty((b, a), np.int8)
+            score = np.empty(b, np.float32)
         order = np.argsort(files, kind="stable")
         cuts = np.flatnonzero(np.diff(files[order])) + 1
         for rows in np.split(order, cuts) if b else []:
             car = self._sidecars[int(files[rows[0]])]
             past[rows] = car.array("boards")[back[rows]]
             visits[rows] = car.array("visits")[pos[rows]]
+            if targets:
+                game = self._segments[seg[rows], 5]
+                next_visits[rows] = car.array("visits")[after[rows]]
+                owner[rows] = car.array("ownership")[game]
+                score[rows] = car.array("scores")[game]
         past *= valid[:, :, None]  # zeros before the game's start
-        policy = visits.astype(np.float32)
-        policy /= policy.sum(axis=1, keepdims=True)
+        policy = _normalised(visits)
         perm = self._perms[syms]  # [B, A]
         past = np.take_along_axis(past, perm[:, None, :], axis=2)
         policy[:, :a] = np.take_along_axis(policy[:, :a], perm, axis=1)
@@ -322,7 +361,29 @@ class WindowView:
         planes[:, 0 : 2 * h : 2] = past == color
         planes[:, 1 : 2 * h : 2] = past == -color
         planes[:, 2 * h] = (to_play == 1)[:, None]
-        return planes.reshape(b, 2 * h + 1, n, n), policy, value
+        out = {"planes": planes.reshape(b, 2 * h + 1, n, n), "policy": policy, "value": value}
+        if targets:
+            settled = np.isfinite(score)  # resigned games have no final position or score
+            owner = np.take_along_axis(owner, perm, axis=1) * to_play[:, None]
+            opponent = _normalised(next_visits)
+            opponent[:, :a] = np.take_along_axis(opponent[:, :a], perm, axis=1)
+            opponent[~has_next] = 0.0
+            out.update(
+                ownership=owner.astype(np.float32),
+                ownership_mask=settled.astype(np.float32),
+                score=np.where(settled, score * to_play / n, 0.0).astype(np.float32),
+                score_mask=settled.astype(np.float32),
+                opponent_policy=opponent,
+                opponent_policy_mask=has_next.astype(np.float32),
+            )
+        return out
+
+
+def _normalised(visits: np.ndarray) -> np.ndarray:
+    """float32 rows of `visits` [B, P] scaled to sum to 1."""
+    policy = visits.astype(np.float32)
+    policy /= policy.sum(axis=1, keepdims=True)
+    return policy
 
 
 # ------------------------------------------------------------------------------ the window
@@ -386,9 +447,9 @@ class ReplayWindow(WindowView):
         self._fixed_files = None if files is None else sorted(set(files))
         self._all: dict[str, _Sidecar] = {}
         self._board_size = board_size
-        super().__init__([], np.zeros((0, 5), np.int64), history=history,
+        super().__init__([], np.zeros((0, 6), np.int64), history=history,
                          board_size=board_size or 5, seed=seed, augment=augment)
-        self.validation = WindowView([], np.zeros((0, 5), np.int64), history=history,
+        self.validation = WindowView([], np.zeros((0, 6), np.int64), history=history,
                                      board_size=board_size or 5, seed=seed, augment=False)
         self.total_positions = 0
         self.refresh()
@@ -486,16 +547,16 @@ class ReplayWindow(WindowView):
             start, end, gen, result = (int(x) for x in cars[ci].games[g])
             if end == start:
                 continue
-            row = (ci, start, end, gen, result)
+            row = (ci, start, end, gen, result, g)
             (val if is_validation_game(cars[ci].name, g, self.validation_fraction)
              else train).append(row)
         n = self._board_size or 5
         epoch = self.epoch
-        WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 5),
+        WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 6),
                             history=self.history, board_size=n, seed=self.seed,
                             augment=self.augment)
         self.epoch = epoch
-        self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 5),
+        self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 6),
                                      history=self.history, board_size=n, seed=self.seed,
                                      augment=False)
         log.debug("replay window: %s", self.stats().as_text())

@@ -94,28 +94,44 @@ class SampleDataset(Protocol):
 # --------------------------------------------------------------------------------- data
 
 
+TARGETS = ("ownership", "score", "opponent_policy")
+"""Auxiliary targets (replay_buffer.TARGETS), each with a float32 [S] `<name>_mask`; the
+matching net heads are trained only where the mask is 1."""
+_TARGET_KEYS = tuple(k for t in TARGETS for k in (t, f"{t}_mask"))
+
+
 class SampleArrays:
     """A map-style dataset over in-memory arrays (an .npz of planes, policy, value).
 
     Used for training from a fixed sample file (`--samples FILE.npz`), benchmarks and tests.
-    planes float32 [S, C, N, N], policy float32 [S, N*N+1], value float32 [S].
+    planes float32 [S, C, N, N], policy float32 [S, N*N+1], value float32 [S]; optionally
+    the auxiliary `TARGETS` (ownership [S, N*N], score [S] as margin / N, opponent_policy
+    [S, N*N+1], side to move's view) with their masks [S]. Without them those heads are not
+    trained (their masks are 0).
     """
 
     def __init__(self, planes: np.ndarray, policy: np.ndarray, value: np.ndarray,
-                 validation: "SampleArrays | None" = None):
+                 validation: "SampleArrays | None" = None,
+                 targets: dict[str, np.ndarray] | None = None):
         assert len(planes) == len(policy) == len(value), "planes, policy, value lengths differ"
         self.planes = np.ascontiguousarray(planes, dtype=np.float32)
         self.policy = np.ascontiguousarray(policy, dtype=np.float32)
         self.value = np.ascontiguousarray(value, dtype=np.float32)
         self.validation = validation
+        self.targets = {k: np.ascontiguousarray(v, dtype=np.float32)
+                        for k, v in (targets or {}).items()}
+        assert set(self.targets) <= set(_TARGET_KEYS), sorted(self.targets)
+        assert all(len(v) == len(planes) for v in self.targets.values()), "target lengths"
 
     @classmethod
     def load(cls, path: str | os.PathLike, validation_fraction: float = 0.0) -> SampleArrays:
-        """Read an .npz with arrays planes, policy, value (no pickles)."""
+        """Read an .npz with arrays planes, policy, value and optionally the auxiliary
+        targets with their masks (no pickles)."""
         path = Path(path)
         try:
             with np.load(path, allow_pickle=False) as data:
                 planes, policy, value = data["planes"], data["policy"], data["value"]
+                targets = {k: data[k] for k in _TARGET_KEYS if k in data.files}
         except (OSError, ValueError, KeyError) as e:
             raise TrainingError(
                 f"{path}: cannot read samples ({e}); expected an .npz with arrays "
@@ -123,13 +139,29 @@ class SampleArrays:
             ) from e
         if not (len(planes) == len(policy) == len(value)) or planes.ndim != 4:
             raise TrainingError(f"{path}: planes, policy and value must have the same length")
+        for key, arr in targets.items():
+            if len(arr) != len(planes):
+                raise TrainingError(f"{path}: {key} has {len(arr)} rows, planes {len(planes)}")
+        for name in TARGETS:
+            if (name in targets) != (f"{name}_mask" in targets):
+                raise TrainingError(f"{path}: {name} and {name}_mask go together")
         held = int(len(planes) * validation_fraction)
-        validation = cls(planes[:held], policy[:held], value[:held]) if held else None
-        return cls(planes[held:], policy[held:], value[held:], validation)
+        validation = cls(planes[:held], policy[:held], value[:held],
+                         targets={k: v[:held] for k, v in targets.items()}) if held else None
+        return cls(planes[held:], policy[held:], value[held:], validation,
+                   {k: v[held:] for k, v in targets.items()})
 
     def save(self, path: str | os.PathLike) -> None:
-        buf = _npz_bytes(planes=self.planes, policy=self.policy, value=self.value)
+        buf = _npz_bytes(planes=self.planes, policy=self.policy, value=self.value,
+                         **self.targets)
         write_file_atomic(path, buf)
+
+    def samples(self, idx: Sequence[int]) -> dict[str, np.ndarray]:
+        """A batch as a dict: planes, policy, value and the auxiliary targets present."""
+        idx = np.asarray(idx)
+        out = {"planes": self.planes[idx], "policy": self.policy[idx], "value": self.value[idx]}
+        out.update({k: v[idx] for k, v in self.targets.items()})
+        return out
 
     def __len__(self) -> int:
         return len(self.planes)
@@ -147,6 +179,8 @@ def synthetic_samples(count: int, board_size: int, history: int, seed: int = 0) 
 
     The policy target is the first stone of the side to move (row-major), or pass on an
     empty plane; the value is tanh of the stone difference between the two newest planes.
+    Auxiliary targets: ownership is the stones of the newest planes (+1 own, -1 the
+    opponent's), score their difference / N, the opponent's policy its first stone.
     """
     rng = np.random.default_rng(seed)
     n = board_size
@@ -156,8 +190,18 @@ def synthetic_samples(count: int, board_size: int, history: int, seed: int = 0) 
     own = planes[:, 0].reshape(count, -1)
     first = np.where(own.any(axis=1), own.argmax(axis=1), n * n)
     policy[np.arange(count), first] = 1.0
-    value = np.tanh(own.sum(axis=1) - planes[:, 1].reshape(count, -1).sum(axis=1))
-    return SampleArrays(planes, policy, value.astype(np.float32))
+    theirs = planes[:, 1].reshape(count, -1)
+    value = np.tanh(own.sum(axis=1) - theirs.sum(axis=1))
+    opponent = np.zeros_like(policy)
+    first = np.where(theirs.any(axis=1), theirs.argmax(axis=1), n * n)
+    opponent[np.arange(count), first] = 1.0
+    ones = np.ones(count, np.float32)
+    targets = {
+        "ownership": own - theirs, "ownership_mask": ones,
+        "score": (own.sum(axis=1) - theirs.sum(axis=1)) / n, "score_mask": ones,
+        "opponent_policy": opponent, "opponent_policy_mask": ones,
+    }
+    return SampleArrays(planes, policy, value.astype(np.float32), targets=targets)
 
 
 def _npz_bytes(**arrays: np.ndarray) -> bytes:
@@ -168,8 +212,14 @@ def _npz_bytes(**arrays: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _fetch(dataset: SampleDataset, idx: Sequence[int]) -> tuple[torch.Tensor, ...]:
-    """One batch as tensors (planes [B,C,N,N], policy [B,M], value [B])."""
+def _fetch(dataset: SampleDataset, idx: Sequence[int]) -> dict[str, torch.Tensor]:
+    """One batch as float32 tensors: planes [B,C,N,N], policy [B,M], value [B], and the
+    auxiliary TARGETS with their masks where the dataset has them (its `samples`)."""
+    samples = getattr(dataset, "samples", None)
+    if samples is not None:
+        got = samples(list(idx))
+        return {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+                for k, v in got.items()}
     getitems = getattr(dataset, "__getitems__", None)
     if getitems is not None:
         got = getitems(list(idx))
@@ -183,11 +233,11 @@ def _fetch(dataset: SampleDataset, idx: Sequence[int]) -> tuple[torch.Tensor, ..
         planes = np.stack([s[0] for s in samples])
         policy = np.stack([s[1] for s in samples])
         value = np.asarray([s[2] for s in samples])
-    return (
-        torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32)),
-        torch.from_numpy(np.ascontiguousarray(policy, dtype=np.float32)),
-        torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)).reshape(-1),
-    )
+    return {
+        "planes": torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32)),
+        "policy": torch.from_numpy(np.ascontiguousarray(policy, dtype=np.float32)),
+        "value": torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)).reshape(-1),
+    }
 
 
 def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext",
@@ -585,6 +635,12 @@ class RoundResult:
     """Wall time of each optimizer step on this rank (data, forward, backward, all-reduce)."""
     rank_checksums: list[float] = field(default_factory=list)
     """One weights checksum per rank; DDP keeps them equal (checked at the end of a round)."""
+    ownership_loss: float = 0.0
+    """Mean ownership cross-entropy (0 without the head or targets); not part of `loss`."""
+    score_loss: float = 0.0
+    """Mean Huber loss of the score head (margin / N); not part of `loss`."""
+    opponent_policy_loss: float = 0.0
+    """Mean cross-entropy of the opponent's-reply policy; not part of `loss`."""
 
 
 @dataclass
@@ -607,20 +663,50 @@ def _is_oom(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
 
 
-def _losses(net: torch.nn.Module, planes: torch.Tensor, policy: torch.Tensor,
-            value: torch.Tensor, autocast: torch.dtype | None, device: str
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(policy cross-entropy, value MSE, correct top-1 count) for one micro-batch (means)."""
+def loss_weights(tcfg: Any) -> dict[str, float]:
+    """The weight of each auxiliary target's loss, from the `training` config section."""
+    return {"ownership": tcfg.ownership_weight, "score": tcfg.score_weight,
+            "opponent_policy": tcfg.opponent_policy_weight}
+
+
+def _aux_loss(name: str, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample loss [B] of one auxiliary head."""
+    if name == "ownership":  # pred is pre-tanh: tanh(x) = 2 sigmoid(2x) - 1, KataGo's loss
+        return F.binary_cross_entropy_with_logits(
+            2.0 * pred, (target + 1.0) / 2.0, reduction="none").mean(dim=1)
+    if name == "score":  # margin / N; Huber with delta 1 (N points)
+        return F.smooth_l1_loss(pred, target, beta=1.0, reduction="none")
+    assert name == "opponent_policy", name
+    return -(target * F.log_softmax(pred, dim=1)).sum(dim=1)
+
+
+def _losses(net: torch.nn.Module, batch: dict[str, torch.Tensor],
+            autocast: torch.dtype | None, device: str
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """(policy cross-entropy, value MSE, correct top-1 count, {target: loss}) for one
+    micro-batch (means). An auxiliary loss is masked per sample and averaged over the whole
+    micro-batch; a head without targets in the batch gets a zero loss that still reaches its
+    weights (DDP expects a gradient for every parameter)."""
+    planes, policy, value = batch["planes"], batch["policy"], batch["value"]
     if autocast is not None:
         with torch.autocast(device_type=torch.device(device).type, dtype=autocast):
-            logits, v = net(planes)
-        logits, v = logits.float(), v.float()
+            out = net(planes, heads=True)
+        out = {k: t.float() for k, t in out.items()}
     else:
-        logits, v = net(planes)
+        out = net(planes, heads=True)
+    logits, v = out["policy"], out["value"]
     p_loss = -(policy * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
     v_loss = F.mse_loss(v, value)
     correct = (logits.argmax(dim=1) == policy.argmax(dim=1)).sum()
-    return p_loss, v_loss, correct
+    aux = {}
+    for name in TARGETS:
+        if name not in out:
+            continue
+        if name in batch:
+            aux[name] = (_aux_loss(name, out[name], batch[name]) * batch[f"{name}_mask"]).mean()
+        else:
+            aux[name] = out[name].sum() * 0.0
+    return p_loss, v_loss, correct, aux
 
 
 class _Batches:
@@ -795,7 +881,9 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
             ctx.backend or "none", len(dataset),
         )
     bar = _progress_bar(steps, new_gen, enabled=progress and ctx.is_main)
-    sums = np.zeros(4)  # policy loss * n, value loss * n, correct, n   (this rank)
+    weights = loss_weights(tcfg)
+    # policy loss * n, value loss * n, correct, n, then each TARGETS loss * n   (this rank)
+    sums = np.zeros(4 + len(TARGETS))
     step_losses: list[float] = []
     step_seconds: list[float] = []
     t0 = time.perf_counter()
@@ -803,13 +891,13 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
         t_step = time.perf_counter()
         _maybe_inject_fault(hooks, ctx.rank, step)
         idx = batches.next()
-        planes, policy, value = _fetch(dataset, idx)
+        batch = _fetch(dataset, idx)
         for g in optimizer.param_groups:
             g["lr"] = schedule.lr()
         while True:
             try:
-                step_sums = _step(model, optimizer, scaler, planes, policy, value, micro,
-                                  autocast, ctx, hooks)
+                step_sums = _step(model, optimizer, scaler, batch, micro, autocast, ctx, hooks,
+                                  weights)
                 break
             except RuntimeError as e:
                 if not _is_oom(e) or micro == 1:
@@ -832,8 +920,9 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     elapsed = time.perf_counter() - t0
     if bar is not None:
         bar.close()
-    p_sum, v_sum, correct, n = (float(v) for v in _all_reduce_sum(list(sums), ctx))
+    p_sum, v_sum, correct, n, *aux_sums = (float(v) for v in _all_reduce_sum(list(sums), ctx))
     n = max(n, 1.0)
+    aux_losses = {f"{k}_loss": a / n for k, a in zip(TARGETS, aux_sums)}
     checksums = _weights_checksums(net, ctx)
     # RNG states before validation, so that a resumed run continues as an unbroken one would
     rng_states = _gather_objects(_rng_state(), ctx)
@@ -851,6 +940,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
         model_path=str(model_file), checkpoint_path=str(ckpt_file), step_losses=step_losses,
         step_seconds=step_seconds,
         rank_checksums=checksums,
+        **aux_losses,
     )
     if ctx.is_main:
         meta = {"global_step": schedule.step, "loss": result.loss, "samples": result.samples}
@@ -870,7 +960,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
         metrics.record_metrics(
             run_dir, new_gen, loss=result.loss, policy_loss=result.policy_loss,
             value_loss=result.value_loss, policy_accuracy=result.policy_accuracy,
-            val_loss=val_loss, train_samples_per_s=result.samples_per_s,
+            val_loss=val_loss, train_samples_per_s=result.samples_per_s, **aux_losses,
             train_steps=steps, global_step=schedule.step, lr=result.lr,
             world_size=ctx.world_size, time=time.time(),
         )
@@ -879,14 +969,17 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
 
 
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-          scaler: torch.amp.GradScaler | None, planes: torch.Tensor, policy: torch.Tensor,
-          value: torch.Tensor, micro: int, autocast: torch.dtype | None, ctx: DistContext,
-          hooks: FaultHooks) -> np.ndarray:
-    """One optimizer step over this rank's batch in micro-batches (no_sync on all but last)."""
+          scaler: torch.amp.GradScaler | None, batch: dict[str, torch.Tensor], micro: int,
+          autocast: torch.dtype | None, ctx: DistContext, hooks: FaultHooks,
+          weights: dict[str, float]) -> np.ndarray:
+    """One optimizer step over this rank's batch in micro-batches (no_sync on all but last).
+
+    Returns the sums [policy loss * n, value loss * n, correct, n, then each of TARGETS'
+    loss * n]. The objective is policy + value + the weighted auxiliary losses."""
     optimizer.zero_grad(set_to_none=True)
-    rows = planes.shape[0]
+    rows = batch["planes"].shape[0]
     chunks = [(lo, min(rows, lo + micro)) for lo in range(0, rows, micro)]
-    out = np.zeros(4)
+    out = np.zeros(4 + len(TARGETS))
     for i, (lo, hi) in enumerate(chunks):
         if hooks.fake_oom_at_micro_batch is not None and hi - lo >= hooks.fake_oom_at_micro_batch:
             raise RuntimeError(f"CUDA out of memory (fake, micro-batch {hi - lo})")
@@ -894,17 +987,16 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         defer_sync = isinstance(model, DDP) and not is_last  # all-reduce once, on the last
         sync = model.no_sync() if defer_sync else contextlib.nullcontext()
         with sync:
-            x = planes[lo:hi].to(ctx.device, non_blocking=True)
-            pi = policy[lo:hi].to(ctx.device, non_blocking=True)
-            z = value[lo:hi].to(ctx.device, non_blocking=True)
-            p_loss, v_loss, correct = _losses(model, x, pi, z, autocast, ctx.device)
+            part = {k: t[lo:hi].to(ctx.device, non_blocking=True) for k, t in batch.items()}
+            p_loss, v_loss, correct, aux = _losses(model, part, autocast, ctx.device)
             share = (hi - lo) / rows  # the step's loss is the mean over the whole rank batch
-            loss = (p_loss + v_loss) * share
+            loss = (p_loss + v_loss + sum(weights[k] * t for k, t in aux.items())) * share
             if scaler is not None:
                 scaler.scale(loss).backward()
             else:
                 loss.backward()
-        out += [p_loss.item() * (hi - lo), v_loss.item() * (hi - lo), correct.item(), hi - lo]
+        out += [p_loss.item() * (hi - lo), v_loss.item() * (hi - lo), correct.item(), hi - lo,
+                *(aux[k].item() * (hi - lo) if k in aux else 0.0 for k in TARGETS)]
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
@@ -925,10 +1017,10 @@ def _validate(model: torch.nn.Module, validation: SampleDataset | None, per_rank
     mine = list(range(ctx.rank, size - size % ctx.world_size, ctx.world_size))
     total = np.zeros(2)
     for lo in range(0, len(mine), per_rank):
-        planes, policy, value = _fetch(validation, mine[lo : lo + per_rank])
-        p_loss, v_loss, _ = _losses(net, planes.to(ctx.device), policy.to(ctx.device),
-                                    value.to(ctx.device), autocast, ctx.device)
-        rows = planes.shape[0]
+        batch = {k: t.to(ctx.device) for k, t in _fetch(validation, mine[lo : lo + per_rank])
+                 .items()}
+        p_loss, v_loss, _, _ = _losses(net, batch, autocast, ctx.device)
+        rows = batch["planes"].shape[0]
         total += [(p_loss.item() + v_loss.item()) * rows, rows]
     net.train()
     loss_sum, rows = _all_reduce_sum(list(total), ctx)
