@@ -11,9 +11,10 @@ Owns:
 - `evaluate_generation(cfg, run_dir, generation)`: the coach's call after a training round:
   the new model against the newest promoted one (the newest model with a manifest), its
   chained Elo with a 95% CI, an optional GNU Go match, and the metrics row columns.
-- `play_gnugo(...)`: games against GNU Go at a level over GTP, refereed by `training.referee`,
-  our side played by this module's own GTP engine process (`python -m training.arena gtp
-  --model FILE`): `NetPlayer` inside `training.gtp.GtpEngine`.
+- `play_gnugo(...)`: games against GNU Go at a level through `training.gnugo` (varied
+  openings, a GNU Go seed per game, GNU Go's judgement of the final position), our side
+  played by the GTP engine process (`python -m training.gtp --model FILE`): `NetPlayer`
+  inside `training.gtp.GtpEngine`. `python -m training.arena gtp` is the same engine.
 
 Vocabulary: W/D/L are from the new (or our) model's point of view; Elo as in training.elo.
 This module must not train, write models, or publish anything (the coach does).
@@ -26,6 +27,7 @@ import logging
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +35,8 @@ from typing import Any, Sequence
 
 import torch
 
-from configs import Config, GoConfig, load_config
-from training import elo, metrics
+from configs import Config, GoConfig, dump_config, load_config
+from training import elo, gnugo, metrics, rating
 from training.net import load_model, make_evaluator
 from training.selfplay import MctsPlayer, play_match
 
@@ -85,7 +87,7 @@ class ArenaResult:
     elo_ci_low: float | None = None
     elo_ci_high: float | None = None
     sprt_llr: float | None = None
-    gnugo: MatchResult | None = None
+    gnugo: GnugoResult | None = None
     seconds: float = 0.0
 
 
@@ -222,8 +224,11 @@ def _record(run_dir: Path, result: ArenaResult, ev: Any) -> None:
     if result.gnugo is not None and result.gnugo.games:
         g = result.gnugo
         vs = g.estimate()
-        values.update(gnugo_level=ev.gnugo_level, gnugo_wins=g.wins, gnugo_games=g.games,
-                      gnugo_score=g.score, elo_vs_gnugo=vs.elo)
+        lo, hi = g.interval()
+        values.update(gnugo_level=ev.gnugo_level, gnugo_wins=g.wins, gnugo_draws=g.draws,
+                      gnugo_games=g.games, gnugo_score=g.score, gnugo_ci_low=lo,
+                      gnugo_ci_high=hi, gnugo_disagreements=g.disagreements,
+                      elo_vs_gnugo=vs.elo)
     metrics.record_metrics(run_dir, result.generation, **values)
 
 
@@ -231,18 +236,24 @@ def _record(run_dir: Path, result: ArenaResult, ev: Any) -> None:
 
 
 class NetPlayer:
-    """A `training.gtp.Player` that searches with a trained model (no noise, most visits)."""
+    """A `training.gtp.Player` that searches with a trained model (no noise, most visits).
+
+    The budget per move is `simulations`, or `seconds_per_move` when given (see
+    `training.selfplay.MctsPlayer`). Any komi the GTP engine accepts is searched with: the
+    config's range and half-point checks apply to config files, not to a controller's komi.
+    """
 
     def __init__(self, model_path: str | os.PathLike, simulations: int, cfg: Config | None = None,
-                 *, device: str = "cpu"):
+                 *, device: str = "cpu", seconds_per_move: float | None = None):
         net, info = load_model(model_path, device)
         self.board_size = info.board_size
-        self.history = net.history
-        self.evaluate = make_evaluator(net, device)
         cfg = cfg or Config()
-        self.mcts_cfg = cfg.mcts
-        self.simulations = simulations
-        self._players: dict[float, MctsPlayer] = {}
+        # The komi in this GoConfig only seeds empty boards; every search gets the game's own.
+        # The move cap is the referee's (4 N*N), so the search never ends a game it plays.
+        n = info.board_size
+        go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
+        self.player = MctsPlayer(make_evaluator(net, device), go_cfg, cfg.mcts, simulations,
+                                 history=net.history, seconds_per_move=seconds_per_move)
 
     def genmove(self, position: Any, color: int) -> int | None:
         """The most visited move for `color` after the position's moves."""
@@ -250,65 +261,64 @@ class NetPlayer:
             from training.gtp import GtpError
 
             raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
-        player = self._players.get(position.komi)
-        if player is None:
-            go_cfg = GoConfig(board_size=self.board_size, komi=position.komi)
-            player = MctsPlayer(self.evaluate, go_cfg, self.mcts_cfg, self.simulations,
-                                history=self.history)
-            self._players[position.komi] = player
         moves = list(position.moves)
         if color != position.to_play:  # GTP may ask either colour: the other one passed
             moves.append(position.pass_move)
-        return player.genmove(moves, position.komi)
-
-
-def gnugo_command(level: int, gnugo: str | None = None) -> list[str]:
-    """GNU Go in GTP mode under our rules (area scoring, positional superko)."""
-    from training.gtp_client import find_gnugo
-
-    path = gnugo or find_gnugo()
-    if path is None:
-        raise FileNotFoundError("GNU Go not found (apt-get install gnugo; /usr/games/gnugo)")
-    return [path, "--mode", "gtp", "--level", str(level), "--chinese-rules",
-            "--positional-superko"]
+        return self.player.genmove(moves, position.komi)
 
 
 def engine_command(model_path: str | os.PathLike, simulations: int,
                    config: str | os.PathLike | None = None) -> list[str]:
-    """Our GTP engine with a model, as a command line."""
-    cmd = [sys.executable, "-m", "training.arena", "gtp", "--model", str(model_path),
-           "--simulations", str(simulations)]
-    return cmd + (["--config", str(config)] if config is not None else [])
+    """Our GTP engine with a model at `simulations` per move, as a command line."""
+    return gnugo.engine_command(model_path, simulations=simulations, config=config)
+
+
+@dataclass
+class GnugoResult(MatchResult):
+    """W/D/L against GNU Go by its own judgement, with the games' details."""
+
+    level: int = 1
+    disagreements: int = 0  # games where the judge and our area count name different winners
+    outcomes: list = field(default_factory=list)  # training.gnugo.Outcome per game
+
+    def interval(self) -> tuple[float, float]:
+        """The Wilson 95% interval of the score."""
+        return rating.wilson(self.wins + 0.5 * self.draws, self.games)
 
 
 def play_gnugo(cfg: Config, model_path: str | os.PathLike, games: int, level: int,
-               *, simulations: int | None = None, timeout_s: float = 120.0) -> MatchResult:
-    """`games` refereed games of the model against GNU Go at `level` (colours alternate)."""
-    from training.gtp_client import GtpClient
-    from training.referee import play_game
+               *, simulations: int | None = None, seconds_per_move: float | None = None,
+               jobs: int = 1, timeout_s: float = 120.0, seed: int | None = None,
+               on_game: Any = None) -> GnugoResult:
+    """`games` games of the model against GNU Go at `level` through `training.gnugo`: varied
+    openings (each played with both colours), a GNU Go seed per game, GNU Go as the judge.
 
-    sims = simulations or cfg.evaluation.simulations or cfg.mcts.simulations
-    repo = Path(__file__).resolve().parent.parent
-    ours = GtpClient(engine_command(model_path, sims), timeout_s=timeout_s, name="azgo",
-                     cwd=str(repo))
-    gnugo = GtpClient(gnugo_command(level), timeout_s=timeout_s, name="gnugo")
-    out = MatchResult()
-    try:
-        for k in range(games):
-            we_are_black = k % 2 == 0
-            black, white = (ours, gnugo) if we_are_black else (gnugo, ours)
-            game = play_game(black, white, cfg.go.board_size, cfg.go.komi)
-            o = _outcome(game.winner, we_are_black)
-            out.wins += o > 0
-            out.losses += o < 0
-            out.draws += o == 0
-            log.info("vs gnugo level %d game %d: we are %s, %s after %d moves (%s)", level,
-                     k + 1, "black" if we_are_black else "white", game.result,
-                     len(game.moves), game.end)
-    finally:
-        for client in (ours, gnugo):
-            client.close()
-    return out
+    Our side is `python -m training.gtp` with `cfg`'s search settings, at `simulations` (default
+    evaluation.simulations or mcts.simulations) or `seconds_per_move` per move.
+    """
+    sims = None if seconds_per_move is not None else (
+        simulations or cfg.evaluation.simulations or cfg.mcts.simulations)
+    specs = gnugo.schedule(games, cfg.go.board_size, cfg.run.seed if seed is None else seed)
+    with tempfile.TemporaryDirectory(prefix="azgo-gnugo-") as tmp:
+        config = Path(tmp) / "config.yaml"
+        config.write_text(dump_config(cfg))
+        ours = gnugo.engine_command(model_path, simulations=sims,
+                                    seconds_per_move=seconds_per_move, config=config)
+
+        def report(outcome: gnugo.Outcome) -> None:
+            log.info("vs gnugo level %d %s", level, outcome.describe())
+            if on_game is not None:
+                on_game(outcome)
+
+        outcomes = gnugo.play_series(ours, gnugo.gnugo_opponent(level), specs,
+                                     size=cfg.go.board_size, komi=cfg.go.komi, jobs=jobs,
+                                     timeout_s=timeout_s, on_game=report)
+    w, d, losses = gnugo.tally(outcomes)
+    return GnugoResult(w, d, losses, level=level, outcomes=outcomes,
+                       disagreements=sum(o.game.disagrees for o in outcomes))
+
+
+gnugo_command = gnugo.gnugo_command
 
 
 def _gtp_main(args: argparse.Namespace) -> int:
@@ -316,7 +326,8 @@ def _gtp_main(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     cfg = load_config(args.config) if args.config else Config()
-    player = NetPlayer(args.model, args.simulations, cfg)
+    player = NetPlayer(args.model, args.simulations, cfg,
+                       seconds_per_move=args.seconds_per_move)
     engine = GtpEngine(player, player.board_size, cfg.go.komi)
     engine.run(sys.stdin, sys.stdout)
     return 0
@@ -329,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     g = sub.add_parser("gtp", help="a GTP engine on stdin/stdout playing with --model")
     g.add_argument("--model", required=True)
     g.add_argument("--simulations", type=int, default=100)
+    g.add_argument("--seconds-per-move", type=float, default=None)
     g.add_argument("--config", default=None)
     e = sub.add_parser("evaluate", help="arena (+ GNU Go) for one generation of a run")
     e.add_argument("--config", default=None)

@@ -11,8 +11,14 @@ Who chooses the moves is a *player*: any object with
 `None` to resign). `GtpEngine(player)` owns the board and the protocol; the player only
 chooses. Until a trained network exists the player is `RandomPlayer`: a uniformly random
 legal move that does not fill one of its own single-point eyes, passing when no other move
-is left. With `--model FILE --simulations N` the player is `training.arena.NetPlayer`: the
-trained network with batched MCTS (torch is imported only then).
+is left. With `--model FILE` the player is `training.arena.NetPlayer`: the trained network
+with MCTS (torch is imported only then), under an explicit budget per move: `--simulations N`
+or `--seconds-per-move S` (chunks of simulations until the time is used; see
+`training.selfplay.MctsPlayer`), with the search settings of `--config` (default
+configs/config.yaml's defaults).
+
+`komi` takes a finite number of at most `MAX_KOMI` in size; anything else (`nan`, `inf`,
+`1e300`) is answered `? komi ...` and the komi is unchanged.
 
 The game itself is a reference `Position` with no practical move cap (GTP controllers decide
 when a game ends); after two passes it is over: a further `play` of a stone is refused and
@@ -22,6 +28,7 @@ when a game ends); after two passes it is over: a further `play` of a stone is r
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import sys
@@ -33,6 +40,8 @@ from training.go import IllegalMove, Position, neighbors
 NAME = "azgo"
 VERSION = "0.1.0"
 PROTOCOL_VERSION = "2"
+MAX_KOMI = MAX_SIZE * MAX_SIZE
+"""Largest komi accepted (in size): more than any board's area is no game."""
 COMMANDS = (
     "protocol_version",
     "name",
@@ -169,10 +178,13 @@ class GtpEngine:
     def cmd_komi(self, args):
         _expect(args, 1)
         try:
-            self.komi = float(args[0])
+            komi = float(args[0])
         except ValueError:
             raise GtpError("komi not a float") from None
-        self.position.komi = self.komi
+        if not math.isfinite(komi) or abs(komi) > MAX_KOMI:
+            raise GtpError(f"komi must be a finite number from -{MAX_KOMI} to {MAX_KOMI}")
+        self.komi = komi
+        self.position.komi = komi
         return ""
 
     def cmd_play(self, args):
@@ -225,16 +237,25 @@ def _color(text: str) -> int:
         raise GtpError("syntax error") from None
 
 
-def make_player(model: str | None, simulations: int, seed: int | None) -> Player:
+def make_player(model: str | None, simulations: int, seed: int | None, *,
+                seconds_per_move: float | None = None, config: str | None = None) -> Player:
     """The move chooser the flags ask for: random, or a trained model with MCTS."""
     if model is None:
         return RandomPlayer(seed)
     if not os.path.isfile(model):
         raise SystemExit(f"error: --model {model}: no such file")
     # Imported here: torch is only needed (and only loaded) when a model is asked for.
+    import torch
+
+    from configs import ConfigError, load_config
     from training.arena import NetPlayer
 
-    return NetPlayer(model, simulations)
+    try:
+        cfg = load_config(config)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}") from None
+    torch.set_num_threads(1)  # one search, batch 1: more threads only contend
+    return NetPlayer(model, simulations, cfg, seconds_per_move=seconds_per_move)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -246,11 +267,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", help="trained model file (model_<gen>.pt); plays with MCTS")
     parser.add_argument("--simulations", type=int, default=100,
                         help="MCTS simulations per move with --model (default 100)")
+    parser.add_argument("--seconds-per-move", type=float, default=None,
+                        help="with --model: think this many seconds per move instead of a "
+                        "fixed number of simulations")
+    parser.add_argument("--config", default=None,
+                        help="config whose mcts section the model searches with "
+                        "(default configs/config.yaml)")
     parser.add_argument("--seed", type=int, help="seed of the random player")
     args = parser.parse_args(argv)
     if not MIN_SIZE <= args.size <= MAX_SIZE:
         parser.error(f"--size must be {MIN_SIZE}..{MAX_SIZE}")
-    player = make_player(args.model, args.simulations, args.seed)
+    if args.simulations < 1:
+        parser.error("--simulations must be at least 1")
+    if args.seconds_per_move is not None and not (
+            math.isfinite(args.seconds_per_move) and args.seconds_per_move > 0):
+        parser.error("--seconds-per-move must be a positive number")
+    if not math.isfinite(args.komi) or abs(args.komi) > MAX_KOMI:
+        parser.error(f"--komi must be a finite number from -{MAX_KOMI} to {MAX_KOMI}")
+    player = make_player(args.model, args.simulations, args.seed,
+                         seconds_per_move=args.seconds_per_move, config=args.config)
     size = getattr(player, "board_size", args.size)  # a model plays its own board size
     engine = GtpEngine(player, size, args.komi)
     engine.run(sys.stdin, sys.stdout)

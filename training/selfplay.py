@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -324,11 +325,22 @@ def play_match(
 class MctsPlayer:
     """Searches one position at a time for the GTP engine (no noise, most visited move).
 
+    The budget per move is `simulations`, or with `seconds_per_move` a time: the search runs
+    in chunks of simulations on the same tree until the next chunk would pass the time (at
+    most `max_simulations`, which also sizes the tree). Chunks go through the public
+    `Mcts.search`, so every search mode of `mcts_cfg` works; `last_simulations` and
+    `last_seconds` tell what the last move used.
+
     `early_pass` False (default): never pass first while a real move is left, as in self-play
     (the net never learned what follows its own early pass; against players that never pass
     early, such as `training.gtp.RandomPlayer`, passing first gives the board away; under area
     scoring the rule costs nothing but own-eye fills, which it does not force).
     """
+
+    CHUNK = 8
+    """Simulations per chunk of a timed search (one net call each at batch 1)."""
+    MAX_TIMED_SIMULATIONS = 20_000
+    """Default cap of a timed search: about 33 MB of tree on 9x9."""
 
     def __init__(
         self,
@@ -339,23 +351,57 @@ class MctsPlayer:
         *,
         history: int,
         early_pass: bool = False,
+        seconds_per_move: float | None = None,
+        max_simulations: int | None = None,
     ):
+        if seconds_per_move is not None and not seconds_per_move > 0:
+            raise ValueError(f"seconds_per_move must be > 0, got {seconds_per_move}")
         self.evaluate = evaluate
         self.size = go_cfg.board_size
+        self.seconds_per_move = seconds_per_move
+        if seconds_per_move is None:
+            self.max_simulations = simulations or mcts_cfg.simulations
+        else:
+            self.max_simulations = max_simulations or self.MAX_TIMED_SIMULATIONS
         self.mcts = Mcts(
             1, go_cfg, mcts_cfg, history=history, batch_size=1,
-            simulations=simulations, reuse_tree=False, early_pass=early_pass,
+            simulations=self.max_simulations, reuse_tree=False, early_pass=early_pass,
         )
         self.last_value = 0.0
+        self.last_simulations = 0
+        self.last_seconds = 0.0
 
     def genmove(self, moves: Sequence[int], komi: float) -> int:
         """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
 
         Raises ValueError if `moves` holds an illegal move.
         """
+        start = time.perf_counter()
         self.mcts.reset_game(0, moves, komi=komi)
         if self.mcts.is_over(0):
             return self.size * self.size
-        visits = self.mcts.search(self.evaluate, [0])[0]
+        if self.seconds_per_move is None:
+            visits = self.mcts.search(self.evaluate, [0])[0]
+            self.last_simulations = self.max_simulations
+        else:
+            visits = self._timed_search(start + self.seconds_per_move)
         self.last_value = float(self.mcts.root_values([0])[0])
-        return int(np.argmax(visits))
+        self.last_seconds = time.perf_counter() - start
+        return int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
+
+    def _timed_search(self, deadline: float) -> np.ndarray:
+        """Chunks of simulations on one tree until the next chunk would end past `deadline`.
+
+        The first chunk always runs (a move needs a search); a later one only when the chunk
+        before it, timed, would still fit in the time left.
+        """
+        done = 0
+        while True:
+            chunk = min(self.CHUNK, self.max_simulations - done)
+            t0 = time.perf_counter()
+            visits = self.mcts.search(self.evaluate, [0], simulations=chunk)[0]
+            now = time.perf_counter()
+            done += chunk
+            if done >= self.max_simulations or now + (now - t0) > deadline:
+                self.last_simulations = done
+                return visits

@@ -1,21 +1,37 @@
-"""How strong is each generation of a run: against generation 0 and against a random player.
+"""How strong is each generation of a run: against a fixed pool of players and generation 0.
 
     python -m training.strength [--config FILE] [--run-dir DIR] [--generations 0,4,8]
-                                [--games 40] [--simulations N]
+                                [--games 40] [--simulations 32,128 | --seconds-per-move 0.5,1]
+                                [--gnugo 1,10] [--gnugo-games N] [--jobs 2]
 
 The coach's arena rates each generation against the one before it (a chain of small steps).
-This tool answers the question a user asks after a run: did it learn? It plays
+This tool answers the questions a user asks after a run: did it learn, and how strong is it?
+For every chosen generation and every search budget it plays
 
-- every chosen generation against generation 0, through the coach's own arena
-  (`training.arena.play_arena`: colours alternate, varied openings, fresh trees), with the
-  Elo difference and its 95% interval (`training.elo`);
-- every chosen generation against `training.gtp.RandomPlayer` (a uniformly random legal move
-  that never fills its own eye), searching as in self-play: no noise, the most visited move,
-  and no pass first while a real move is left when `self_play.early_pass` is false.
+- the random player (`training.gtp.RandomPlayer`: a uniformly random legal move that never
+  fills its own eye), searching as in self-play: no noise, the most visited move, and no pass
+  first while a real move is left when `self_play.early_pass` is false. With a simulations
+  budget all games are searched at once and scored by our rules (both rule engines must
+  agree); with a time budget they go through `training.gnugo` like the GNU Go games;
+- GNU Go at each level of `--gnugo` (`training.gnugo`: GNU Go 3.8 with Chinese rules and
+  positional superko, a `--seed` per game, each random opening played with both colours,
+  GNU Go's `final_score` of the replayed final position as the judge, our area count
+  beside it and the games where the two disagree counted);
+- generation 0, through the coach's own arena (`training.arena.play_arena`), with the Elo
+  difference and its 95% interval (`training.elo`), for simulations budgets.
 
-It prints a table, writes `strength.json` and draws `strength.png` (win rate against the
-random player and Elo against generation 0, by generation) in the run folder. It reads the
-run's models only; it never writes a model or a metrics row.
+Budgets: `--simulations 32,128,512` and/or `--seconds-per-move 0.5,1` (a time budget: the
+engine searches in chunks of simulations until the time is used); each is its own player, so
+strength against thinking time is one curve. Win rates carry Wilson 95% intervals. The
+**rating** is a joint fit (`training.rating`) of every (generation, budget) against the pool:
+the random player and the GNU Go levels played, with GNU Go level 1 anchored at
+`ANCHOR_ELO` = 0 (the lowest level played when 1 is not), so a rating reads "Elo above
+GNU Go 3.8 level 1 on this board and komi". Without GNU Go games there is no rating.
+
+It prints the results as they come (one line per GNU Go game, one per match) and a table,
+writes `strength.json` (every row, every GNU Go game) and draws `strength.png` (win rates
+with intervals and the rating by generation, and by budget when several are given) in the
+run folder. It reads the run's models only; it never writes a model or a metrics row.
 """
 
 from __future__ import annotations
@@ -23,36 +39,75 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
+import os
 import sys
+import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from configs import Config, ConfigError, load_config
+from configs import Config, ConfigError, dump_config, load_config
+from training import gnugo, rating
 from training.arena import MatchResult, play_arena
 from training.coords import BLACK
 from training.go import Position
 from training.gtp import RandomPlayer
+from training.gtp_client import find_gnugo
 from training.mcts import Evaluate, Mcts
 from training.model_store import list_models, model_stem
 from training.net import load_model, make_evaluator, write_file_atomic
 
 STRENGTH_JSON = "strength.json"
 STRENGTH_PNG = "strength.png"
+ANCHOR_ELO = 0.0
+"""The rating of GNU Go level 1 (or the lowest level played): the fixed point of the scale."""
+RANDOM = "random"
+
+
+def gnugo_name(level: int) -> str:
+    return f"gnugo {level}"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Thinking per move: a number of simulations, or seconds."""
+
+    simulations: int | None = None
+    seconds_per_move: float | None = None
+
+    def __str__(self) -> str:
+        if self.seconds_per_move is not None:
+            return f"{self.seconds_per_move:g} s/move"
+        return f"{self.simulations} sims"
 
 
 @dataclass
 class Row:
-    """One generation's results; W/D/L from that generation's point of view."""
+    """One generation at one budget; W/D/L and win rates from that generation's view."""
 
     generation: int
-    vs_gen0: tuple[int, int, int] | None  # None for generation 0 itself
+    vs_gen0: tuple[int, int, int] | None  # None for generation 0 itself, or a time budget
     vs_gen0_elo: float | None
     vs_gen0_ci: tuple[float, float] | None
     vs_random: tuple[int, int, int]
+    simulations: int | None = None
+    seconds_per_move: float | None = None
+    random_ci: tuple[float, float] | None = None
+    vs_gnugo: dict[str, dict] = field(default_factory=dict)  # str(level) -> summary, games
+    rating: float | None = None
+    rating_ci: tuple[float, float] | None = None
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.simulations, self.seconds_per_move)
+
+    @property
+    def player(self) -> str:
+        return f"gen {self.generation} @ {self.budget}"
 
     @property
     def random_win_rate(self) -> float:
@@ -122,67 +177,216 @@ def model_path(run_dir: Path, generation: int) -> Path:
     return run_dir / "models" / f"{model_stem(generation)}.pt"
 
 
+def _summary(w: int, d: int, losses: int) -> dict:
+    n = w + d + losses
+    lo, hi = rating.wilson(w + d / 2, n)
+    return {"wdl": [w, d, losses], "win_rate": (w + d / 2) / n if n else None, "ci": [lo, hi]}
+
+
 def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
-            simulations: int | None = None, *, log=print) -> list[Row]:
-    """Play the matches of the table; `log` gets one line per result as it comes."""
-    sims = simulations or cfg.evaluation.simulations or cfg.mcts.simulations
+            simulations: int | None = None, *, budgets: Sequence[Budget] | None = None,
+            gnugo_levels: Sequence[int] = (), gnugo_games: int | None = None, jobs: int = 1,
+            config_path: Path | None = None, log: Callable[[str], None] = print) -> list[Row]:
+    """Play the matches of the table; `log` gets progress lines as results come."""
+    if budgets is None:
+        budgets = [Budget(simulations or cfg.evaluation.simulations or cfg.mcts.simulations)]
+    gnugo_games = games if gnugo_games is None else gnugo_games
+    evaluators: dict[int, Evaluate] = {}
 
     def evaluator(g: int) -> Evaluate:
-        net, _ = load_model(model_path(run_dir, g))
-        return make_evaluator(net, max_batch=max(games, 8))
+        if g not in evaluators:
+            net, _ = load_model(model_path(run_dir, g))
+            evaluators[g] = make_evaluator(net, max_batch=max(games, 8))
+        return evaluators[g]
 
-    base = evaluator(0)
     rows = []
     for g in generations:
-        ev = base if g == 0 else evaluator(g)
-        seed = cfg.run.seed * 1_000_003 + 7919 * (g + 1)
-        rnd = play_vs_random(ev, cfg, games, seed, simulations=sims)
-        row = Row(g, None, None, None, (rnd.wins, rnd.draws, rnd.losses))
-        if g != 0:
-            m = play_arena(ev, base, games, cfg, seed, simulations=sims)
-            e = m.estimate()
-            row.vs_gen0, row.vs_gen0_elo = (m.wins, m.draws, m.losses), e.elo
-            row.vs_gen0_ci = (e.ci_low, e.ci_high)
-        log(format_row(row))
-        rows.append(row)
+        for budget in budgets:
+            row = Row(g, None, None, None, (0, 0, 0), budget.simulations,
+                      budget.seconds_per_move)
+            seed = cfg.run.seed * 1_000_003 + 7919 * (g + 1)
+            ours = gnugo.engine_command(model_path(run_dir, g), simulations=budget.simulations,
+                                        seconds_per_move=budget.seconds_per_move,
+                                        config=config_path)
+
+            def series(name: str, opponent, n: int) -> list[gnugo.Outcome]:
+                def progress(outcome: gnugo.Outcome) -> None:
+                    log(f"  {row.player} vs {name}: {outcome.describe()}")
+
+                specs = gnugo.schedule(n, cfg.go.board_size, cfg.run.seed)
+                return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,
+                                         komi=cfg.go.komi, jobs=jobs, on_game=progress)
+
+            if budget.simulations is not None:
+                rnd = play_vs_random(evaluator(g), cfg, games, seed,
+                                     simulations=budget.simulations)
+                row.vs_random = (rnd.wins, rnd.draws, rnd.losses)
+            else:
+                row.vs_random = gnugo.tally(series(RANDOM, gnugo.random_opponent(), games))
+            row.random_ci = tuple(_summary(*row.vs_random)["ci"])
+            if g != 0 and budget.simulations is not None:
+                m = play_arena(evaluator(g), evaluator(0), games, cfg, seed,
+                               simulations=budget.simulations)
+                e = m.estimate()
+                row.vs_gen0, row.vs_gen0_elo = (m.wins, m.draws, m.losses), e.elo
+                row.vs_gen0_ci = (e.ci_low, e.ci_high)
+            for level in gnugo_levels:
+                outcomes = series(gnugo_name(level), gnugo.gnugo_opponent(level), gnugo_games)
+                summary = _summary(*gnugo.tally(outcomes))
+                summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
+                summary["games"] = [o.to_json() for o in outcomes]
+                row.vs_gnugo[str(level)] = summary
+            log(format_row(row))
+            rows.append(row)
+    rate(rows)
     return rows
+
+
+def anchor_of(rows: Sequence[Row]) -> str | None:
+    """The pool member fixed at ANCHOR_ELO: GNU Go level 1, else the lowest level played."""
+    levels = sorted({int(k) for r in rows for k in r.vs_gnugo})
+    if not levels:
+        return None
+    return gnugo_name(1 if 1 in levels else levels[0])
+
+
+def rate(rows: Sequence[Row]) -> dict[str, rating.Rating]:
+    """Fill each row's pool rating (a joint fit, see the module docstring); returns the fit,
+    pool members included ({} without GNU Go games)."""
+    anchor = anchor_of(rows)
+    if anchor is None:
+        return {}
+    results = []
+    for r in rows:
+        w, d, losses = r.vs_random
+        results.append(rating.Result(r.player, RANDOM, w + d / 2, w + d + losses))
+        for level, s in r.vs_gnugo.items():
+            w, d, losses = s["wdl"]
+            results.append(rating.Result(r.player, gnugo_name(int(level)), w + d / 2,
+                                         w + d + losses))
+    fitted = rating.fit(results, anchor, ANCHOR_ELO)
+    for r in rows:
+        rated = fitted[r.player]
+        r.rating, r.rating_ci = rated.elo, (rated.ci_low, rated.ci_high)
+    return fitted
 
 
 def format_row(row: Row) -> str:
     w, d, losses = row.vs_random
-    text = f"gen {row.generation:4d}  vs random W-D-L {w:3d}-{d}-{losses:<3d} " \
-           f"({100 * row.random_win_rate:5.1f}%)"
+    lo, hi = row.random_ci or (0.0, 1.0)
+    text = (f"gen {row.generation:4d} {str(row.budget):>12}  vs random W-D-L "
+            f"{w:3d}-{d}-{losses:<3d} ({100 * row.random_win_rate:5.1f}% "
+            f"[{100 * lo:.0f}, {100 * hi:.0f}])")
+    for level, s in row.vs_gnugo.items():
+        a, b, c = s["wdl"]
+        text += (f"   vs gnugo {level} {a}-{b}-{c} ({100 * s['win_rate']:.1f}% "
+                 f"[{100 * s['ci'][0]:.0f}, {100 * s['ci'][1]:.0f}])")
+        if s["disagreements"]:
+            text += f" {s['disagreements']} judged otherwise by area"
     if row.vs_gen0 is not None:
         a, b, c = row.vs_gen0
         lo, hi = row.vs_gen0_ci
         text += f"   vs gen 0 W-D-L {a:3d}-{b}-{c:<3d} Elo {row.vs_gen0_elo:+5.0f} " \
                 f"[{lo:+.0f}, {hi:+.0f}]"
+    if row.rating is not None:
+        text += f"   rating {row.rating:+.0f} [{row.rating_ci[0]:+.0f}, {row.rating_ci[1]:+.0f}]"
     return text
 
 
+def _opponents(rows: Sequence[Row]) -> list[str]:
+    levels = sorted({int(k) for r in rows for k in r.vs_gnugo})
+    return [RANDOM] + [gnugo_name(level) for level in levels]
+
+
+def _win_rate(row: Row, opponent: str) -> tuple[float, float, float] | None:
+    """(win rate, low, high) in % of `row` against `opponent`, or None if not played."""
+    if opponent == RANDOM:
+        lo, hi = row.random_ci or (0.0, 1.0)
+        return 100 * row.random_win_rate, 100 * lo, 100 * hi
+    s = row.vs_gnugo.get(opponent.split()[-1])
+    if s is None or s["win_rate"] is None:
+        return None
+    return 100 * s["win_rate"], 100 * s["ci"][0], 100 * s["ci"][1]
+
+
 def plot(rows: Sequence[Row], path: Path) -> None:
-    """strength.png: win rate against the random player and Elo against generation 0."""
+    """strength.png: win rates (Wilson 95% bands) and the rating (or Elo against generation
+    0) by generation, and by budget when there are several."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    top.plot([r.generation for r in rows], [100 * r.random_win_rate for r in rows],
-             marker="o", color="tab:purple")
+    budgets = list(dict.fromkeys(r.budget for r in rows))
+    opponents = _opponents(rows)
+    panels = 3 if len(budgets) > 1 else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(7, 3 * panels))
+    top, middle = axes[0], axes[1]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "--", ":", "-."]
+    for i, opponent in enumerate(opponents):
+        for j, budget in enumerate(budgets):
+            points = [(r.generation, _win_rate(r, opponent)) for r in rows if r.budget == budget]
+            points = [(g, w) for g, w in points if w is not None]
+            if not points:
+                continue
+            xs = [g for g, _ in points]
+            label = f"vs {opponent}" + (f", {budget}" if len(budgets) > 1 else "")
+            colour = colours[i % len(colours)]
+            top.plot(xs, [w[0] for _, w in points], marker="o", color=colour,
+                     ls=styles[j % len(styles)], label=label)
+            top.fill_between(xs, [w[1] for _, w in points], [w[2] for _, w in points],
+                             alpha=0.12, color=colour)
     top.axhline(50, color="grey", lw=0.8, ls="--")
     top.set_ylim(0, 100)
-    top.set_ylabel("% won vs random player")
-    rated = [r for r in rows if r.vs_gen0_elo is not None]
-    xs = [0] + [r.generation for r in rated]
-    bottom.plot(xs, [0.0] + [r.vs_gen0_elo for r in rated], marker="o", color="tab:green")
-    bottom.fill_between(xs, [0.0] + [r.vs_gen0_ci[0] for r in rated],
-                        [0.0] + [r.vs_gen0_ci[1] for r in rated], alpha=0.2, color="tab:green")
-    bottom.set_ylabel("Elo vs generation 0 (95% CI)")
-    bottom.set_xlabel("generation")
-    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for ax in (top, bottom):
+    top.set_ylabel("% won (95% CI)")
+    top.set_xlabel("generation")
+    top.legend(fontsize="small")
+    rated = [r for r in rows if r.rating is not None]
+    if rated:
+        for j, budget in enumerate(budgets):
+            mine = [r for r in rated if r.budget == budget]
+            xs = [r.generation for r in mine]
+            middle.plot(xs, [r.rating for r in mine], marker="o", ls=styles[j % len(styles)],
+                        color="tab:green", label=str(budget))
+            middle.fill_between(xs, [r.rating_ci[0] for r in mine],
+                                [r.rating_ci[1] for r in mine], alpha=0.15, color="tab:green")
+        middle.axhline(ANCHOR_ELO, color="grey", lw=0.8, ls="--")
+        middle.set_ylabel(f"Elo, {anchor_of(rows)} = {ANCHOR_ELO:g}")
+        if len(budgets) > 1:
+            middle.legend(fontsize="small")
+    else:
+        chained = [r for r in rows if r.vs_gen0_elo is not None and r.budget == budgets[0]]
+        xs = [0] + [r.generation for r in chained]
+        middle.plot(xs, [0.0] + [r.vs_gen0_elo for r in chained], marker="o",
+                    color="tab:green")
+        middle.fill_between(xs, [0.0] + [r.vs_gen0_ci[0] for r in chained],
+                            [0.0] + [r.vs_gen0_ci[1] for r in chained], alpha=0.2,
+                            color="tab:green")
+        middle.set_ylabel("Elo vs generation 0 (95% CI)")
+    middle.set_xlabel("generation")
+    for ax in (top, middle):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if panels == 3:
+        bottom = axes[2]
+        newest = max(r.generation for r in rows)
+        mine = {r.budget: r for r in rows if r.generation == newest}
+        xs = list(range(len(budgets)))
+        for i, opponent in enumerate(opponents):
+            rates = [_win_rate(mine[b], opponent) if b in mine else None for b in budgets]
+            pts = [(x, w) for x, w in zip(xs, rates) if w is not None]
+            if pts:
+                colour = colours[i % len(colours)]
+                bottom.errorbar([x for x, _ in pts], [w[0] for _, w in pts],
+                                yerr=[[w[0] - w[1] for _, w in pts], [w[2] - w[0] for _, w in pts]],
+                                marker="o", color=colour, capsize=3, label=f"vs {opponent}")
+        bottom.set_xticks(xs, [str(b) for b in budgets])
+        bottom.set_ylim(0, 100)
+        bottom.set_ylabel(f"% won, generation {newest}")
+        bottom.set_xlabel("thinking per move")
+        bottom.legend(fontsize="small")
+    for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -191,19 +395,43 @@ def plot(rows: Sequence[Row], path: Path) -> None:
     write_file_atomic(path, buf.getvalue())
 
 
+def _numbers(text: str | None, kind: type, flag: str) -> list:
+    """A comma list of positive numbers from a flag, or [] when it is not given."""
+    if text is None:
+        return []
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"{flag} {text!r}: expected a comma list of positive numbers, "
+                         f"e.g. {'32,128' if kind is int else '0.5,1'}")
+    return values
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m training.strength",
-        description="play a run's generations against generation 0 and a random player")
+        description="play a run's generations against a random player, GNU Go and generation 0")
     ap.add_argument("--config", default=None, help="config file (default: the run's copy, "
                     "else configs/config.yaml)")
     ap.add_argument("--run-dir", default=None, help="run folder (default: run.dir)")
     ap.add_argument("--generations", default=None,
                     help="comma list, e.g. 0,4,8 (default: 0, the newest and 3 between)")
-    ap.add_argument("--games", type=int, default=40, help="games per match (default 40)")
-    ap.add_argument("--simulations", type=int, default=None,
-                    help="simulations per move (default: evaluation.simulations or "
-                    "mcts.simulations)")
+    ap.add_argument("--games", type=int, default=40,
+                    help="games per match against the random player and generation 0 "
+                    "(default 40)")
+    ap.add_argument("--simulations", default=None,
+                    help="simulations per move, or a comma list to sweep, e.g. 32,128,512 "
+                    "(default: evaluation.simulations or mcts.simulations)")
+    ap.add_argument("--seconds-per-move", default=None,
+                    help="seconds per move (a time budget), or a comma list, e.g. 0.5,1")
+    ap.add_argument("--gnugo", default=None,
+                    help="GNU Go levels to play, e.g. 1,10 (default: none)")
+    ap.add_argument("--gnugo-games", type=int, default=None,
+                    help="games per GNU Go level (default: --games)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="games against GNU Go played at once (default: the CPU count)")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config)
@@ -212,6 +440,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = load_config(run_dir / "config.yaml")  # the settings the run trained with
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        sims = _numbers(args.simulations, int, "--simulations")
+        seconds = _numbers(args.seconds_per_move, float, "--seconds-per-move")
+        levels = _numbers(args.gnugo, int, "--gnugo")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if any(level > 10 for level in levels):
+        print(f"error: --gnugo {args.gnugo}: GNU Go levels are 1..10", file=sys.stderr)
+        return 2
+    budgets = [Budget(simulations=n) for n in sims]
+    budgets += [Budget(seconds_per_move=t) for t in seconds]
+    if not budgets:
+        budgets = [Budget(cfg.evaluation.simulations or cfg.mcts.simulations)]
+    if (levels or seconds) and find_gnugo() is None:
+        print("error: GNU Go not found on PATH or in /usr/games (apt-get install gnugo); "
+              "--gnugo and --seconds-per-move need it (it judges those games)", file=sys.stderr)
         return 2
     have = list_models(run_dir / "models")
     if 0 not in have:
@@ -235,18 +481,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.games < 2:
         print("error: --games must be at least 2 (colours alternate)", file=sys.stderr)
         return 2
-    sims = args.simulations or cfg.evaluation.simulations or cfg.mcts.simulations
-    print(f"{run_dir}: generations {gens}, {args.games} games per match, {sims} simulations "
-          f"per move, {cfg.go.board_size}x{cfg.go.board_size} komi {cfg.go.komi}", flush=True)
+    gnugo_games = args.games if args.gnugo_games is None else args.gnugo_games
+    if levels and gnugo_games < 2:
+        print("error: --gnugo-games must be at least 2 (colours alternate)", file=sys.stderr)
+        return 2
+    jobs = args.jobs or os.cpu_count() or 1
+    print(f"{run_dir}: generations {gens}, budgets {', '.join(map(str, budgets))}, "
+          f"{args.games} games per match" + (f", GNU Go levels {levels} ({gnugo_games} games "
+                                             f"each, {jobs} at once)" if levels else "") +
+          f", {cfg.go.board_size}x{cfg.go.board_size} komi {cfg.go.komi}", flush=True)
     t0 = time.monotonic()
-    rows = measure(cfg, run_dir, gens, args.games, sims,
-                   log=lambda line: print(line, flush=True))
-    seconds = time.monotonic() - t0
-    report = {"run_dir": str(run_dir), "games": args.games, "simulations": sims,
-              "seconds": round(seconds, 1), "rows": [asdict(r) for r in rows]}
+    with tempfile.TemporaryDirectory(prefix="azgo-strength-") as tmp:
+        config_path = Path(tmp) / "config.yaml"  # the GTP engines' search settings
+        config_path.write_text(dump_config(cfg))
+        rows = measure(cfg, run_dir, gens, args.games, budgets=budgets, gnugo_levels=levels,
+                       gnugo_games=gnugo_games, jobs=jobs, config_path=config_path,
+                       log=lambda line: print(line, flush=True))
+    fitted = rate(rows)
+    seconds_taken = time.monotonic() - t0
+    anchor = anchor_of(rows)
+    report = {"run_dir": str(run_dir), "board_size": cfg.go.board_size, "komi": cfg.go.komi,
+              "games": args.games, "gnugo_games": gnugo_games if levels else 0,
+              "budgets": [asdict(b) for b in budgets],
+              "simulations": budgets[0].simulations,
+              "anchor": None if anchor is None else {"player": anchor, "elo": ANCHOR_ELO},
+              "pool": {name: asdict(r) for name, r in fitted.items()
+                       if not name.startswith("gen ")},
+              "seconds": round(seconds_taken, 1), "rows": [asdict(r) for r in rows]}
     write_file_atomic(run_dir / STRENGTH_JSON, json.dumps(report, indent=1).encode())
     plot(rows, run_dir / STRENGTH_PNG)
-    print(f"{seconds:.0f} s; wrote {run_dir / STRENGTH_JSON} and {run_dir / STRENGTH_PNG}")
+    print("\n".join(format_row(r) for r in rows))
+    if anchor is not None:
+        pool = ", ".join(f"{n} {r.elo:+.0f} [{r.ci_low:+.0f}, {r.ci_high:+.0f}]"
+                         for n, r in fitted.items() if not n.startswith("gen "))
+        print(f"pool ratings ({anchor} = {ANCHOR_ELO:g}): {pool}")
+    print(f"{seconds_taken:.0f} s; wrote {run_dir / STRENGTH_JSON} and {run_dir / STRENGTH_PNG}")
     return 0
 
 
