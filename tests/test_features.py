@@ -9,6 +9,7 @@ from training import fastgo
 from training.coords import from_gtp
 from training.features import (
     NUM_SYMMETRIES,
+    area_ownership,
     inverse,
     inverse_transform_planes,
     inverse_transform_policy,
@@ -18,7 +19,7 @@ from training.features import (
     transform_policy,
     write_planes,
 )
-from training.go import Position
+from training.go import Position, area_score
 
 
 def test_plane_layout_side_to_move_first_then_opponent_then_color():
@@ -95,3 +96,57 @@ def test_policy_and_planes_move_together_and_rules_are_symmetric():
         np.testing.assert_array_equal(planes(twin), transform_planes(planes(pos), s))
         assert sorted(move_image(m) for m in pos.legal_moves()) == twin.legal_moves()
         assert twin.score() == pos.score()
+
+
+def _board(rows: str) -> np.ndarray:
+    """An ASCII board (X black, O white, . empty), one row per line, as int8 [N*N]."""
+    lines = rows.split()
+    return np.array([{"X": 1, "O": -1, ".": 0}[c] for line in lines for c in line], np.int8)
+
+
+def test_ownership_of_a_settled_position_with_dame():
+    board = _board("""
+        .X.O.
+        XX.OO
+        .X.O.
+        XX.OO
+        .X.OO
+    """)
+    # column 2 is one empty region touching both colours: dame; the rest is settled
+    expected = _board("""
+        XX.OO
+        XX.OO
+        XX.OO
+        XX.OO
+        XX.OO
+    """)
+    owner = area_ownership(board, 5)
+    assert owner.dtype == np.int8
+    np.testing.assert_array_equal(owner, expected)
+    assert owner.sum() == area_score(tuple(board.tolist()), 5) == 0
+
+
+def test_ownership_of_an_empty_board_is_nobodys_and_of_one_stone_is_all_its():
+    np.testing.assert_array_equal(area_ownership(np.zeros(25, np.int8), 5), 0)
+    one = np.zeros(25, np.int8)
+    one[12] = -1
+    np.testing.assert_array_equal(area_ownership(one, 5), -1)
+
+
+def test_ownership_sums_to_the_area_score_on_random_final_boards_in_one_call():
+    rng = random.Random(11)
+    boards = []
+    for _ in range(40):
+        pos = Position(7)
+        for _ in range(rng.randrange(10, 70)):
+            if pos.is_over():
+                break
+            pos.play(rng.choice(pos.legal_moves()))
+        boards.append(np.array(pos.board, np.int8))
+    batch = np.stack(boards).reshape(4, 10, 49)  # any leading shape
+    owner = area_ownership(batch, 7)
+    assert owner.shape == batch.shape
+    for board, own in zip(batch.reshape(-1, 49), owner.reshape(-1, 49)):
+        assert own.sum() == area_score(tuple(board.tolist()), 7)
+        np.testing.assert_array_equal(own[board != 0], board[board != 0])
+        assert set(np.unique(own)) <= {-1, 0, 1}

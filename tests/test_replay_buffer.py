@@ -3,6 +3,8 @@ to a replay through the reference rules, and sidecars that survive a restart."""
 
 from __future__ import annotations
 
+import json
+import math
 import mmap
 import pickle
 import subprocess
@@ -23,9 +25,12 @@ from training.records import (
     batch_name,
     load_batch,
     random_record,
+    replay_boards,
     write_batch,
 )
 from training.replay_buffer import (
+    SIDECAR_VERSION,
+    TARGETS,
     ReplayWindow,
     is_validation_game,
     sidecar_dir,
@@ -205,6 +210,95 @@ def test_a_symmetry_transforms_planes_and_policy_consistently(run_dir, sym):
     np.testing.assert_array_equal(pa, pb)
     np.testing.assert_array_equal(qa, qb)
     np.testing.assert_array_equal(va, vb)
+    # the auxiliary targets (ownership, the opponent's reply) move with the planes too
+    sa = wa.samples(idx, symmetries=np.full(len(idx), sym))
+    sb = wb.samples(idx, symmetries=np.zeros(len(idx), np.int64))
+    assert set(sa) == set(sb) == {"planes", "policy", "value", *TARGETS,
+                                  *(f"{t}_mask" for t in TARGETS)}
+    for key in sa:
+        np.testing.assert_array_equal(sa[key], sb[key], err_msg=key)
+    assert np.abs(sa["ownership"]).sum() > 0
+
+
+def test_auxiliary_targets_come_from_the_replayed_end_of_each_game(replay):
+    batches = _fill(replay, 1, games_per_batch=4, seed=3)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H,
+                     augment=False)
+    got = w.samples(np.arange(len(w)))
+    i = 0
+    for rec in batches[0]:
+        owner = features.area_ownership(replay_boards(rec)[-1], N)
+        for t in range(rec.num_moves):
+            to_play = 1 if t % 2 == 0 else -1
+            np.testing.assert_array_equal(got["ownership"][i], owner * to_play)
+            assert got["score"][i] == pytest.approx(rec.score * to_play / N)
+            assert got["ownership_mask"][i] == got["score_mask"][i] == 1
+            if t + 1 < rec.num_moves:  # the opponent's reply: the next move's policy target
+                nxt = rec.visits[t + 1] / rec.visits[t + 1].sum()
+                np.testing.assert_allclose(got["opponent_policy"][i], nxt, rtol=1e-6)
+                assert got["opponent_policy_mask"][i] == 1
+            else:  # the last move has no reply
+                assert got["opponent_policy_mask"][i] == 0
+                assert not got["opponent_policy"][i].any()
+            i += 1
+    assert i == len(w)
+
+
+def _record(moves: list[int], *, resigned: bool = False, komi: float = KOMI) -> GameRecord:
+    """A hand-made game with the move played as its only visit (score by the rules)."""
+    pos = Position(N, komi)
+    for m in moves:
+        pos.play(m)
+    visits = np.zeros((len(moves), N * N + 1), np.uint16)
+    visits[np.arange(len(moves)), moves] = 1
+    score = math.nan if resigned else pos.score()
+    result = -pos.to_play if resigned else int(np.sign(score))
+    return GameRecord(N, komi, np.array(moves, np.int16), visits, result, score, resigned,
+                      False, 0, 1, 0, 8, np.zeros(len(moves), np.float16))
+
+
+def test_score_and_ownership_targets_take_the_side_to_moves_view_with_komi(replay):
+    passes = N * N
+    white_by_komi = _record([passes, passes])  # empty board: white wins by komi 0.5
+    black_owns_all = _record([12, passes, passes])  # one black stone owns the board
+    _write(replay, [white_by_komi, black_owns_all])
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H,
+                     augment=False)
+    got = w.samples(np.arange(5))
+    # black to move, white to move; then black, white, black in the second game
+    np.testing.assert_allclose(got["score"], np.array([-0.5, 0.5, 24.5, -24.5, 24.5]) / N)
+    assert not got["ownership"][:2].any()  # the empty board is nobody's
+    for i, to_play in ((2, 1), (3, -1), (4, 1)):
+        np.testing.assert_array_equal(got["ownership"][i], np.full(N * N, to_play))
+
+
+def test_a_resigned_game_trains_no_ownership_or_score(replay):
+    resigned = _record([12, 6], resigned=True)  # black resigns after white's move: W won
+    _write(replay, [resigned, _record([12, N * N, N * N])])
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H,
+                     augment=False)
+    got = w.samples(np.arange(len(w)))
+    np.testing.assert_array_equal(got["ownership_mask"], [0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(got["score_mask"], [0, 0, 1, 1, 1])
+    assert np.isfinite(got["score"]).all() and not got["ownership"][:2].any()
+    np.testing.assert_array_equal(got["opponent_policy_mask"], [1, 0, 1, 1, 0])
+
+
+def test_a_sidecar_from_before_the_auxiliary_targets_is_rebuilt(replay):
+    """Batch files hold no ownership: a window from an older version rebuilds its sidecars
+    from the batches and gets every target."""
+    _fill(replay, 1)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), H)
+    folder = next(sidecar_dir(replay).iterdir())
+    info = json.loads((folder / "info.json").read_text())
+    info["version"] = SIDECAR_VERSION - 1
+    (folder / "info.json").write_text(json.dumps(info))
+    (folder / "ownership.npy").unlink()
+    (folder / "scores.npy").unlink()
+    again = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), H)
+    assert len(again) == len(w)
+    got = again.samples(np.arange(len(again)))
+    assert got["ownership_mask"].all() and np.abs(got["ownership"]).sum() > 0
 
 
 def test_symmetries_are_drawn_per_sample_seeded_and_per_epoch(replay):
