@@ -10,6 +10,8 @@ only: PermitRootLogin prohibit-password); `/run/sshd` (privilege separation) is 
 10.200.X.(10+i)), each running its own `SSHServer` on port 22. Names carry this process's pid
 and a counter, so parallel runs do not collide, and leftovers of dead runs are removed first.
 Fault helpers: `link_down`/`link_up` (the root-side veth), `rate` (a tbf bandwidth cap),
+`blackhole`/`unblackhole` (an nftables table inside the host's namespace that drops every
+packet on its link, both ways: the link stays up, connections just go silent),
 `kill_sshd` (listener and every session), `restart_sshd`. Traffic goes only to loopback and to
 the addresses made here; nothing is routed out. `close()` (also at exit) removes everything.
 
@@ -171,6 +173,7 @@ Subsystem sftp internal-sftp
 # ----------------------------------------------------------------------------- namespaces
 
 _LIVE: list["NetnsHosts"] = []
+_BLACKHOLE = "azgo_blackhole"  # nftables table of `NetnsHosts.blackhole`, in the host's netns
 _COUNTER = itertools.count(1)
 
 
@@ -265,6 +268,31 @@ class NetnsHosts:
         else:
             subprocess.run(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
                             "burst", "256kbit", "latency", "400ms"], check=True)
+
+    def rate_both_ways(self, i: int, rate: str | None) -> None:
+        """Cap host i's link at `rate` in both directions (tbf on the root-side veth for
+        traffic to the host, on the host's eth0 for traffic from it); None removes both."""
+        self.rate(i, rate)
+        prefix = ["ip", "netns", "exec", self.namespaces[i - 1], "tc", "qdisc"]
+        if rate is None:
+            subprocess.run(prefix + ["del", "dev", "eth0", "root"], capture_output=True)
+        else:
+            subprocess.run(prefix + ["replace", "dev", "eth0", "root", "tbf", "rate", rate,
+                                     "burst", "256kbit", "latency", "400ms"], check=True)
+
+    def blackhole(self, i: int) -> None:
+        """Drop every packet to and from host i (nftables in its namespace): open connections
+        and new ones hang until their timeouts, as with a dead router on the way."""
+        rules = (f"table inet {_BLACKHOLE} {{\n"
+                 "  chain input { type filter hook input priority 0; policy drop; }\n"
+                 "  chain output { type filter hook output priority 0; policy drop; }\n}\n")
+        subprocess.run(["ip", "netns", "exec", self.namespaces[i - 1], "nft", "-f", "-"],
+                       input=rules, text=True, check=True, capture_output=True)
+
+    def unblackhole(self, i: int) -> None:
+        """Undo `blackhole(i)` (a no-op when host i is not black-holed)."""
+        subprocess.run(["ip", "netns", "exec", self.namespaces[i - 1], "nft", "delete", "table",
+                        "inet", _BLACKHOLE], capture_output=True)
 
     def kill_sshd(self, i: int) -> None:
         self.servers[i - 1].kill()

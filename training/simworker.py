@@ -214,7 +214,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ledger", default=None,
                    help=f"written-batch ledger (default DIR/{LEDGER_NAME})")
     p.add_argument("--worker-class", default=None, help="ignored (accepted like start_worker)")
-    return p.parse_args(argv)
+    p.add_argument("--nice", type=int, default=0, help="ignored (accepted like start_worker)")
+    # a coach newer than this stand-in may pass flags of training.worker it does not know
+    # yet: they are logged and ignored, so that benchmarks of that coach still run
+    args, args.ignored = p.parse_known_args(argv)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     worker.install_signal_handlers()
     log.info("simulated worker %s pid %d, %s games/s", args.name, os.getpid(),
              worker.games_per_s or "max")
+    if args.ignored:
+        log.warning("ignored unknown flags %s", " ".join(args.ignored))
     worker.run(max_games=args.max_games)
     return 0
 
