@@ -238,14 +238,16 @@ def local_project(root: Path | None = None) -> ProjectInfo:
 
 
 def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
-    """Tar.gz of the project's files git knows (tracked + untracked not ignored).
+    """Tar.gz of the project's files git tracks, nothing else: an untracked `.env`, key, run
+    folder or scratch file beside the code never leaves the main node (add a new module with
+    `git add` before deploying it). Regular files only: a tracked symlink is not followed.
 
     Its top folder is `<dist>-<version>/`, so `pip install` accepts it like an sdist. The bytes
     depend only on the files' contents and modes (times, owners and the gzip header are fixed),
     so its sha256 identifies the code that a worker runs.
     """
     files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        ["git", "ls-files", "-z", "--cached"],
         cwd=project.root, capture_output=True, check=True,
     ).stdout.decode().split("\0")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -262,7 +264,7 @@ def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for rel in sorted(f for f in files if f):
                 path = project.root / rel
-                if path.is_file():
+                if path.is_file() and not path.is_symlink():
                     tar.add(path, arcname=f"{prefix}/{rel}", recursive=False,
                             filter=normalize)
     tmp.replace(archive)

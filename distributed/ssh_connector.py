@@ -29,6 +29,7 @@ import os
 import random
 import select
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -44,6 +45,7 @@ from distributed import config_edit, remote
 from distributed.remote import WorkerPaths, q
 from distributed.status import Heartbeat, parse_heartbeat
 from distributed.transfer import (
+    DeadlineError,
     TransferError,
     TransferResult,
     TransferStats,
@@ -60,6 +62,9 @@ T = TypeVar("T")
 _NET_ERRORS = (paramiko.SSHException, EOFError, OSError)
 _KNOWN_HOSTS_LOCK = threading.Lock()
 HEARTBEAT_MAX_BYTES = 1 << 16
+# What a remote command may print before the rest is dropped (counted, not kept): a noisy or
+# hostile shell cannot grow the coach's memory. The tail is kept, where errors are.
+COMMAND_OUTPUT_MAX_BYTES = 1 << 20
 
 
 class SSHError(Exception):
@@ -86,7 +91,7 @@ class RemoteCommandError(SSHError):
     """A remote command exited non-zero or ran past its timeout."""
 
     def __init__(self, message: str, *, exit_code: int | None = None, stdout: str = "",
-                 stderr: str = "", **kw):
+                 stderr: str = "", **kw):  # stdout/stderr: capped as in CommandResult
         super().__init__(message, **kw)
         self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
 
@@ -125,12 +130,14 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 @dataclass(frozen=True)
 class CommandResult:
-    """A finished remote command."""
+    """A finished remote command. `stdout` and `stderr` hold at most
+    `COMMAND_OUTPUT_MAX_BYTES` each (the end of the output); `dropped_bytes` counts the rest."""
 
     exit_code: int
     stdout: str
     stderr: str
     seconds: float
+    dropped_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,29 @@ class _Connection:
                 self.sftp.close()
         finally:
             self.client.close()
+
+
+class _Tail:
+    """The last `limit` bytes of a stream, and how many bytes before them were dropped."""
+
+    def __init__(self, limit: int):
+        self.limit, self.buf, self.dropped = limit, bytearray(), 0
+
+    def add(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) > 2 * self.limit:  # trim seldom: amortized, not once per packet
+            self._trim()
+
+    def _trim(self) -> None:
+        extra = len(self.buf) - self.limit
+        if extra > 0:
+            del self.buf[:extra]
+            self.dropped += extra
+
+    def text(self) -> str:
+        self._trim()
+        head = f"[{self.dropped} bytes of output dropped]\n" if self.dropped else ""
+        return head + self.buf.decode(errors="replace")
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
@@ -436,6 +466,9 @@ class SSHConnector:
                         return fn(conn)
                 except _PERMANENT:
                     raise
+                except DeadlineError:
+                    self._drop(name)  # the server may still be sending; never wait on it
+                    raise
                 except (ConnectError, TransferError) as e:
                     self._drop(name)
                     if attempt + 1 >= attempts:
@@ -463,25 +496,24 @@ class SSHConnector:
             # run under POSIX sh whatever the user's login shell is (fish, csh, ...)
             chan.exec_command(f"exec /bin/sh -c {q(command)}")
             chan.shutdown_write()
-            out, err = bytearray(), bytearray()
+            out, err = _Tail(COMMAND_OUTPUT_MAX_BYTES), _Tail(COMMAND_OUTPUT_MAX_BYTES)
             while True:
                 while chan.recv_ready():
-                    out += chan.recv(1 << 16)
+                    out.add(chan.recv(1 << 16))
                 while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 16)
+                    err.add(chan.recv_stderr(1 << 16))
                 if chan.exit_status_ready():
                     while chan.recv_ready():
-                        out += chan.recv(1 << 16)
+                        out.add(chan.recv(1 << 16))
                     while chan.recv_stderr_ready():
-                        err += chan.recv_stderr(1 << 16)
+                        err.add(chan.recv_stderr(1 << 16))
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     chan.close()
                     raise self._err(RemoteCommandError, name, action,
                                     f"no exit after {timeout_s:g}s (timed out)",
-                                    stdout=out.decode(errors="replace"),
-                                    stderr=err.decode(errors="replace"))
+                                    stdout=out.text(), stderr=err.text())
                 if not transport.is_active():
                     raise ConnectionError("connection lost while the command ran")
                 if chan.eof_received:  # output done; the exit status is on its way
@@ -494,8 +526,11 @@ class SSHConnector:
             raise
         except _NET_ERRORS as e:
             raise self._err(ConnectError, name, action, f"{type(e).__name__}: {e}") from e
-        res = CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"),
-                            time.monotonic() - t0)
+        res = CommandResult(code, out.text(), err.text(), time.monotonic() - t0,
+                            out.dropped + err.dropped)
+        if res.dropped_bytes:
+            log.warning("%s: %s printed %d bytes more than the %d kept", self._where(name),
+                        action, res.dropped_bytes, COMMAND_OUTPUT_MAX_BYTES)
         if check and code != 0:
             raise self._err(RemoteCommandError, name, action,
                             f"exit code {code}: {res.stderr.strip()[-500:]}",
@@ -532,14 +567,20 @@ class SSHConnector:
         return self._with_retries(name, f"upload {remote_path}", op)
 
     def get(self, name: str, remote_path: str, local: str | os.PathLike, *,
-            expected_sha256: str | None = None, max_bytes: int | None = None) -> TransferResult:
-        """Download via a `.partial` file, verify size (and sha256 when given), rename."""
+            expected_sha256: str | None = None, max_bytes: int | None = None,
+            timeout_s: float | None = None) -> TransferResult:
+        """Download via a `.partial` file, verify size (and sha256 when given), rename.
+
+        Regular files only, at most `max_bytes` counted while reading, within `timeout_s`
+        (default `distributed.transfer_timeout_s`; past it DeadlineError, not retried, and
+        the connection is dropped): see `transfer.get_file`."""
+        deadline_s = self.cfg.transfer_timeout_s if timeout_s is None else timeout_s
 
         def op(c: _Connection) -> TransferResult:
             src = WorkerPaths(c.root, name).resolve(remote_path)
             return get_file(self._sftp(c), src, local, where=self._where(name),
                             stats=self.stats, expected_sha256=expected_sha256,
-                            max_bytes=max_bytes)
+                            max_bytes=max_bytes, timeout_s=deadline_s)
 
         return self._with_retries(name, f"download {remote_path}", op)
 
@@ -550,7 +591,12 @@ class SSHConnector:
             path = WorkerPaths(c.root, name).resolve(remote_path)
             try:
                 sftp = self._sftp(c)
-                size = sftp.stat(path).st_size
+                st = sftp.lstat(path)
+                if st.st_mode is not None and not stat.S_ISREG(st.st_mode):
+                    # a FIFO would block the SFTP server (and this connection) on open
+                    raise VerifyError(f"{self._where(name)}: {path} is not a regular file "
+                                      "(a link, FIFO or device); refused without opening it")
+                size = st.st_size
                 if size > max_bytes:
                     raise VerifyError(f"{self._where(name)}: {path} is {size} bytes, "
                                       f"over the limit {max_bytes}")

@@ -8,7 +8,11 @@ This module owns:
     hard cap on decompressed size so a hostile or corrupt file cannot fill memory or disk,
   - sha256 checksums,
   - SFTP upload (`put_file`: temporary name, size check, then OpenSSH's posix-rename) and
-    download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`),
+    download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`), and the
+    local copy (`copy_file`) of a file another machine or user could have planted: regular
+    files only (`lstat`, never a symlink, FIFO or device), at most `max_bytes` counted WHILE
+    reading (a file that grows, or a symlink swapped in after the check, is cut off at its
+    size), within a deadline, fsynced before the rename,
   - `fan_out`, running one action per worker in threads with per-worker results as data,
   - `TransferStats`, the bytes-and-seconds accumulator behind the status file's
     `Network usage` and `Model sync time` figures.
@@ -31,6 +35,7 @@ import logging
 import os
 import posixpath
 import secrets
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +65,21 @@ class VerifyError(TransferError):
 
 class DecompressionLimitError(TransferError):
     """Decompressed data would exceed the caller's `max_bytes` (a corrupt file or a bomb)."""
+
+
+class DeadlineError(TransferError):
+    """A transfer or decompression ran past its deadline (a trickle, a huge file, a bomb).
+    The caller drops the connection rather than waiting on it; retrying at once does not
+    help."""
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 # ----------------------------------------------------------------------------- local files
@@ -173,6 +193,108 @@ def _decompress_limited(reader, writer, max_bytes: int, what: str) -> int:
     if not dobj.eof:
         raise TransferError(f"{what}: truncated zstd data (the frame does not end)")
     return total
+
+
+def check_decompressed_size(path: str | os.PathLike, max_bytes: int, *,
+                            timeout_s: float | None = None) -> int:
+    """Decompress the zstd file at `path` into nothing, counting: its decompressed size.
+
+    Raises DecompressionLimitError past `max_bytes`, DeadlineError past `timeout_s` seconds
+    and TransferError on corrupt data. Memory stays at one chunk, so a bomb costs at most
+    `timeout_s` of one core and no memory (measured: 300 MB of zeros in a 9.6 KB frame,
+    refused at the 256 MiB cap in 0.3 s).
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    total = 0
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 16), b""):
+                if dobj.eof:
+                    raise TransferError(f"{path}: trailing data after the end of the zstd frame")
+                for i in range(0, len(chunk), 1024):
+                    total += len(dobj.decompress(chunk[i : i + 1024]))
+                    if total > max_bytes:
+                        raise DecompressionLimitError(
+                            f"{path}: decompressed size exceeds the limit of {max_bytes} "
+                            "bytes; the file is corrupt or hostile, or the limit is too small")
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise DeadlineError(f"{path}: decompression took over {timeout_s:g}s "
+                                            f"({total} bytes so far); refused")
+    except zstandard.ZstdError as e:
+        raise TransferError(f"{path}: corrupt zstd data: {e}") from e
+    if not dobj.eof:
+        raise TransferError(f"{path}: truncated zstd data (the frame does not end)")
+    return total
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, max_bytes: int,
+              timeout_s: float | None = None) -> TransferResult:
+    """Copy a file that someone else controls to `dst` via `<dst>.partial`, fsynced.
+
+    Only a regular file is opened (lstat, then O_NOFOLLOW | O_NONBLOCK and fstat, so a
+    symlink to /dev/zero or a FIFO is refused without a byte read or a wait). At most
+    `max_bytes` (and at most the size lstat saw) are read, counted while reading; past
+    `timeout_s` the copy stops. Raises VerifyError for a file that is not acceptable,
+    DeadlineError past the deadline, TransferError for other failures; FileNotFoundError
+    when `src` is gone. The partial file is removed on every failure.
+    """
+    src, dst = Path(src), Path(dst)
+    partial = dst.with_name(dst.name + ".partial")
+    t0 = time.perf_counter()
+    try:
+        st = os.lstat(src)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise TransferError(f"{src}: cannot stat: {e}") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise VerifyError(f"{src} is {_file_kind(st.st_mode)}, refused without reading")
+    if st.st_size > max_bytes:
+        raise VerifyError(f"{src} is {st.st_size} bytes, over the limit {max_bytes}")
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as e:  # ELOOP: swapped for a symlink after the lstat
+        raise VerifyError(f"{src}: cannot open as a regular file: {e}") from e
+    try:
+        with os.fdopen(fd, "rb") as fin:
+            if not stat.S_ISREG(os.fstat(fin.fileno()).st_mode):
+                raise VerifyError(f"{src} changed into a non-regular file; refused")
+            size, digest = _copy_capped(fin.read, partial, st.st_size, str(src), t0, timeout_s)
+        os.replace(partial, dst)
+    except BaseException as e:
+        partial.unlink(missing_ok=True)
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            raise TransferError(f"{src}: copy to {dst} failed: {e}") from e
+        raise
+    return TransferResult(str(dst), size, digest, time.perf_counter() - t0)
+
+
+def _copy_capped(read: Callable[[int], bytes], partial: Path, limit: int, what: str,
+                 t0: float, timeout_s: float | None) -> tuple[int, str]:
+    """Read at most `limit` bytes into `partial` (fsynced); VerifyError if there is more,
+    DeadlineError past `timeout_s`. Returns (size, sha256)."""
+    h = hashlib.sha256()
+    got = 0
+    with open(partial, "wb") as out:
+        while True:
+            if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
+                raise DeadlineError(f"{what}: not read within {timeout_s:g}s ({got} of {limit} "
+                                    "bytes); a trickle or a huge file, refused for now")
+            chunk = read(min(_CHUNK, limit + 1 - got))
+            if not chunk:
+                break
+            got += len(chunk)
+            if got > limit:
+                raise VerifyError(f"{what}: more data than its {limit} bytes (it grew, or is "
+                                  "not what it was listed as); refused")
+            h.update(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return got, h.hexdigest()
 
 
 def compress_file(src: str | os.PathLike, dst: str | os.PathLike, level: int = 3) -> int:
@@ -341,44 +463,71 @@ def get_file(
     expected_sha256: str | None = None,
     expected_size: int | None = None,
     max_bytes: int | None = None,
+    timeout_s: float | None = None,
 ) -> TransferResult:
     """Download `remote_path` to `local_path` via `<local_path>.partial`, verify, rename.
 
-    The size is checked against the remote file's stat (and `expected_size` if given), the
-    sha256 against `expected_sha256` if given; `max_bytes` refuses oversized files before
-    downloading. On any failure the partial file is deleted and TransferError raised
-    (FileNotFoundError when the remote file does not exist).
+    The remote file must be a regular file (lstat: a symlink, FIFO or device is refused
+    without being opened). At most its lstat size, and at most `max_bytes`, are read,
+    counted while reading (a file that grows or is swapped for a link to /dev/zero is cut
+    off); past `timeout_s` seconds the download stops with DeadlineError (the caller drops
+    the connection: the server may still be sending). The size is checked against
+    `expected_size` and the sha256 against `expected_sha256` when given; the partial file
+    is fsynced before its rename. On any failure the partial file is deleted and
+    TransferError raised (VerifyError for a file that is not acceptable; FileNotFoundError
+    when the remote file does not exist).
     """
     local_path = Path(local_path)
     partial = local_path.with_name(local_path.name + ".partial")
     t0 = time.perf_counter()
+    f = None
+    abandon = False
     try:
-        remote_size = sftp.stat(remote_path).st_size
+        st = sftp.lstat(remote_path)
+        if st.st_mode is not None and not stat.S_ISREG(st.st_mode):
+            raise VerifyError(f"{where}: {remote_path} is {_file_kind(st.st_mode)}, refused "
+                              "without reading")
+        remote_size = int(st.st_size or 0)
         if max_bytes is not None and remote_size > max_bytes:
             raise VerifyError(
                 f"{where}: {remote_path} is {remote_size} bytes, over the limit {max_bytes}"
             )
-        sftp.get(remote_path, str(partial))
+        f = sftp.open(remote_path, "rb")
+        if remote_size > 0:
+            f.prefetch(remote_size)
+        size, digest = _copy_capped(f.read, partial, remote_size, f"{where}: {remote_path}",
+                                    t0, timeout_s)
     except FileNotFoundError:
         partial.unlink(missing_ok=True)
         raise  # a missing file is an answer, not a failure to retry
+    except DeadlineError:
+        abandon = True  # closing would wait on the prefetched reads still in flight
+        partial.unlink(missing_ok=True)
+        raise
+    except TransferError:
+        partial.unlink(missing_ok=True)
+        raise
     except _NET_ERRORS as e:
         partial.unlink(missing_ok=True)
         raise TransferError(
             f"{where}: download of {remote_path} failed: {type(e).__name__}: {e}"
         ) from e
-    except TransferError:
+    except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    size = partial.stat().st_size
-    digest = sha256_file(partial)
+    finally:
+        if f is not None and not abandon:
+            try:
+                f.close()
+            except _NET_ERRORS:
+                pass
     problems = []
-    if size != remote_size:
-        problems.append(f"got {size} bytes, remote has {remote_size}")
     if expected_size is not None and size != expected_size:
         problems.append(f"got {size} bytes, expected {expected_size}")
     if expected_sha256 is not None and digest != expected_sha256:
         problems.append(f"sha256 {digest[:12]}.. differs from expected {expected_sha256[:12]}..")
+    if size != remote_size:
+        problems.append(f"got {size} bytes, remote has {remote_size}")
     if problems:
         partial.unlink(missing_ok=True)
         raise VerifyError(f"{where}: download of {remote_path}: " + "; ".join(problems))

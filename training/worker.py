@@ -8,6 +8,13 @@ A `Worker` owns one worker folder (`runs/main/workers/<name>` in local mode, the
     outbox/<name>_<gen:06d>_<seq:08d>.npz.zst      finished game batches, written atomically
     status.json                                    heartbeat (distributed.status), a thread
     worker_state.json                              next batch sequence number (survives crashes)
+    worker.lock                                    flock held by the daemon using the folder
+
+One daemon per folder: the constructor takes an exclusive `fcntl.flock` on `worker.lock` (the
+kernel drops it when the process dies, so a crash leaves no stale lock); a second daemon on the
+same folder (`--restart --direct` racing the coach's supervision) raises WorkerFolderBusy
+naming the holder's pid, and `start_worker.py` / `python -m training.worker` exit with code 3
+and that message, before either could reserve a sequence number.
 
 Loop: wait for a model (state Syncing) -> play `self_play.parallel_games` games at once ->
 every `distributed.batch_size` finished games write one batch to outbox/ -> every
@@ -37,6 +44,7 @@ from __future__ import annotations
 import argparse
 import collections
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -58,6 +66,8 @@ from training.signals import on_stop_signals
 log = logging.getLogger(__name__)
 
 STATE_NAME = "worker_state.json"
+LOCK_NAME = "worker.lock"
+EXIT_FOLDER_BUSY = 3
 # Space kept aside on the worker's disk so that a full disk can still be reported: on ENOSPC
 # the heartbeat gives this file up and writes the Error state in its place.
 RESERVE_NAME = ".disk_reserve"
@@ -66,6 +76,10 @@ _BATCH_SUFFIX = ".npz.zst"
 # how often the model folder is re-scanned even without a watchdog event (a missed inotify
 # event, or a file system without it, must not leave a worker on an old model forever)
 _POLL_MODELS_S = 30.0
+
+
+class WorkerFolderBusy(RuntimeError):
+    """Another live daemon holds this worker folder's lock; the message names its pid."""
 
 
 @dataclass
@@ -128,6 +142,8 @@ class Worker:
         self.heartbeat_path = self.folder / HEARTBEAT_NAME
         for d in (self.models_dir, self.cache_dir, self.outbox):
             d.mkdir(parents=True, exist_ok=True)
+        self._lock_file: Any = None
+        self._lock_folder()  # before anything reads or reserves a sequence number
         self.seed = seed if seed is not None else _derive_seed(cfg.run.seed, name)
         self._stop = threading.Event()
         self._models_changed = threading.Event()
@@ -149,6 +165,39 @@ class Worker:
         self._reserved: int | None = None  # a sequence number reserved, its batch unwritten
         self._heartbeat_failing = False
         self._make_disk_reserve()
+
+    # ------------------------------------------------------------------ folder lock
+
+    def _lock_folder(self) -> None:
+        """Hold `worker.lock` exclusively, or raise WorkerFolderBusy naming the holder."""
+        if self._lock_file is not None:
+            return
+        path = self.folder / LOCK_NAME
+        f = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read(64).strip() or "unknown"
+            f.close()
+            raise WorkerFolderBusy(
+                f"{self.folder} is in use by another worker daemon (pid {holder}); stop that "
+                "one first (ssh_connector --stop / --restart NAME) or give this one its own "
+                "--dir") from None
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+        except OSError:  # a full disk: the lock holds without the pid written
+            pass
+        self._lock_file = f
+
+    def release_folder(self) -> None:
+        """Give up the folder lock (done by `run()` as it ends; a process exit does it too)."""
+        f, self._lock_file = self._lock_file, None
+        if f is not None:
+            f.close()
 
     # ------------------------------------------------------------------ extension points
 
@@ -188,6 +237,9 @@ class Worker:
 
     def run(self, max_games: int | None = None) -> WorkerSummary:
         """Play until stopped or `max_games` games are finished; returns a summary."""
+        if self._lock_file is None:  # a second run() of this object: lock again, re-read
+            self._lock_folder()
+            self._next_seq = self._load_next_seq(self._next_seq)
         log.info("worker %s starting in %s on %s (pid %d, seed %d, next batch seq %d)",
                  self.name, self.folder, self.device, os.getpid(), self.seed, self._next_seq)
         observer = self._watch_models()
@@ -244,6 +296,7 @@ class Worker:
         log.info("worker %s stopped: games=%d batches=%d discarded_unfinished=%d gen=%d",
                  self.name, self.games_done, self.batches_written, self.discarded_games,
                  self.generation)
+        self.release_folder()
 
     # ------------------------------------------------------------------ models
 
@@ -591,8 +644,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(cfg.self_play.threads_per_worker)
-    worker = cls(cfg, args.name, folder, device=_device(args), seed=args.seed,
-                 min_seq=args.min_seq, models_dir=args.models_dir)
+    try:
+        worker = cls(cfg, args.name, folder, device=_device(args), seed=args.seed,
+                     min_seq=args.min_seq, models_dir=args.models_dir)
+    except WorkerFolderBusy as e:
+        log.error("%s", e)  # configure_logging also writes to stderr
+        return EXIT_FOLDER_BUSY
     worker.install_signal_handlers()
     log.info("pid %d, class %s.%s", os.getpid(), cls.__module__, cls.__name__)
     worker.run(max_games=args.max_games)
