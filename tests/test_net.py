@@ -6,15 +6,19 @@ import numpy as np
 import pytest
 import torch
 
+from training.features import NUM_SYMMETRIES, transform_planes, transform_policy
 from training.net import (
     ModelError,
     PolicyValueNet,
+    global_pool,
     load_model,
     make_evaluator,
     net_from_config,
+    model_payload,
     plain_state_dict,
     save_model,
 )
+from training.replay_buffer import symmetry_permutations
 
 
 def _random_planes(net: PolicyValueNet, batch: int, seed: int = 0) -> np.ndarray:
@@ -240,3 +244,93 @@ def test_compiled_evaluator_matches_eager_on_odd_batch_sizes(tiny_net):
     planes = _random_planes(tiny_net, 3, seed=9)
     np.testing.assert_allclose(compiled(planes)[0], make_evaluator(tiny_net, jit=False)(planes)[0],
                                atol=1e-5)
+
+
+# ------------------------------------------------------------------ auxiliary heads, pooling
+
+
+def test_training_heads_have_their_shapes_and_leave_the_evaluator_outputs_alone(tiny_net):
+    n = tiny_net.board_size
+    x = torch.from_numpy(_random_planes(tiny_net, 3))
+    with torch.no_grad():
+        out = tiny_net(x, heads=True)
+        logits, value = tiny_net(x)
+    assert {k: tuple(t.shape) for k, t in out.items()} == {
+        "policy": (3, n * n + 1), "value": (3,), "ownership": (3, n * n), "score": (3,),
+        "opponent_policy": (3, n * n + 1),
+    }
+    torch.testing.assert_close(out["policy"], logits, rtol=0, atol=0)
+    torch.testing.assert_close(out["value"], value, rtol=0, atol=0)
+
+
+def test_global_pooling_is_mean_scaled_mean_and_max_and_ignores_symmetries():
+    x = torch.zeros(1, 2, 9, 9)
+    x[0, 0, 2, 3] = 8.1
+    x[0, 1] = -1.0
+    pooled = global_pool(x)
+    torch.testing.assert_close(pooled, torch.tensor([[0.1, -1.0, -0.05, 0.5, 8.1, -1.0]]))
+    y = torch.randn(4, 6, 7, 7)
+    for s in range(NUM_SYMMETRIES):
+        moved = torch.from_numpy(transform_planes(y.numpy(), s))
+        torch.testing.assert_close(global_pool(moved), global_pool(y), rtol=1e-6, atol=1e-6)
+
+
+def _symmetrised(net: PolicyValueNet) -> PolicyValueNet:
+    """Average each 3x3 kernel over the 8 symmetries and the value head's weights over the
+    points' images: every layer then commutes with the symmetries, so the whole net must too
+    (global pooling and 1x1 convs need nothing)."""
+    perms = symmetry_permutations(net.board_size)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3):
+                w = m.weight.numpy()
+                mean = np.mean([transform_planes(w, s) for s in range(NUM_SYMMETRIES)], axis=0)
+                m.weight.copy_(torch.from_numpy(mean))
+        w = net.value_fc1.weight.numpy()
+        net.value_fc1.weight.copy_(torch.from_numpy(np.mean([w[:, p] for p in perms], axis=0)))
+    return net
+
+
+def _symmetry_errors(net: PolicyValueNet, x: np.ndarray) -> dict[str, float]:
+    """The largest deviation from equivariance (policies, ownership) or invariance (value,
+    score) of each head over the 8 symmetries."""
+    n = net.board_size
+    with torch.no_grad():
+        base = net(torch.from_numpy(x), heads=True)
+        worst = dict.fromkeys(base, 0.0)
+        for s in range(NUM_SYMMETRIES):
+            out = net(torch.from_numpy(transform_planes(x, s)), heads=True)
+            for key, t in out.items():
+                ref = base[key].numpy()
+                if key in ("policy", "opponent_policy"):
+                    ref = transform_policy(ref, s)
+                elif key == "ownership":
+                    ref = transform_planes(ref.reshape(-1, n, n), s).reshape(len(x), -1)
+                worst[key] = max(worst[key], float(np.abs(t.numpy() - ref).max()))
+    return worst
+
+
+def test_a_pooled_net_is_equivariant_under_the_eight_symmetries(tiny_cfg):
+    torch.manual_seed(3)
+    net = _trained_a_little(net_from_config(tiny_cfg.net, 7))
+    assert net.global_pooling and any(hasattr(b, "pool_fc") for b in net.tower)
+    x = _random_planes(net, 6, seed=4)
+    assert max(_symmetry_errors(net, x).values()) > 1e-3  # a random net is not symmetric
+    errors = _symmetry_errors(_symmetrised(net), x)
+    assert max(errors.values()) < 1e-4, errors
+
+
+def test_a_model_file_from_before_the_new_heads_still_loads(tmp_path):
+    torch.manual_seed(0)
+    old = _trained_a_little(PolicyValueNet(5, 2, 16, 2, 16))  # the options default to off
+    payload = model_payload(old, 4)
+    for key in ("global_pooling", "ownership_head", "score_head", "opponent_policy_head"):
+        del payload["config"][key]  # what older versions wrote
+    path = tmp_path / "model_000004.pt"
+    torch.save(payload, path)
+    net, info = load_model(path)
+    assert info.generation == 4 and not net.global_pooling and not net.ownership_head
+    x = torch.from_numpy(_random_planes(net, 3))
+    with torch.no_grad():
+        torch.testing.assert_close(net(x)[0], old(x)[0], rtol=0, atol=0)
+        assert set(net(x, heads=True)) == {"policy", "value"}
