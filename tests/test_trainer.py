@@ -66,6 +66,44 @@ def test_training_lowers_the_loss(tiny_cfg, run_dir, samples):
     assert last < 0.8 * first, (first, last)
 
 
+def test_training_lowers_the_auxiliary_losses_on_a_small_fixed_set(tiny_cfg, tmp_path):
+    data = synthetic_samples(64, tiny_cfg.go.board_size, tiny_cfg.net.history, seed=4)
+    first = train_round(tiny_cfg, tmp_path, dataset=data, steps=2, progress=False)
+    train_round(tiny_cfg, tmp_path, dataset=data, steps=60, progress=False)
+    last = train_round(tiny_cfg, tmp_path, dataset=data, steps=2, progress=False)
+    for key in ("ownership_loss", "score_loss", "opponent_policy_loss"):
+        before, after = getattr(first, key), getattr(last, key)
+        assert 0 < after < 0.8 * before, (key, before, after)
+    row = json.loads((tmp_path / "metrics.json").read_text())[-1]
+    assert row["ownership_loss"] == pytest.approx(last.ownership_loss)
+
+
+def test_samples_without_auxiliary_targets_train_the_main_heads(tiny_cfg, run_dir, tmp_path):
+    """A sample file from before the auxiliary targets: those heads get no loss."""
+    full = synthetic_samples(128, tiny_cfg.go.board_size, tiny_cfg.net.history, seed=5)
+    path = tmp_path / "old.npz"
+    np.savez(path, planes=full.planes, policy=full.policy, value=full.value)
+    data = SampleArrays.load(path)
+    assert data.targets == {}
+    result = train_round(tiny_cfg, run_dir, dataset=data, steps=3, progress=False)
+    assert np.isfinite(result.loss) and result.policy_loss > 0
+    assert result.ownership_loss == result.score_loss == result.opponent_policy_loss == 0.0
+
+
+def test_a_sample_file_keeps_its_auxiliary_targets(tiny_cfg, tmp_path):
+    full = synthetic_samples(40, tiny_cfg.go.board_size, tiny_cfg.net.history, seed=6)
+    full.save(tmp_path / "s.npz")
+    back = SampleArrays.load(tmp_path / "s.npz", validation_fraction=0.25)
+    assert set(back.targets) == set(full.targets) and len(back) == 30
+    np.testing.assert_array_equal(back.targets["ownership"], full.targets["ownership"][10:])
+    np.testing.assert_array_equal(back.validation.samples([0])["score"],
+                                  full.targets["score"][:1])
+    np.savez(tmp_path / "bad.npz", planes=full.planes, policy=full.policy, value=full.value,
+             ownership=full.targets["ownership"])
+    with pytest.raises(TrainingError, match="ownership and ownership_mask go together"):
+        SampleArrays.load(tmp_path / "bad.npz")
+
+
 def test_checkpoint_resumes_to_the_same_next_step_loss(tiny_cfg, tmp_path, samples):
     straight = train_round(tiny_cfg, tmp_path / "a", dataset=samples, steps=5, progress=False)
     train_round(tiny_cfg, tmp_path / "b", dataset=samples, steps=4, progress=False)
