@@ -2,11 +2,13 @@
 
 Batches go through the REAL collection path: `training.collector.Collector` with the coach's
 validator (`validate_with_records`) and a `LocalSource` outbox, and over SFTP from a real
-loopback sshd (`SftpOutbox` below, a source built on `SSHConnector.listdir/get/remove` until
-the coach's SSH source lands). For each hostile batch the test checks: rejected with a reason
-naming the file, moved to `quarantine/` with `<name>.reason.txt`, a `rejected` ledger line
-counted against its worker (`Collector.tally`), nothing in `replay/`, and the worker's copy
-removed; `records.read_batch` gives the expected `BatchError.kind`.
+loopback sshd through the coach's own SSH source (`training.ssh_workers.SSHSource`). For each
+hostile batch the test checks: rejected with a reason naming the file, its bytes in
+quarantine (`Collector.quarantine_path`) with a `.reason.txt` beside, a `rejected` ledger line
+counted against the worker that listed it (`Collector.tally`), nothing in `replay/`, and the
+worker's copy removed; `records.read_batch` gives the expected `BatchError.kind`.
+Files that are not regular files, grow, trickle or crash the validator, names owned by another
+worker, and floods of junk are in the second half (bounded time, bytes and memory).
 
 Every case prints one line `hostile case=<case> kind=<kind> rejected=1 ingested=0`.
 """
@@ -28,7 +30,7 @@ import pytest
 from configs import ConfigError, WorkerSpec, load_config
 from distributed.transfer import compress_bytes, write_atomic
 from training import records
-from training.collector import Collector, LocalSource, validate_with_records
+from training.collector import Collector, LocalSource, SourceError, validate_with_records
 
 REPO = Path(__file__).resolve().parent.parent
 N, KOMI = 5, 0.5  # configs/tiny.yaml
@@ -184,13 +186,15 @@ def _ledger(run_dir: Path) -> list[dict]:
 
 
 def _assert_rejected(run_dir: Path, col: Collector, res, name: str, word: str,
-                     worker: str = WORKER) -> str:
+                     worker: str = WORKER, *, kept: bool = True) -> str:
     assert res.rejected == [name] and res.ingested == [], (res.rejected, res.ingested)
     assert os.listdir(run_dir / "replay") == [], "a hostile batch reached the replay folder"
-    assert (run_dir / "quarantine" / name).exists()
-    reason = (run_dir / "quarantine" / f"{name}.reason.txt").read_text()
-    assert name in reason and word in reason, reason
-    lines = [e for e in _ledger(run_dir) if e["name"] == name]
+    where = col.quarantine_path(worker, name)
+    assert where.exists() == kept, (where, kept)
+    reason = where.with_name(where.name + ".reason.txt").read_text()
+    shown = repr(name)[1:-1]
+    assert (name in reason or shown[:40] in reason) and word in reason, reason
+    lines = [e for e in _ledger(run_dir) if name in (e["name"], e.get("listed_name"))]
     assert len(lines) == 1 and lines[0]["status"] == "rejected" and lines[0]["worker"] == worker
     assert col.tally[worker].rejected == 1 and col.tally[worker].batches == 0
     assert _collector(run_dir).tally[worker].rejected == 1  # counted again from the ledger
@@ -362,21 +366,11 @@ def test_generation_newer_than_exists_is_rejected(run_dir, outbox):
 from tests.sshd import make_config, sshd_server  # noqa: E402,F401 - fixture
 
 
-class SftpOutbox:
-    """A `BatchSource` over `SSHConnector` (stand-in for the coach's SSH source)."""
+def SftpOutbox(conn, worker: str, outbox: str):  # noqa: N802 - reads as the source it builds
+    """The coach's SSH batch source over `SSHConnector` (what the SSH fleet collects with)."""
+    from training.ssh_workers import SSHSource
 
-    def __init__(self, conn, worker: str, outbox: str):
-        self.conn, self.worker, self.outbox = conn, worker, outbox
-
-    def list_batches(self) -> list[str]:
-        return [n for n in self.conn.listdir(self.worker, self.outbox)
-                if n.endswith(records.BATCH_SUFFIX) and not n.startswith(".")]
-
-    def fetch(self, name: str, dest: Path) -> int:
-        return self.conn.get(self.worker, f"{self.outbox}/{name}", dest).size
-
-    def delete(self, name: str) -> None:
-        self.conn.remove(self.worker, f"{self.outbox}/{name}")
+    return SSHSource(conn, worker, outbox)
 
 
 @pytest.fixture
@@ -436,10 +430,11 @@ def test_changed_host_key_refuses_collection_with_both_fingerprints(sshd_server,
                       remote_dir=str(tmp_path / "remote"))
     conn = SSHConnector(make_config([spec], known), accept_new_host_keys=True)
     try:
-        with pytest.raises(HostKeyError) as err:
+        with pytest.raises(SourceError) as err:  # the SSH source's error, caused by:
             _collector(run_dir).collect(WORKER, SftpOutbox(conn, WORKER, "outbox"))
     finally:
         conn.close()
+    assert isinstance(err.value.__cause__, HostKeyError)
     msg = str(err.value)
     import base64
     import hashlib
@@ -588,3 +583,457 @@ def test_start_main_missing_config_file_is_exit_code_2(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "nope.yaml" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- bounded input
+# Files that are not batches (links, FIFOs, growing or huge files), validator crashes, names
+# owned by another worker, floods of junk: each is a counted rejection within bounded time,
+# bytes and memory, and never blocks the worker's good batches.
+
+import contextlib  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+
+from distributed.transfer import (  # noqa: E402
+    DeadlineError,
+    VerifyError,
+    copy_file,
+)
+from training.collector import SLOW_FETCH_TRIES, BatchRefused  # noqa: E402
+
+
+@contextlib.contextmanager
+def _peak_python_memory():
+    """Peak of Python-allocated memory (tracemalloc) inside the block, in MB."""
+    out = {"mb": 0.0}
+    tracemalloc.start()
+    try:
+        yield out
+    finally:
+        out["mb"] = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
+
+
+def _timed_collect(col: Collector, worker: str, source, limit_s: float = 30.0, **kw):
+    """`collect` in a thread: a hang or an endless read fails the test, not the suite."""
+    out: dict = {}
+
+    def go() -> None:
+        try:
+            out["res"] = col.collect(worker, source, **kw)
+        except BaseException as e:  # noqa: BLE001 - handed to the test below
+            out["err"] = e
+
+    t0 = time.monotonic()
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(limit_s)
+    assert not t.is_alive(), f"collect still running after {limit_s}s (reading without end?)"
+    if "err" in out:
+        raise out["err"]
+    return out["res"], time.monotonic() - t0
+
+
+def _source(kind: str, outbox: Path, sftp_conn):
+    return LocalSource(outbox) if kind == "local" else SftpOutbox(sftp_conn, WORKER, str(outbox))
+
+
+@pytest.fixture(params=["local", pytest.param("sftp", marks=pytest.mark.ssh)])
+def outbox_source(request, tmp_path):
+    """(kind, outbox folder, connector or None): the local source and the real SSH source."""
+    if request.param == "local":
+        d = tmp_path / "worker" / "outbox"
+        d.mkdir(parents=True)
+        yield "local", d, None
+    else:
+        conn, d = request.getfixturevalue("sftp")
+        yield "sftp", d, conn
+
+
+@pytest.mark.parametrize("special", ["symlink_dev_zero", "fifo", "symlink_outside"])
+def test_non_regular_file_named_like_a_batch_is_refused_unread(special, outbox_source,
+                                                               run_dir, tmp_path):
+    kind, outbox, conn = outbox_source
+    name = records.batch_name(WORKER, 0, 0)
+    if special == "symlink_dev_zero":
+        os.symlink("/dev/zero", outbox / name)
+    elif special == "fifo":
+        os.mkfifo(outbox / name)
+    else:
+        secret = tmp_path / "secret.npz.zst"
+        _good(tmp_path, 9)
+        os.replace(tmp_path / records.batch_name(WORKER, 0, 9), secret)
+        os.symlink(secret, outbox / name)
+    good = _good(outbox, 1)
+    col = _collector(run_dir)
+    res, dt = _timed_collect(col, WORKER, _source(kind, outbox, conn))
+    assert res.rejected == [name] and res.ingested == [good], res
+    reason = col.quarantine_path(WORKER, name).with_name(f"{name}.reason.txt").read_text()
+    assert ("symlink" if "symlink" in special else "FIFO") in reason, reason
+    assert not col.quarantine_path(WORKER, name).exists(), "no byte of it is kept"
+    assert list((run_dir / "incoming").iterdir()) == []
+    assert not os.path.lexists(outbox / name), "the link or FIFO itself is removed"
+    assert col.tally[WORKER].rejected == 1 and col.tally[WORKER].batches == 1
+    print(f"hostile case={special} source={kind} refused_in_s={dt:.2f} bytes_read=0")
+
+
+def test_file_growing_while_read_is_cut_at_its_listed_size(tmp_path):
+    """A file that grows after its lstat (or a symlink swapped in) is read no further than
+    the size seen: more data is a refusal, and the partial file never passes that size."""
+    src = tmp_path / "grows.bin"
+    src.write_bytes(b"x" * (1 << 20))
+    stop = threading.Event()
+
+    def grow() -> None:
+        with open(src, "ab") as f:
+            while not stop.is_set():
+                f.write(b"y" * 4096)
+                f.flush()
+
+    t = threading.Thread(target=grow, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.05)
+        with pytest.raises(VerifyError, match="more data than"):
+            copy_file(src, tmp_path / "dest", max_bytes=1 << 30)
+    finally:
+        stop.set()
+        t.join()
+    assert not (tmp_path / "dest").exists() and not (tmp_path / "dest.partial").exists()
+
+
+@pytest.mark.ssh
+def test_sftp_file_growing_or_over_the_cap_is_refused(sftp, tmp_path):
+    from distributed.ssh_connector import SSHConnector  # noqa: F401 - the real connector
+
+    conn, outbox = sftp
+    big = outbox / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(64 << 20)  # 64 MiB, sparse
+    with pytest.raises(VerifyError, match="over the limit"):
+        conn.get(WORKER, str(big), tmp_path / "big", max_bytes=1 << 20)
+    assert not list(tmp_path.glob("big*"))
+    grows = outbox / "grows.bin"
+    grows.write_bytes(b"x" * (4 << 20))
+    stop = threading.Event()
+
+    def grow() -> None:
+        with open(grows, "ab") as f:
+            while not stop.is_set():
+                f.write(b"y" * 65536)
+                f.flush()
+                time.sleep(0.001)
+
+    t = threading.Thread(target=grow, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.05)
+        with pytest.raises(VerifyError, match="more data than"):
+            conn.get(WORKER, str(grows), tmp_path / "grows", max_bytes=1 << 30)
+    finally:
+        stop.set()
+        t.join()
+    assert not list(tmp_path.glob("grows*")), "a partial file was left"
+
+
+@pytest.mark.ssh
+def test_sftp_download_past_its_deadline_stops_and_drops_the_link(sftp, tmp_path):
+    conn, outbox = sftp
+    big = outbox / "slow.bin"
+    big.write_bytes(os.urandom(1 << 20) * 48)  # 48 MiB: far more than 0.05 s of loopback SFTP
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineError):
+        conn.get(WORKER, str(big), tmp_path / "slow", max_bytes=1 << 30, timeout_s=0.05)
+    dt = time.monotonic() - t0
+    assert dt < 5.0, dt
+    assert not list(tmp_path.glob("slow*"))
+    assert WORKER not in conn._conns, "the connection still carries the abandoned reads"
+    assert conn.listdir(WORKER, str(outbox)) == ["slow.bin"]  # and the next call reconnects
+    print(f"hostile case=sftp_deadline stopped_after_s={dt:.2f} partial_left=0")
+
+
+def test_too_slow_fetch_is_retried_then_rejected(run_dir, outbox):
+    name = _good(outbox, 0)
+    slow = LocalSource(outbox, timeout_s=0.0)  # every read is past its deadline
+    col = _collector(run_dir)
+    for _ in range(SLOW_FETCH_TRIES - 1):
+        with pytest.raises(SourceError):
+            col.collect(WORKER, slow)
+        assert (outbox / name).exists() and col.tally.get(WORKER) is None
+    res = col.collect(WORKER, slow)
+    assert res.rejected == [name] and not (outbox / name).exists()
+    assert "tries" in col.quarantine_path(WORKER, name).with_name(
+        f"{name}.reason.txt").read_text()
+
+
+@pytest.mark.ssh
+def test_fifo_as_heartbeat_is_refused_at_once(sftp):
+    conn, outbox = sftp
+    hb = outbox.parent / "workers" / WORKER / "status.json"
+    hb.parent.mkdir(parents=True)
+    os.mkfifo(hb)
+    t0 = time.monotonic()
+    with pytest.raises(VerifyError, match="not a regular file"):
+        conn.read_heartbeat(WORKER)
+    dt = time.monotonic() - t0
+    assert dt < 3.0, f"{dt:.1f}s: the FIFO was opened"
+    assert conn.run(WORKER, "echo alive").stdout.strip() == "alive"
+    print(f"hostile case=fifo_heartbeat refused_in_s={dt:.2f}")
+
+
+# validator crashes: not BatchError, yet every one must become a counted rejection
+
+
+def _nested_json(path: Path) -> None:
+    a = _arrays(_games())
+    a["meta"] = np.array("[" * 100_000 + "]" * 100_000)
+    _write_arrays(path, a)
+
+
+def _npz_members(arrays: dict[str, np.ndarray], override: dict[str, bytes] | None = None,
+                 method: int | None = None) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for k, v in arrays.items():
+            b = io.BytesIO()
+            np.lib.format.write_array(b, v, allow_pickle=False)
+            zf.writestr(k + ".npy", (override or {}).get(k, b.getvalue()))
+    raw = bytearray(buf.getvalue())
+    if method is not None:  # patch the method of every local and central header
+        for sig, off in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
+            i = raw.find(sig)
+            while i >= 0:
+                raw[i + off : i + off + 2] = method.to_bytes(2, "little")
+                i = raw.find(sig, i + 4)
+    return bytes(raw)
+
+
+def _huge_shape(path: Path) -> None:
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<i2", "fortran_order": False, "shape": (1 << 42,)})
+    data = _npz_members(_arrays(_games()), {"moves": header.getvalue() + bytes(64)})
+    write_atomic(path, compress_bytes(data))
+
+
+def _unknown_zip_method(path: Path) -> None:
+    write_atomic(path, compress_bytes(_npz_members(_arrays(_games()), method=99)))
+
+
+CRASHES = {"nested_json": (_nested_json, "RecursionError"),
+           "huge_shape": (_huge_shape, "MemoryError"),
+           "unknown_zip_method": (_unknown_zip_method, "NotImplementedError")}
+
+
+@pytest.mark.parametrize("case", sorted(CRASHES))
+def test_validator_crash_is_a_counted_rejection_and_not_fetched_again(case, run_dir, outbox):
+    make, error = CRASHES[case]
+    bad = records.batch_name(WORKER, 0, 0)
+    make(outbox / bad)
+    with pytest.raises(BaseException) as raw:  # what the validator itself raises
+        records.read_batch(outbox / bad)
+    assert type(raw.value).__name__ == error or error in type(raw.value).__mro__.__repr__()
+    good = _good(outbox, 1)
+    col = _collector(run_dir)
+    res = col.collect(WORKER, LocalSource(outbox))
+    assert res.ingested == [good], "a crashing batch blocked the worker's next batch"
+    assert res.rejected == [bad] and col.quarantine_path(WORKER, bad).exists()
+    reason = (run_dir / "quarantine" / f"{bad}.reason.txt").read_text()
+    assert "validation failed" in reason and error in reason, reason
+    assert [e["status"] for e in _ledger(run_dir) if e["name"] == bad] == ["rejected"]
+    assert os.listdir(outbox) == []
+    again = col.collect(WORKER, LocalSource(outbox))
+    assert again.rejected == [] and col.tally[WORKER].rejected == 1
+    print(f"hostile case={case} error={error} rejected=1 fetched_again=0")
+
+
+def test_247_byte_name_is_rejected_once_without_enametoolong(run_dir, outbox):
+    name = "x" * 239 + records.BATCH_SUFFIX
+    assert len(name.encode()) == 247
+    (outbox / name).write_bytes(b"junk")
+    col = _collector(run_dir)
+    res = col.collect(WORKER, LocalSource(outbox))
+    _assert_rejected(run_dir, col, res, name, "not a batch name")
+    assert all(len(p.name) <= 64 for p in (run_dir / "quarantine").rglob("*"))
+    assert col.collect(WORKER, LocalSource(outbox)).rejected == []
+
+
+# ownership
+
+
+def test_batch_named_after_another_workers_sequence_is_rejected_under_the_lister(run_dir,
+                                                                                 tmp_path):
+    """w2 lists a batch named as w1's NEXT batch: it is w2's rejection, and w1's real batch of
+    that name is ingested afterwards (it used to be deleted as a duplicate)."""
+    box1, box2 = tmp_path / "w1" / "outbox", tmp_path / "w2" / "outbox"
+    box1.mkdir(parents=True)
+    box2.mkdir(parents=True)
+    squat = _good(box2, 5, worker="w1", seed=4)  # a valid w1 batch, in w2's outbox
+    col = _collector(run_dir)
+    res = col.collect("w2", LocalSource(box2))
+    assert res.rejected == [squat] and not col.is_known(squat)
+    assert col.tally["w2"].rejected == 1 and "w1" not in col.tally
+    assert not (run_dir / "quarantine" / squat).exists()
+    real = _good(box1, 5, worker="w1")
+    assert real == squat
+    res = col.collect("w1", LocalSource(box1))
+    assert res.ingested == [real] and res.duplicates == 0
+    assert (run_dir / "replay" / real).exists() and col.next_seq("w1") == 6
+    assert col.next_seq("w2") == 0, "a foreign name moved w2's sequence floor"
+    print("hostile case=name_squatting squatter_rejected=1 owner_ingested=1 owner_lost=0")
+
+
+# budgets
+
+
+class _CountingSource(LocalSource):
+    def __init__(self, outbox: Path):
+        super().__init__(outbox)
+        self.lists = self.fetches = 0
+
+    def list_batches(self) -> list[str]:
+        self.lists += 1
+        return super().list_batches()
+
+    def fetch(self, name: str, dest: Path) -> int:
+        self.fetches += 1
+        return super().fetch(name, dest)
+
+
+def test_rejection_budget_stops_collecting_from_that_worker_and_says_why(run_dir, tmp_path):
+    box1, box2 = tmp_path / "w1" / "outbox", tmp_path / "w2" / "outbox"
+    box1.mkdir(parents=True)
+    box2.mkdir(parents=True)
+    for i in range(30):
+        (box1 / f"junk{i:03d}.npz.zst").write_bytes(b"junk" * 100)
+    good2 = _good(box2, 0, worker="w2")
+    col = Collector(run_dir, validate_with_records(N, KOMI), max_rejected=5, names_per_pass=10)
+    src = _CountingSource(box1)
+    res = col.collect(WORKER, src)
+    assert len(res.rejected) == 5 and res.deferred == 25
+    assert "max_rejected_batches" in res.over_budget and WORKER in res.over_budget
+    assert col.over_budget[WORKER] == res.over_budget
+    again = col.collect(WORKER, src)
+    assert again.over_budget and src.lists == 1 and src.fetches == 5, "it was listed again"
+    assert col.collect("w2", LocalSource(box2)).ingested == [good2], "w2 must not be affected"
+    col.resume(WORKER)
+    assert len(col.collect(WORKER, src).rejected) == 5
+    print(f"hostile case=rejection_budget rejected=5 then_stopped=1 listed_after_stop=0")
+
+
+def test_5000_junk_files_are_handled_a_bounded_number_per_pass(run_dir, outbox):
+    for i in range(5000):
+        (outbox / f"junk{i:05d}.npz.zst").write_bytes(b"j")
+    good = _good(outbox, 0)
+    col = Collector(run_dir, validate_with_records(N, KOMI), max_rejected=10**6,
+                    names_per_pass=64)
+    t0 = time.monotonic()
+    res = col.collect(WORKER, LocalSource(outbox))
+    dt = time.monotonic() - t0
+    assert res.ingested == [good], "the worker's own batch goes first"
+    assert len(res.rejected) == 63 and res.deferred == 5000 - 63
+    assert dt < 10.0, dt
+    print(f"hostile case=junk_flood files=5000 pass_s={dt:.2f} handled=64 "
+          f"deferred={res.deferred}")
+
+
+def test_quarantine_keeps_reasons_but_not_bytes_past_its_budget(run_dir, outbox):
+    names = [f"junk{i}.npz.zst" for i in range(3)]
+    for n in names:
+        (outbox / n).write_bytes(os.urandom(3000))
+    col = Collector(run_dir, validate_with_records(N, KOMI), quarantine_max_bytes=4000)
+    res = col.collect(WORKER, LocalSource(outbox))
+    assert sorted(res.rejected) == names
+    kept = [n for n in names if col.quarantine_path(WORKER, n).exists()]
+    assert len(kept) == 1
+    for n in names:
+        p = col.quarantine_path(WORKER, n)
+        assert p.with_name(p.name + ".reason.txt").exists()
+    assert sum(1 for e in _ledger(run_dir) if e.get("kept") is False) == 2
+    size = sum(p.stat().st_size for p in (run_dir / "quarantine").rglob("*.bin"))
+    assert size <= 4000
+
+
+def test_zstd_bomb_is_refused_within_bounded_time_and_memory(run_dir, outbox):
+    name = records.batch_name(WORKER, 0, 0)
+    CASES["zstd_bomb"][0](outbox / name)
+    col = _collector(run_dir)
+    t0 = time.monotonic()
+    with _peak_python_memory() as peak:
+        res = col.collect(WORKER, LocalSource(outbox))
+    dt = time.monotonic() - t0
+    grown_mb = peak["mb"]
+    assert res.rejected == [name] and dt < 10.0
+    assert grown_mb < 64, f"peak memory grew by {grown_mb:.0f} MB"
+    print(f"hostile case=zstd_bomb_bounded seconds={dt:.2f} peak_rss_growth_mb={grown_mb:.0f}")
+
+
+# the ledger
+
+
+def test_torn_ledger_line_does_not_fuse_with_the_next(run_dir, outbox):
+    first = _good(outbox, 0)
+    _collector(run_dir).collect(WORKER, LocalSource(outbox))
+    ledger = run_dir / "ledger.jsonl"
+    ledger.write_bytes(ledger.read_bytes() + b'{"name": "w1_000000_0000')  # crash mid-append
+    second = _good(outbox, 1)
+    col = _collector(run_dir)
+    col.collect(WORKER, LocalSource(outbox), current_generation=7)
+    lines = ledger.read_text().splitlines()
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            pass
+    byname = {e["name"]: e for e in parsed}
+    assert set(byname) == {first, second}
+    assert byname[second]["coach_generation"] == 7, "the line was rebuilt, not read"
+    assert _collector(run_dir).tally[WORKER].batches == 2
+
+
+# remote command output
+
+
+@pytest.mark.ssh
+def test_noisy_remote_command_output_is_capped(sftp):
+    from distributed.ssh_connector import COMMAND_OUTPUT_MAX_BYTES
+
+    conn, _ = sftp
+    conn.run(WORKER, "true")  # connected before measuring
+    t0 = time.monotonic()
+    with _peak_python_memory() as peak:
+        res = conn.run(WORKER, "head -c 200000000 /dev/zero | tr '\\0' x; echo tail-line",
+                       timeout_s=120)
+    dt = time.monotonic() - t0
+    grown_mb = peak["mb"]
+    assert len(res.stdout) <= COMMAND_OUTPUT_MAX_BYTES + 100
+    assert res.stdout.rstrip().endswith("tail-line"), "the tail (where errors are) is kept"
+    assert res.dropped_bytes >= 200_000_000 - COMMAND_OUTPUT_MAX_BYTES
+    assert grown_mb < 60, f"peak memory grew by {grown_mb:.0f} MB for 200 MB of output"
+    print(f"hostile case=noisy_shell output_mb=200 kept_mb=1 seconds={dt:.1f} "
+          f"peak_rss_growth_mb={grown_mb:.0f}")
+
+
+# the deploy archive
+
+
+def test_deploy_archive_holds_only_tracked_files(tmp_path):
+    import tarfile
+
+    from distributed.remote import ProjectInfo, build_source_archive
+
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("X = 1\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "pkg/__init__.py"], check=True)
+    (root / ".env").write_text("TOKEN=secret\n")  # untracked, not ignored
+    (root / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (root / "runs" / "main").mkdir(parents=True)
+    (root / "runs" / "main" / "ledger.jsonl").write_text("{}\n")
+    archive = build_source_archive(ProjectInfo("proj", "0.1", root), tmp_path / "out")
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert names == ["proj-0.1/pkg/__init__.py"], names
