@@ -58,6 +58,7 @@ from distributed.transfer import (
     decompress_bytes,
     write_atomic,
 )
+from configs.schema import WORKER_NAME_PATTERN
 from training.coords import BLACK, MAX_SIZE, MIN_SIZE, WHITE
 from training.go import IllegalMove, Position
 
@@ -69,7 +70,7 @@ BATCH_SUFFIX = ".npz.zst"
 DEFAULT_MAX_BYTES = 256 << 20
 """Default cap on a batch's decompressed size (a 19x19 batch of 100 games is about 30 MB)."""
 
-_WORKER_RE = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
+_WORKER_RE = WORKER_NAME_PATTERN  # the config's name rule: one rule for both
 _BATCH_NAME_RE = re.compile(rf"^(?P<worker>{_WORKER_RE})_(?P<gen>\d{{6,9}})_(?P<seq>\d{{8,12}})"
                             + re.escape(BATCH_SUFFIX) + "$")
 
