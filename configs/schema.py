@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +26,11 @@ from typing import Any, Union
 import yaml
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "config.yaml"
+
+WORKER_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
+"""The one rule for a worker's (and a training node's) name: it is part of every batch file
+name (`training.records.batch_name`), of remote paths and of log names."""
+_WORKER_NAME_RE = re.compile(WORKER_NAME_PATTERN)
 
 
 class ConfigError(ValueError):
@@ -315,9 +321,10 @@ class WorkerSpec:
         _range(self, "port", 1, 65535)
         _range(self, "gpu_id", -1, 1024)
         _check(
-            all(c.isalnum() or c in "-_." for c in self.name),
+            not self.name or _WORKER_NAME_RE.fullmatch(self.name) is not None,
             "name",
-            f"may hold only letters, digits, '-', '_' and '.', got {self.name!r}",
+            "must start with an ASCII letter or digit and hold only ASCII letters, digits, "
+            f"'-' and '_' (at most 64; it is part of batch file names), got {self.name!r}",
         )
 
 
@@ -370,6 +377,9 @@ class DistributedConfig:
     """Seconds between SIGTERM and SIGKILL when stopping a worker."""
     max_outbox_batches: int = 50
     """A worker pauses self-play when this many batches wait uncollected."""
+    max_rejected_batches: int = 20
+    """Files the coach may reject from one worker (bad batches, junk, links, foreign names)
+    before it stops collecting from it and shows it as Error with the reason."""
     poll_interval_s: float = 2.0
     """How often the coach polls workers for heartbeats and batches."""
 
@@ -392,6 +402,7 @@ class DistributedConfig:
             _range(self, name, 0.01, 86400.0)
         _range(self, "retries", 0, 100)
         _range(self, "max_outbox_batches", 1, 10**6)
+        _range(self, "max_rejected_batches", 1, 10**6)
         for name, weight in self.worker_weights.items():
             _check(
                 isinstance(weight, (int, float)) and weight > 0 and math.isfinite(weight),
