@@ -94,8 +94,9 @@ def test_bad_batches_are_quarantined_and_counted_per_worker(run_dir, tmp_path, k
     c = _collector(run_dir)
     res = c.collect("w1", LocalSource(outbox))
     assert res.ingested == [good] and res.rejected == [bad]
-    assert (run_dir / "quarantine" / bad).exists()
-    reason = (run_dir / "quarantine" / f"{bad}.reason.txt").read_text()
+    kept = c.quarantine_path("w1", bad)  # another worker's name: never under that name
+    assert kept.exists() and not (kind == "foreign_name" and c.is_known(bad))
+    reason = kept.with_name(kept.name + ".reason.txt").read_text()
     assert bad in reason or "w1" in reason
     assert c.tally["w1"].rejected == 1 and c.tally["w1"].batches == 1
     assert not list(outbox.iterdir())

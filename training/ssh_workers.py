@@ -75,9 +75,18 @@ class SSHSource:
         return sorted(n for n in names if n.endswith(".npz.zst") and not n.startswith("."))
 
     def fetch(self, name: str, dest: Path) -> int:
+        """Regular files only, capped while reading, within distributed.transfer_timeout_s
+        (`transfer.get_file`); a refused file is BatchRefused, a too slow one FetchTooSlow."""
+        from distributed.transfer import DeadlineError, VerifyError
+        from training.collector import MAX_BATCH_BYTES, BatchRefused, FetchTooSlow
+
         try:
             return self.connector.get(self.name, posixpath.join(self.outbox, name), dest,
-                                      max_bytes=256 << 20).size
+                                      max_bytes=MAX_BATCH_BYTES).size
+        except VerifyError as e:  # a symlink, FIFO, device, oversized or growing file
+            raise BatchRefused(f"{self.name}: {name}: {e}") from e
+        except DeadlineError as e:
+            raise FetchTooSlow(f"{self.name}: {name}: {e}") from e
         except _ERRORS as e:
             raise SourceError(f"{self.name}: cannot download {name}: {e}") from e
 
