@@ -260,7 +260,7 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext",
     window = _open(None) if ctx.is_main else None
     names = [window.names() if window is not None else None]
     if ctx.is_distributed:
-        dist.broadcast_object_list(names, src=0)
+        names = [_broadcast_json(names[0], ctx)]
         if _any_receiver(ctx, cache_dir):
             replay_dir.mkdir(parents=True, exist_ok=True)
             _relay_files(ctx, run_dir / "replay", names[0],
@@ -284,6 +284,69 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: "DistContext",
 # see rank 0's run folder. Rank 0 then sends it, over the process group itself, the batch files
 # of the window and the file the round starts from; nothing else crosses, and a round whose
 # ranks all share run_dir sends nothing.
+#
+# Ranks exchange tensors only, never pickles: what rank 0 sends is JSON in a uint8 tensor
+# (`_broadcast_json`), what it gathers from the others is numbers or bounded JSON
+# (`_all_gather_json`); a receiver asks for files by setting bits over rank 0's own list of
+# names, so a peer cannot name a file rank 0 would read (`../../secret.txt` is not in it).
+
+JSON_EXCHANGE_MAX_BYTES = 64 << 20
+
+
+def _broadcast_json(obj: Any, ctx: "DistContext") -> Any:
+    """Rank 0's `obj` (JSON-able) on every rank, as a uint8 tensor: nobody unpickles."""
+    data = json.dumps(obj).encode() if ctx.is_main else b""
+    size = torch.tensor([len(data)], dtype=torch.int64, device=ctx.device)
+    dist.broadcast(size, src=0)
+    n = int(size.item())
+    if ctx.is_main:
+        t = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(ctx.device) if n else \
+            torch.empty(0, dtype=torch.uint8, device=ctx.device)
+    else:
+        t = torch.empty(n, dtype=torch.uint8, device=ctx.device)
+    if n:
+        dist.broadcast(t, src=0)
+    return obj if ctx.is_main else json.loads(t.cpu().numpy().tobytes().decode())
+
+
+def _all_gather_json(obj: Any, ctx: "DistContext") -> list[Any]:
+    """Every rank's `obj` (JSON-able), gathered as uint8 tensors and parsed as JSON (never
+    unpickled); a rank sending more than JSON_EXCHANGE_MAX_BYTES or bad JSON is an error."""
+    if not ctx.is_distributed:
+        return [obj]
+    data = json.dumps(obj).encode()
+    sizes = [torch.zeros(1, dtype=torch.int64, device=ctx.device)
+             for _ in range(ctx.world_size)]
+    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64, device=ctx.device))
+    lengths = [int(t.item()) for t in sizes]
+    if max(lengths) > JSON_EXCHANGE_MAX_BYTES or min(lengths) < 0:
+        raise TrainingError(f"rank {ctx.rank}: a rank sent {max(lengths)} bytes, more than "
+                            f"{JSON_EXCHANGE_MAX_BYTES}; refusing")
+    width = max(lengths)
+    mine = torch.zeros(width, dtype=torch.uint8, device=ctx.device)
+    if data:
+        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    bufs = [torch.empty(width, dtype=torch.uint8, device=ctx.device)
+            for _ in range(ctx.world_size)]
+    dist.all_gather(bufs, mine)
+    out = []
+    for rank, (buf, n) in enumerate(zip(bufs, lengths)):
+        try:
+            out.append(json.loads(buf[:n].cpu().numpy().tobytes().decode()))
+        except (ValueError, RecursionError) as e:
+            raise TrainingError(f"rank {ctx.rank}: unreadable data from rank {rank}: "
+                                f"{type(e).__name__}") from e
+    return out
+
+
+def _all_gather_floats(values: list[float], ctx: "DistContext") -> list[list[float]]:
+    """Every rank's `values` (same length on each), as float64 tensors."""
+    if not ctx.is_distributed:
+        return [list(values)]
+    mine = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    out = [torch.empty_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(out, mine)
+    return [t.tolist() for t in out]
 
 RELAY_CHUNK_BYTES = 32 << 20
 
@@ -305,19 +368,31 @@ def _relay_files(ctx: "DistContext", src_dir: Path, names: list[str],
 
     from distributed.transfer import write_atomic
 
+    # A receiver sets bit i for names[i] it lacks; the union is a MAX all-reduce. Rank 0 then
+    # sends only files of ITS OWN list: nothing a peer sends can name another file.
+    if not names:  # the same list on every rank (rank 0's, broadcast)
+        return 0
     missing = [] if dest_dir is None else [n for n in names if not (dest_dir / n).exists()]
-    wanted = sorted(set().union(*_gather_objects(missing, ctx)))
+    mask = torch.zeros(len(names), dtype=torch.int32, device=ctx.device)
+    if missing:
+        wanted_set = set(missing)
+        mask[[i for i, n in enumerate(names) if n in wanted_set]] = 1
+    dist.all_reduce(mask, op=dist.ReduceOp.MAX)
+    wanted = [names[i] for i in mask.nonzero().flatten().tolist()]
+    for name in wanted:
+        if not _is_plain_file_name(name):
+            raise TrainingError(f"rank {ctx.rank}: {name!r} is not a plain file name; refusing "
+                                "to relay it")
     if not wanted:
         return 0
     total = 0
     for name in wanted:
-        meta: list[Any] = [None]  # (size, sha256) from rank 0, which reads each file once
         data = None
+        meta = None  # (size, sha256) from rank 0, which reads each file once
         if ctx.is_main:
             data = (src_dir / name).read_bytes()
-            meta[0] = (len(data), hashlib.sha256(data).hexdigest())
-        dist.broadcast_object_list(meta, src=0)
-        size, digest = meta[0]
+            meta = (len(data), hashlib.sha256(data).hexdigest())
+        size, digest = _broadcast_json(meta, ctx)
         buf = bytearray() if not ctx.is_main else None
         for lo in range(0, size, RELAY_CHUNK_BYTES):
             n = min(RELAY_CHUNK_BYTES, size - lo)
@@ -340,6 +415,11 @@ def _relay_files(ctx: "DistContext", src_dir: Path, names: list[str],
         log.info("relay: sent %d files, %.1f MB to the training nodes", len(wanted),
                  total / 1e6)
     return total
+
+
+def _is_plain_file_name(name: Any) -> bool:
+    return (isinstance(name, str) and bool(name) and name not in (".", "..")
+            and "/" not in name and "\\" not in name and "\0" not in name)
 
 
 def _prune_cache(folder: Path, keep: list[str]) -> None:
@@ -396,12 +476,11 @@ def _resolve_start_shared(cfg: Config, run_dir: Path, checkpoint: str | os.PathL
     (so the optimizer, schedule, data position and RNG states resume the same everywhere)."""
     if not ctx.is_distributed or not _any_receiver(ctx, cache_dir):
         return _resolve_start(cfg, run_dir, checkpoint)
-    choice: list[Any] = [None]
+    choice: Any = None
     if ctx.is_main:
         kind, path, gen = _start_file(run_dir, checkpoint)
-        choice[0] = (kind, None if path is None else str(path), gen)
-    dist.broadcast_object_list(choice, src=0)
-    kind, path, gen = choice[0]
+        choice = (kind, None if path is None else str(path), gen)
+    kind, path, gen = _broadcast_json(choice, ctx)
     src = Path(path) if path is not None else None
     dest = None if cache_dir is None else cache_dir / "start"
     if dest is not None:
@@ -538,6 +617,40 @@ def _rng_state() -> dict[str, Any]:
         "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss},
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
+
+
+def _rng_json(state: dict[str, Any]) -> dict[str, Any]:
+    """`_rng_state()` as plain JSON (bytes as hex), to cross between ranks without pickle."""
+    return {
+        "torch": state["torch"].numpy().tobytes().hex(),
+        "numpy": {**state["numpy"], "keys": state["numpy"]["keys"].tolist()},
+        "python": state["python"],
+        "cuda": [t.numpy().tobytes().hex() for t in state["cuda"]],
+    }
+
+
+def _rng_from_json(raw: Any) -> dict[str, Any]:
+    """The inverse of `_rng_json`, checking every field (it comes from another rank)."""
+    try:
+        np_raw, py = raw["numpy"], raw["python"]
+        keys = [int(k) for k in np_raw["keys"]]
+        state = [int(v) for v in py["state"]]
+        if len(keys) != 624 or len(state) != 625 or not all(0 <= k < 2**32 for k in keys):
+            raise ValueError("wrong numpy or python state size")
+        gauss = py["gauss"]
+        return {
+            "torch": torch.frombuffer(bytearray(bytes.fromhex(raw["torch"])),
+                                      dtype=torch.uint8).clone(),
+            "numpy": {"keys": torch.tensor(keys, dtype=torch.int64), "pos": int(np_raw["pos"]),
+                      "has_gauss": int(np_raw["has_gauss"]),
+                      "cached": float(np_raw["cached"])},
+            "python": {"version": int(py["version"]), "state": state,
+                       "gauss": None if gauss is None else float(gauss)},
+            "cuda": [torch.frombuffer(bytearray(bytes.fromhex(h)), dtype=torch.uint8).clone()
+                     for h in raw["cuda"]],
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise TrainingError(f"a rank sent an unreadable RNG state: {e}") from e
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
@@ -925,7 +1038,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     aux_losses = {f"{k}_loss": a / n for k, a in zip(TARGETS, aux_sums)}
     checksums = _weights_checksums(net, ctx)
     # RNG states before validation, so that a resumed run continues as an unbroken one would
-    rng_states = _gather_objects(_rng_state(), ctx)
+    rng_states = [_rng_from_json(r) for r in _all_gather_json(_rng_json(_rng_state()), ctx)]
     val_loss = _validate(model, getattr(dataset, "validation", None), per_rank, ctx, autocast)
 
     model_file = model_path(run_dir, new_gen)
@@ -1040,17 +1153,9 @@ def _weights_checksums(net: torch.nn.Module, ctx: DistContext) -> list[float]:
             flat = t.detach().to("cpu", torch.float64).flatten()
             weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64) / flat.numel()
             total += (flat * weights).sum() * (i + 1)
-    sums = _gather_objects(float(total), ctx)
+    sums = [v[0] for v in _all_gather_floats([float(total)], ctx)]
     assert all(s == sums[0] for s in sums), f"weights differ across ranks: {sums}"
     return sums
-
-
-def _gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
-    if not ctx.is_distributed:
-        return [obj]
-    out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, obj)
-    return out
 
 
 def _maybe_inject_fault(hooks: FaultHooks, rank: int, step: int) -> None:
