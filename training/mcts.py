@@ -1,12 +1,14 @@
-"""Batched PUCT search over many games at once, in preallocated arrays (no node objects).
+"""Batched tree search (PUCT or Gumbel MuZero) over many games at once, in preallocated
+arrays (no node objects).
 
 Owns `Mcts`: the search trees of G games, their root positions (a `training.fastgo.Boards`
 with one row per game) and the step loop that sends the network ONE batch per step:
 
     1. `_select` (one njit call): in every searching game, walk from the root to a leaf by
-       PUCT, replaying the path's moves on a scratch copy of the root position, and write the
-       leaf's input planes and legal moves into batch slot s. A leaf where the game is over is
-       scored by the rules and backed up at once (no network call).
+       PUCT (or Gumbel's rules, below), replaying the path's moves on a scratch copy of the
+       root position, and write the leaf's input planes and legal moves into batch slot s.
+       A leaf where the game is over is scored by the rules and backed up at once (no
+       network call).
     2. one `evaluate(planes, legal)` call per `batch_size` slots (usually exactly one).
     3. `_expand_backup` (one njit call): give each leaf its legal children with the network's
        priors and add the value to every node on its path, flipping sign per ply.
@@ -34,10 +36,33 @@ evaluation (needed once for a fresh root) is not a simulation (as in mctx). With
 `reuse_tree`, the chosen child's subtree becomes the next root with its visits kept, so the
 policy target (the root's child visits) can sum to more than `simulations`.
 
-Root Dirichlet noise is drawn once per search, when the root has children (at once for a
-reused root, after its evaluation for a fresh one), with alpha = dirichlet_total_alpha /
-legal moves, from each game's own numpy Generator, so a game's search does not depend on
-which other games share its batch: a batched search and a one-game search agree.
+Root Dirichlet noise (PUCT) is drawn once per search, when the root has children (at once
+for a reused root, after its evaluation for a fresh one), with alpha = dirichlet_total_alpha /
+legal moves, from each game's own numpy Generator, as is Gumbel's noise g (A + 1 draws at
+the start of a search), so a game's search does not depend on which other games share its
+batch: a batched search and a one-game search agree.
+
+Gumbel MuZero (`mcts.algorithm: gumbel`; Danihelka et al. 2022, as DeepMind's mctx does it):
+    logit   log P (a prior floored at 1e-30).    g   the root's Gumbel noise, one per child.
+    completed Q   a visited child's Q; an unvisited one's is the node's mixed value
+            (v + sum N * sum_visited(P Q) / sum_visited(P)) / (sum N + 1), v the net's value
+            of the node (`Tree.raw_value`).
+    sigma   (gumbel_c_visit + max N) * gumbel_c_scale * completed Q min-max normalised over
+            the children to [0, 1].
+    pi'     the improved policy softmax(logit + sigma), over the node's children.
+  At the root, sequential halving: m = min(legal moves, gumbel_max_considered, simulations);
+  simulation i (of this search) goes to the child with the largest g + logit + sigma among
+  those with exactly `halving_schedule(m, n)[i]` new visits (mctx's table), so the first m
+  simulations visit the Gumbel-top-m children (a sample without replacement from the prior)
+  and each later phase splits its budget over the better half. Below the root the
+  deterministic rule argmax(pi' - N / (1 + sum N)) makes visits follow pi'. The search's move
+  (`select_moves`) is, among the children with the most new visits, the largest
+  g + logit + sigma (g = 0 in play); the policy target (`policy_targets`) is the root's pi'.
+  No Dirichlet noise, FPU or c_puct. With `reuse_tree` the kept subtree's statistics stay
+  (better Q, and max N counts old visits too) while the halving counts only this search's
+  new visits (`Tree.root_base`); mctx searches fresh each move, KataGo-style reuse saves the
+  root's evaluation and keeps what the tree learned. Searches of different lengths
+  (`start_search(simulations=[...])`, playout cap randomization) share the batch.
 
 Passes (`early_pass=False`, what self-play uses): the search may pass only right after the
 opponent's pass (so that passing ends the game and is scored by the rules) or when every
@@ -99,10 +124,21 @@ class Tree(NamedTuple):
     depth: np.ndarray  # [G] int32  nodes in path
     sims_done: np.ndarray  # [G] int32  new simulations in this search
     sims_target: np.ndarray  # [G] int32  simulations wanted in this search (0: idle)
+    raw_value: np.ndarray  # [G, M] float32  the net's value of an expanded node, its side to
+    #                        move's view (the mixed value's start, Gumbel only)
+    gumbel: np.ndarray  # [G, A+1] float32  root Gumbel noise g of the i-th root child
+    root_base: np.ndarray  # [G, A+1] int32  visits of the i-th root child when the search began
+    schedule: np.ndarray  # [G, S] int32  sequential halving: considered visit per simulation
+    considered: np.ndarray  # [G] int32  m, the root children sequential halving started with
+    halving_ready: np.ndarray  # [G] bool  schedule and root_base are set for this search
+    scratch: np.ndarray  # [G, A+1] float32  per-child work space of the Gumbel rules
 
 
-def new_tree(n_games: int, capacity: int, max_depth: int) -> Tree:
-    """Empty trees (one unexpanded root each) for G games of up to `capacity` nodes."""
+def new_tree(
+    n_games: int, capacity: int, max_depth: int, *, n_moves: int = 1, schedule_len: int = 1
+) -> Tree:
+    """Empty trees (one unexpanded root each) for G games of up to `capacity` nodes
+    (`n_moves` = A + 1; `schedule_len`: the most simulations of one Gumbel search)."""
     g, m = n_games, capacity
     tree = Tree(
         visits=np.zeros((g, m), np.int32),
@@ -116,6 +152,13 @@ def new_tree(n_games: int, capacity: int, max_depth: int) -> Tree:
         depth=np.zeros(g, np.int32),
         sims_done=np.zeros(g, np.int32),
         sims_target=np.zeros(g, np.int32),
+        raw_value=np.zeros((g, m), np.float32),
+        gumbel=np.zeros((g, n_moves), np.float32),
+        root_base=np.zeros((g, n_moves), np.int32),
+        schedule=np.zeros((g, schedule_len), np.int32),
+        considered=np.zeros(g, np.int32),
+        halving_ready=np.zeros(g, np.bool_),
+        scratch=np.zeros((g, n_moves), np.float32),
     )
     return tree
 
@@ -132,6 +175,7 @@ def _clear_tree(t, g):
     t.move[g, 0] = -1
     t.first_child[g, 0] = UNEXPANDED
     t.n_children[g, 0] = 0
+    t.raw_value[g, 0] = 0.0
     t.size[g] = 1
 
 
@@ -158,6 +202,217 @@ def _pick_child(t, g, node, c_puct, fpu_reduction):
             best_score = score
             best = c
     return best
+
+
+TINY_PRIOR = 1e-30
+"""Priors are floored here before their log (a zero prior is a logit of about -69)."""
+
+
+@njit(cache=True)
+def halving_schedule(m, n, out):
+    """out[i] := the visit count a root child must have to be chosen by simulation i.
+
+    mctx's `get_sequence_of_considered_visits`: sequential halving over m children with n
+    simulations; each phase gives every one of the c children still considered
+    max(1, n // (ceil(log2 m) * c)) more visits, then keeps the better half (at least 2).
+    m <= 1: out[i] = i (the one child takes every visit).
+    """
+    if m <= 1:
+        for i in range(n):
+            out[i] = i
+        return
+    log2max = 0
+    while (1 << log2max) < m:
+        log2max += 1
+    i = 0
+    v = 0
+    c = m
+    while i < n:
+        extra = max(1, n // (log2max * c))
+        for _ in range(extra):
+            for _ in range(c):
+                if i < n:
+                    out[i] = v
+                    i += 1
+            v += 1
+        c = max(2, c // 2)
+
+
+@njit(cache=True, inline="always")
+def _logit(p):
+    return np.log(max(p, TINY_PRIOR))
+
+
+@njit(cache=True)
+def _completed_sigma(t, g, node, c_visit, c_scale, out):
+    """out[i] := sigma(completed Q) of the i-th child of `node` (Gumbel MuZero's transform).
+
+    Completed Q: a visited child's Q (W / N, from `node`'s side to move's view); an unvisited
+    one's is the mixed value (raw + sum N * sum_visited(P * Q) / sum_visited(P)) / (sum N + 1),
+    raw = the net's value of `node`. Then min-max normalised over the children to [0, 1] and
+    scaled: sigma = (c_visit + max N) * c_scale * q.
+    """
+    first = t.first_child[g, node]
+    k = t.n_children[g, node]
+    sum_n = 0
+    max_n = 0
+    sum_p = 0.0
+    weighted_q = 0.0
+    for i in range(k):
+        c = first + i
+        n = t.visits[g, c]
+        if n > 0:
+            p = max(t.prior[g, c], TINY_PRIOR)
+            sum_n += n
+            max_n = max(max_n, n)
+            sum_p += p
+            weighted_q += p * t.value_sum[g, c] / n
+    mixed = t.raw_value[g, node]
+    if sum_n > 0:
+        mixed = (mixed + sum_n * weighted_q / sum_p) / (sum_n + 1)
+    lo = np.inf
+    hi = -np.inf
+    for i in range(k):
+        c = first + i
+        n = t.visits[g, c]
+        q = t.value_sum[g, c] / n if n > 0 else mixed
+        out[i] = q
+        lo = min(lo, q)
+        hi = max(hi, q)
+    scale = (c_visit + max_n) * c_scale / max(hi - lo, 1e-8)
+    for i in range(k):
+        out[i] = scale * (out[i] - lo)
+
+
+@njit(cache=True)
+def _improved_policy(t, g, node, c_visit, c_scale, out):
+    """out[i] := softmax(logits + sigma(completed Q)) over the children of `node`."""
+    k = t.n_children[g, node]
+    first = t.first_child[g, node]
+    _completed_sigma(t, g, node, c_visit, c_scale, out)
+    top = -np.inf
+    for i in range(k):
+        out[i] += _logit(t.prior[g, first + i])
+        top = max(top, out[i])
+    total = 0.0
+    for i in range(k):
+        out[i] = np.exp(out[i] - top)
+        total += out[i]
+    for i in range(k):
+        out[i] /= total
+
+
+@njit(cache=True)
+def _pick_child_gumbel(t, g, node, c_visit, c_scale):
+    """Below the root: argmax of pi'(a) - N(a) / (1 + sum N), pi' the improved policy
+    (mctx's deterministic non-root selection: visits come to follow pi')."""
+    first = t.first_child[g, node]
+    k = t.n_children[g, node]
+    pi = t.scratch[g]
+    _improved_policy(t, g, node, c_visit, c_scale, pi)
+    sum_n = 0
+    for i in range(k):
+        sum_n += t.visits[g, first + i]
+    best = first
+    best_score = -np.inf
+    for i in range(k):
+        score = pi[i] - t.visits[g, first + i] / (1.0 + sum_n)
+        if score > best_score:
+            best_score = score
+            best = first + i
+    return best
+
+
+@njit(cache=True)
+def _start_halving(t, g, max_considered):
+    """Game g's first descent of this search: note the root children's visits (a reused
+    root already has some) and the halving schedule of m = min(k, max_considered, n)."""
+    first = t.first_child[g, 0]
+    k = t.n_children[g, 0]
+    for i in range(k):
+        t.root_base[g, i] = t.visits[g, first + i]
+    n = t.sims_target[g]
+    m = min(k, max_considered, n)
+    halving_schedule(m, n, t.schedule[g])
+    t.considered[g] = m
+    t.halving_ready[g] = True
+
+
+@njit(cache=True)
+def _root_scores(t, g, c_visit, c_scale, with_noise, out):
+    """out[i] := g_i + logit_i + sigma_i of the i-th root child (g_i = 0 without noise)."""
+    first = t.first_child[g, 0]
+    _completed_sigma(t, g, 0, c_visit, c_scale, out)
+    for i in range(t.n_children[g, 0]):
+        out[i] = max(-1e9, out[i] + _logit(t.prior[g, first + i])
+                     + (t.gumbel[g, i] if with_noise else 0.0))
+
+
+@njit(cache=True)
+def _pick_root_gumbel(t, g, c_visit, c_scale):
+    """At the root: among the children with exactly the schedule's visit count for this
+    simulation (new visits of this search), the one with the largest g + logit + sigma.
+    Phase one (count 0) thus visits the Gumbel-top-m children, the later phases halve them."""
+    first = t.first_child[g, 0]
+    k = t.n_children[g, 0]
+    want = t.schedule[g, t.sims_done[g]]
+    score = t.scratch[g]
+    _root_scores(t, g, c_visit, c_scale, True, score)
+    best = -1
+    best_score = -np.inf
+    for i in range(k):
+        if t.visits[g, first + i] - t.root_base[g, i] == want and score[i] > best_score:
+            best_score = score[i]
+            best = i
+    if best < 0:  # not reached while every simulation adds one root visit; be safe
+        for i in range(k):
+            if score[i] > best_score:
+                best_score = score[i]
+                best = i
+    return first + best
+
+
+@njit(cache=True)
+def _root_action(t, g, c_visit, c_scale, with_noise):
+    """The move a Gumbel search chose: among the root children with the most new visits
+    (those sequential halving kept), the largest (g +) logit + sigma(completed Q)."""
+    first = t.first_child[g, 0]
+    k = t.n_children[g, 0]
+    if first == UNEXPANDED or k == 0:
+        return -1
+    score = t.scratch[g]
+    _root_scores(t, g, c_visit, c_scale, with_noise, score)
+    most = -1
+    for i in range(k):
+        most = max(most, t.visits[g, first + i] - t.root_base[g, i])
+    best = 0
+    best_score = -np.inf
+    for i in range(k):
+        if t.visits[g, first + i] - t.root_base[g, i] == most and score[i] > best_score:
+            best_score = score[i]
+            best = i
+    return t.move[g, first + best]
+
+
+@njit(cache=True)
+def _all_root_actions(t, games, c_visit, c_scale, with_noise, out):
+    for i in range(games.shape[0]):
+        out[i] = _root_action(t, games[i], c_visit, c_scale, with_noise[i])
+
+
+@njit(cache=True)
+def _all_root_policies(t, games, c_visit, c_scale, out):
+    """out[i] := the improved policy of game games[i]'s root, by move (0 off its children)."""
+    for j in range(games.shape[0]):
+        g = games[j]
+        out[j, :] = 0.0
+        first = t.first_child[g, 0]
+        if first == UNEXPANDED:
+            continue
+        pi = t.scratch[g]
+        _improved_policy(t, g, 0, c_visit, c_scale, pi)
+        for i in range(t.n_children[g, 0]):
+            out[j, t.move[g, first + i]] = pi[i]
 
 
 @njit(cache=True, inline="always")
@@ -202,11 +457,14 @@ def _drop_early_pass(b, g, legal):
 
 
 @njit(cache=True)
-def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, early_pass):
+def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, early_pass,
+            gumbel, c_visit, c_scale, max_considered):
     """Pick one leaf in every searching game; write its planes and legal moves to a slot.
 
     Game g's root position is row g of `b`; row G + g (scratch) is overwritten with the leaf
     position. Leaves where the game is over are backed up here. Returns the slots used.
+    `gumbel`: Gumbel MuZero's rules (sequential halving at the root, the improved-policy
+    rule below it) instead of PUCT.
     """
     n_slots = 0
     n_games = t.size.shape[0]
@@ -219,7 +477,14 @@ def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, earl
         t.path[g, 0] = 0
         depth = 1
         while t.first_child[g, node] != UNEXPANDED:
-            node = _pick_child(t, g, node, c_puct, fpu_reduction)
+            if not gumbel:
+                node = _pick_child(t, g, node, c_puct, fpu_reduction)
+            elif node == 0:
+                if not t.halving_ready[g]:
+                    _start_halving(t, g, max_considered)
+                node = _pick_root_gumbel(t, g, c_visit, c_scale)
+            else:
+                node = _pick_child_gumbel(t, g, node, c_visit, c_scale)
             ok = fastgo.play(b, leaf_row, t.move[g, node])
             assert ok
             t.path[g, depth] = node
@@ -276,6 +541,7 @@ def _expand_backup(t, n_slots, slot_game, priors, values, legal, root_expanded):
             t.first_child[g, leaf] = first
             t.n_children[g, leaf] = k
             t.size[g] = first + k
+            t.raw_value[g, leaf] = min(max(values[s], -1.0), 1.0)
             if leaf == 0:
                 root_expanded[g] = True
         v = min(max(values[s], -1.0), 1.0)
@@ -332,6 +598,7 @@ def _reroot(t, g, new_root):
     move = np.empty(size, np.int16)
     first_child = np.empty(size, np.int32)
     n_children = np.empty(size, np.int16)
+    raw_value = np.empty(size, np.float32)
     old[0] = new_root
     count = 1
     head = 0
@@ -342,6 +609,7 @@ def _reroot(t, g, new_root):
         prior[head] = t.prior[g, o]
         move[head] = t.move[g, o]
         n_children[head] = t.n_children[g, o]
+        raw_value[head] = t.raw_value[g, o]
         first = t.first_child[g, o]
         if first == UNEXPANDED:
             first_child[head] = UNEXPANDED
@@ -357,6 +625,7 @@ def _reroot(t, g, new_root):
     t.move[g, :count] = move[:count]
     t.first_child[g, :count] = first_child[:count]
     t.n_children[g, :count] = n_children[:count]
+    t.raw_value[g, :count] = raw_value[:count]
     t.move[g, 0] = -1
     t.prior[g, 0] = 1.0
     t.size[g] = count
@@ -404,7 +673,8 @@ class Mcts:
     Args:
         n_games: G, the games searched at once.
         go_cfg: `cfg.go` (board_size, komi, move_cap).
-        mcts_cfg: `cfg.mcts` (c_puct, fpu_reduction, dirichlet_*, reuse_tree, simulations).
+        mcts_cfg: `cfg.mcts` (algorithm, c_puct, fpu_reduction, dirichlet_*, gumbel_*,
+            reuse_tree, simulations).
         history: the net's history (input planes C = 2 * history + 1).
         batch_size: most positions per evaluate call.
         simulations: simulations per move (default mcts_cfg.simulations).
@@ -438,6 +708,7 @@ class Mcts:
         self.simulations = mcts_cfg.simulations if simulations is None else simulations
         self.reuse_tree = mcts_cfg.reuse_tree if reuse_tree is None else reuse_tree
         self.early_pass = early_pass
+        self.is_gumbel = mcts_cfg.algorithm == "gumbel"
         move_cap = go_cfg.move_cap
         # rows [0, G): the root positions; rows [G, 2G): scratch rows for the leaves
         self.boards = fastgo.new_boards(2 * n_games, n, go_cfg.komi, move_cap, history)
@@ -446,7 +717,10 @@ class Mcts:
         per_search = (self.simulations + 1) * self.n_moves + 1
         self._keep_limit = per_search if self.reuse_tree else 0
         capacity = per_search + self._keep_limit
-        self.tree = new_tree(n_games, capacity, max_depth(n, move_cap))
+        self.tree = new_tree(
+            n_games, capacity, max_depth(n, move_cap), n_moves=self.n_moves,
+            schedule_len=self.simulations if self.is_gumbel else 1,
+        )
         channels = 2 * history + 1
         self._planes = np.zeros((n_games, channels, n, n), np.float32)
         self._legal = np.zeros((n_games, self.n_moves), np.bool_)
@@ -494,25 +768,47 @@ class Mcts:
         self,
         games: Sequence[int] | np.ndarray,
         rngs: Sequence[np.random.Generator | None] | None = None,
-        simulations: int | None = None,
+        simulations: int | Sequence[int] | np.ndarray | None = None,
     ) -> None:
-        """Begin a search of `simulations` new simulations in each of `games`.
+        """Begin a search of `simulations` new simulations in each of `games` (one number
+        for all, or one per game).
 
-        rngs[i], when given, draws the root Dirichlet noise of games[i] (None: no noise).
+        rngs[i], when given, draws the root noise of games[i]: Dirichlet noise (PUCT) or the
+        Gumbel noise g (gumbel); None: no noise (g = 0).
         """
-        sims = self.simulations if simulations is None else simulations
-        for i, g in enumerate(games):
-            self.tree.sims_done[g] = 0
-            self.tree.sims_target[g] = sims
+        games = np.asarray(games, np.int64).reshape(-1)
+        sims = np.broadcast_to(
+            np.asarray(self.simulations if simulations is None else simulations, np.int64),
+            games.shape,
+        )
+        if self.is_gumbel and len(sims) and sims.max() > self.tree.schedule.shape[1]:
+            width = int(sims.max())
+            self.tree = self.tree._replace(schedule=np.zeros((self.n_games, width), np.int32))
+        t = self.tree
+        for i, g in enumerate(games.tolist()):
+            t.sims_done[g] = 0
+            t.sims_target[g] = sims[i]
             rng = None if rngs is None else rngs[i]
+            if self.is_gumbel:
+                t.halving_ready[g] = False
+                if rng is None:
+                    t.gumbel[g] = 0.0
+                else:
+                    t.gumbel[g] = rng.gumbel(size=self.n_moves)
+                continue
             self._rngs[g] = rng
             self._noise_pending[g] = rng is not None and self.cfg.dirichlet_fraction > 0
-            if self._noise_pending[g] and self.tree.first_child[g, 0] != UNEXPANDED:
+            if self._noise_pending[g] and t.first_child[g, 0] != UNEXPANDED:
                 self._add_noise(g)
 
     def is_searching(self) -> bool:
         t = self.tree
         return bool(np.any(t.sims_done < t.sims_target))
+
+    def searching(self) -> np.ndarray:
+        """bool [G]: the games whose search has simulations left."""
+        t = self.tree
+        return t.sims_done < t.sims_target
 
     def step(self, evaluators: Sequence[Evaluate], owner: np.ndarray | None = None) -> int:
         """One simulation in every searching game; returns the positions evaluated.
@@ -531,6 +827,10 @@ class Mcts:
             self._legal,
             self._slot_game,
             self.early_pass,
+            self.is_gumbel,
+            np.float32(self.cfg.gumbel_c_visit),
+            np.float32(self.cfg.gumbel_c_scale),
+            self.cfg.gumbel_max_considered,
         )
         if n == 0:
             return 0
@@ -587,9 +887,12 @@ class Mcts:
         games: Sequence[int] | np.ndarray | None = None,
         rngs: Sequence[np.random.Generator | None] | None = None,
         owner: np.ndarray | None = None,
-        simulations: int | None = None,
+        simulations: int | Sequence[int] | np.ndarray | None = None,
     ) -> np.ndarray:
-        """Search `games` (default all) to completion; returns root visits [len(games), A+1]."""
+        """Search `games` (default all) to completion; returns root visits [len(games), A+1].
+
+        The move the search chose is `select_moves(games)`, its policy target
+        `policy_targets(games)`."""
         if callable(evaluators):
             evaluators = [evaluators]
         games = np.arange(self.n_games) if games is None else np.asarray(games, np.int64)
@@ -605,6 +908,56 @@ class Mcts:
         games = np.ascontiguousarray(games, np.int64)
         out = np.zeros((len(games), self.n_moves), np.int32)
         _all_root_visits(self.tree, games, out)
+        return out
+
+    def policy_targets(self, games: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float32 [len(games), A + 1]: what the policy learns from each game's search.
+
+        PUCT: the root visits, normalised. Gumbel: the improved policy
+        softmax(logits + sigma(completed Q)) over the root's children (every legal move).
+        A root without children (a finished game) gives a row of zeros.
+        """
+        games = np.ascontiguousarray(games, np.int64)
+        if self.is_gumbel:
+            out = np.zeros((len(games), self.n_moves), np.float32)
+            _all_root_policies(
+                self.tree, games, np.float32(self.cfg.gumbel_c_visit),
+                np.float32(self.cfg.gumbel_c_scale), out,
+            )
+            return out
+        visits = self.root_visits(games).astype(np.float32)
+        total = visits.sum(axis=1, keepdims=True)
+        return np.divide(visits, total, out=np.zeros_like(visits), where=total > 0)
+
+    def select_moves(
+        self,
+        games: Sequence[int] | np.ndarray,
+        rngs: Sequence[np.random.Generator] | None = None,
+        sample: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """int64 [len(games)]: the move each game's finished search chose.
+
+        PUCT: where sample[i], drawn in proportion to visits with rngs[i], else the most
+        visited (ties broken by rngs[i], or the first without rngs; `choose_moves`).
+        Gumbel: among the children sequential halving kept (the most new visits), the largest
+        g + logit + sigma(completed Q), with the root's Gumbel noise g where sample[i] and
+        g = 0 elsewhere (a search without noise has g = 0 anyway).
+        """
+        games = np.ascontiguousarray(games, np.int64)
+        sample = np.zeros(len(games), bool) if sample is None else np.asarray(sample, bool)
+        if not self.is_gumbel:
+            visits = self.root_visits(games)
+            if rngs is None:
+                assert not sample.any(), "sampling a move needs each game's generator"
+                assert (visits.sum(1) > 0).all(), "a search must visit a child of the root"
+                return visits.argmax(axis=1).astype(np.int64)
+            return choose_moves(visits, rngs, sample)
+        out = np.empty(len(games), np.int64)
+        _all_root_actions(
+            self.tree, games, np.float32(self.cfg.gumbel_c_visit),
+            np.float32(self.cfg.gumbel_c_scale), np.ascontiguousarray(sample), out,
+        )
+        assert (out >= 0).all(), "a search must expand the root before it chooses a move"
         return out
 
     def root_values(self, games: Sequence[int] | np.ndarray) -> np.ndarray:
