@@ -6,7 +6,8 @@
     python start_main.py --distributed                     # the workers in the config, over SSH
 
 A run folder that exists is resumed (`--resume` says so explicitly; `--fresh` moves the old
-one aside first). The coach logs to logs/distributed_training.log and keeps
+one aside first). One coach per run folder: a second one is refused with the running coach's
+pid (exit code 2). The coach logs to logs/distributed_training.log and keeps
 distributed/status.txt current (`watch -n 1 cat distributed/status.txt`).
 """
 
@@ -103,8 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
     run_dir = Path(cfg.run.dir)
+    from training.coach import RunFolderBusy, RunLock
+
+    if run_dir.exists():  # before --fresh moves it aside under a running coach
+        try:
+            RunLock(run_dir).acquire().release()
+        except RunFolderBusy as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
     if args.fresh and run_dir.exists():
         aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
         run_dir.rename(aside)
@@ -126,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
                   status_path=args.status_file, worker_class=args.worker_class,
                   watch_config=not args.no_watch)
     coach.install_signal_handlers()
-    summary = coach.run()
+    try:
+        summary = coach.run()
+    except RunFolderBusy as e:  # another coach took the folder since the check above
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"generations={summary.generations} last_generation={summary.last_generation} "
           f"games={summary.games} batches={summary.batches} rejected={summary.rejected} "
           f"seconds={summary.seconds:.0f}")

@@ -24,6 +24,7 @@ import enum
 import json
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,22 +76,52 @@ class Heartbeat:
         return d
 
 
+HEARTBEAT_MAX_BYTES = 1 << 16  # a real heartbeat is about 300 bytes
+_MAX_TEXT = 1000  # characters kept of a heartbeat's strings
+_FIELD_TYPES = {"name": str, "pid": int, "generation": int, "games_done": int,
+                "games_per_s": float, "positions_per_s": float, "outbox_backlog": int,
+                "paused": bool, "last_error": str, "time": float}
+
+
+def _typed(key: str, value: object) -> object:
+    """`value` as the heartbeat field `key` expects, or StatusFormatError naming the key."""
+    want = _FIELD_TYPES[key]
+    ok = (isinstance(value, bool) if want is bool
+          else isinstance(value, str) if want is str
+          else isinstance(value, int) and not isinstance(value, bool) if want is int
+          else isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok:
+        raise StatusFormatError(f"heartbeat key {key!r} must be {want.__name__}, got "
+                                f"{type(value).__name__} {value!r:.60}")
+    if want is float:
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise StatusFormatError(f"heartbeat key {key!r} must be finite, got {value}")
+    if want is str:
+        value = value[:_MAX_TEXT]
+    return value
+
+
 def heartbeat_from_dict(d: dict) -> Heartbeat:
-    """Build a Heartbeat from its JSON dict; unknown keys are ignored (newer workers)."""
+    """Build a Heartbeat from its JSON dict, each known key checked for its type (the file
+    comes from another host: untrusted); unknown keys are ignored (newer workers)."""
+    if "state" not in d or "name" not in d or "pid" not in d:
+        raise StatusFormatError(f"heartbeat lacks {sorted({'name', 'state', 'pid'} - set(d))}")
     try:
-        kwargs = {f.name: d[f.name] for f in dataclasses.fields(Heartbeat) if f.name in d}
-        kwargs["state"] = WorkerState(d["state"])
-        return Heartbeat(**kwargs)
-    except (KeyError, ValueError, TypeError) as e:
-        raise StatusFormatError(f"bad heartbeat {d!r:.200}: {type(e).__name__}: {e}") from e
+        state = WorkerState(d["state"])
+    except (ValueError, TypeError) as e:
+        raise StatusFormatError(f"heartbeat key 'state' must be one of "
+                                f"{[s.value for s in WorkerState]}, got {d['state']!r:.60}") from e
+    kwargs = {k: _typed(k, d[k]) for k in _FIELD_TYPES if k in d}
+    return Heartbeat(state=state, **kwargs)
 
 
 def parse_heartbeat(data: bytes | str) -> Heartbeat:
     """Parse the bytes of a `status.json` file (as read over SFTP)."""
     try:
         d = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise StatusFormatError(f"heartbeat is not JSON: {e}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise StatusFormatError(f"heartbeat is not JSON: {type(e).__name__}: {e}"[:200]) from e
     if not isinstance(d, dict):
         raise StatusFormatError(f"heartbeat is not a JSON object: {d!r:.100}")
     return heartbeat_from_dict(d)
@@ -101,10 +132,28 @@ def write_heartbeat(path: str | os.PathLike, hb: Heartbeat) -> None:
     write_json_atomic(path, hb.to_dict())
 
 
-def read_heartbeat(path: str | os.PathLike) -> Heartbeat:
-    """Read a local heartbeat file."""
-    with open(path, "rb") as f:
-        return parse_heartbeat(f.read())
+def read_heartbeat(path: str | os.PathLike, max_bytes: int = HEARTBEAT_MAX_BYTES) -> Heartbeat:
+    """Read a local heartbeat file: a regular file only (a FIFO, device or symlink is refused
+    without opening it), at most `max_bytes` read. FileNotFoundError before the first one."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise StatusFormatError(f"{path}: not a regular file (mode {stat.filemode(st.st_mode)})")
+    if st.st_size > max_bytes:
+        raise StatusFormatError(f"{path}: {st.st_size} bytes, over the {max_bytes} of a "
+                                "heartbeat")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+            raise StatusFormatError(f"{path}: not a regular file")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(max_bytes + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > max_bytes:
+        raise StatusFormatError(f"{path}: over the {max_bytes} bytes of a heartbeat")
+    return parse_heartbeat(data)
 
 
 def state_from_heartbeat(
@@ -162,13 +211,14 @@ class WorkerRow:
     state: WorkerState
     gpu: str = "-"  # "0", "1", "cpu", or a GPU name
     generation: int | None = None
-    games: int = 0
+    games: int = 0  # games collected from it (in the run's ledger)
     games_per_s: float = 0.0
     weight: float = 1.0
     share: float = 0.0  # fraction of self-play assigned, 0..1
     heartbeat_age_s: float | None = None
     restarts: int = 0
     last_error: str = ""
+    played: int | None = None  # games its daemon finished since it started (heartbeat)
 
 
 @dataclass
@@ -199,6 +249,7 @@ _COLUMNS = [  # (header, WorkerRow field)
     ("GPU", "gpu"),
     ("GEN", "generation"),
     ("GAMES", "games"),
+    ("PLAYED", "played"),
     ("GAMES/S", "games_per_s"),
     ("WEIGHT", "weight"),
     ("SHARE", "share"),
@@ -209,13 +260,23 @@ _COLUMNS = [  # (header, WorkerRow field)
 _MAX_ERROR = 80
 
 
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)?")
+
+
+def printable(text: object, limit: int = 400) -> str:
+    """One line of plain text: terminal escape sequences dropped, other control characters
+    shown as '?', at most `limit` characters (text from a worker is untrusted)."""
+    text = _ESCAPES.sub("", str(text)).replace("\n", " ").replace("\t", " ")
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
+
+
 def _opt(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
 def _cell(row: WorkerRow, attr: str) -> str:
     v = getattr(row, attr)
-    if attr == "generation":
+    if attr in ("generation", "played"):
         return _opt(v, "d")
     if attr == "games_per_s":
         return f"{v:.2f}"
@@ -226,9 +287,9 @@ def _cell(row: WorkerRow, attr: str) -> str:
     if attr == "heartbeat_age_s":
         return "-" if v is None else f"{v:.1f}s"
     if attr == "last_error":
-        text = " ".join(str(v).split())  # one line
+        text = " ".join(printable(v).split())  # one line
         return (text[: _MAX_ERROR - 3] + "...") if len(text) > _MAX_ERROR else (text or "-")
-    text = " ".join(str(v).split())
+    text = " ".join(printable(v).split())
     return text or "-"
 
 
@@ -353,12 +414,13 @@ def _row_from_cells(c: list[str]) -> WorkerRow:
         gpu=c[3],
         generation=_num(c[4], int),
         games=int(c[5]),
-        games_per_s=float(c[6]),
-        weight=float(c[7]),
-        share=float(c[8].rstrip("%")) / 100,
-        heartbeat_age_s=_num(c[9], float, "s"),
-        restarts=int(c[10]),
-        last_error="" if c[11] == "-" else c[11],
+        played=_num(c[6], int),
+        games_per_s=float(c[7]),
+        weight=float(c[8]),
+        share=float(c[9].rstrip("%")) / 100,
+        heartbeat_age_s=_num(c[10], float, "s"),
+        restarts=int(c[11]),
+        last_error="" if c[12] == "-" else c[12],
     )
 
 

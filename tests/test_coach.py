@@ -115,35 +115,23 @@ def test_collect_stops_at_max_games_and_leaves_the_rest(run_dir, tmp_path):
 # ------------------------------------------------------------------ coach: load balancing
 
 
-class _FakeFleet:
-    """Only the fleet's membership; quotas and the status table need nothing else.
-    (The real fleets are exercised in tests/test_end_to_end.py.)"""
-
-    def __init__(self, names):
-        self._names = list(names)
-        self.hosts = {n: "h" for n in names}
-        self.gpus = {n: "cpu" for n in names}
-        self.restarts = {n: 0 for n in names}
-
-    def names(self):
-        return list(self._names)
-
-    def last_errors(self):
-        return {}
-
-
 def _coach(cfg, run_dir, names, **overrides):
+    """A coach with a local fleet of `names` (worker1..N; no process started) whose workers
+    all read Active."""
     from training.coach import Coach
+    from training.local_workers import LocalFleet
 
     cfg = override(cfg, {"run.dir": str(run_dir), **overrides})
     coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
-    coach.fleet = _FakeFleet(names)
     coach.collector = _collector(run_dir)
+    coach.fleet = LocalFleet(cfg, run_dir, run_dir / "config.yaml",
+                             lambda c: ["cpu"] * len(names))
+    assert coach.fleet.names() == names
     for n in names:
-        v = coach._view(n)
-        v.state = WorkerState.ACTIVE
-        v.heartbeat = Heartbeat(name=n, state=WorkerState.ACTIVE, pid=1, generation=0,
-                                games_per_s=1.0, time=0.0)
+        coach.fleet.members[n].heartbeat = Heartbeat(
+            name=n, state=WorkerState.ACTIVE, pid=1, generation=0, games_per_s=1.0,
+            games_done=7, time=0.0)
+        coach.states[n] = WorkerState.ACTIVE
     return coach
 
 
@@ -156,32 +144,33 @@ def test_weights_set_each_workers_share_of_a_generation(tiny_cfg, run_dir):
     # G = games_per_worker (20) x 2 active = 40 games: 1/3 and 2/3 of it
     assert coach.generation_target() == 40
     assert coach.quotas() == {"worker1": 14, "worker2": 27}
-    coach._view("worker2").generation_games = 30  # ahead of its share: must wait
-    coach._view("worker1").generation_games = 5
+    members = coach.fleet.members
+    members["worker2"].games_collected = 30  # ahead of its share: must wait
+    members["worker1"].games_collected = 5
     assert coach.quotas()["worker2"] == 0 and coach.quotas()["worker1"] == 9
     # both at their share: the next round of quotas opens for both, in the same ratio
-    coach._view("worker1").generation_games = 14
+    members["worker1"].games_collected = 14
     assert coach.quotas() == {"worker1": 13, "worker2": 24}
-    coach._view("worker2").state = WorkerState.OFFLINE  # training goes on without it
+    coach.states["worker2"] = WorkerState.OFFLINE  # training goes on without it
     assert coach.generation_target() == 20 and coach.quotas()["worker2"] is None
 
 
 def test_without_weights_nothing_is_capped_and_weight_is_measured_speed(tiny_cfg, run_dir):
     coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
-    coach._view("worker1").speed = 1.0
-    coach._view("worker2").speed = 3.0
+    coach.fleet.members["worker1"].speed = 1.0
+    coach.fleet.members["worker2"].speed = 3.0
     assert coach.weights() == {"worker1": 1.0, "worker2": 3.0}
     # nothing is capped: a generation's games come from whoever plays them
     assert coach.quotas() == {"worker1": None, "worker2": None}
-    coach._view("worker2").state = WorkerState.OFFLINE  # training goes on without it
+    coach.states["worker2"] = WorkerState.OFFLINE  # training goes on without it
     assert coach.generation_target() == 20
 
 
 def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
-    coach._view("worker1").generation_games = 30
-    coach._view("worker2").generation_games = 10
-    coach._view("worker2").state = WorkerState.OFFLINE
+    coach.fleet.members["worker1"].games_collected = 30
+    coach.fleet.members["worker2"].games_collected = 10
+    coach.states["worker2"] = WorkerState.OFFLINE
     coach.generation = 3
     from training.collector import WorkerTally
 
@@ -194,3 +183,5 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     assert rows["worker2"].state == WorkerState.OFFLINE
     assert rows["worker1"].share == pytest.approx(0.75) and rows["worker2"].share == 0.25
     assert rows["worker2"].games == 10 and "2 batches rejected" in rows["worker2"].last_error
+    # the games each daemon finished (its heartbeat) beside the games collected
+    assert rows["worker1"].games == 0 and rows["worker1"].played == 7

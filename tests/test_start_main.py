@@ -1,6 +1,18 @@
-"""start_main.py flags: each one lands on its config key, validated by the schema."""
+"""start_main.py: each flag lands on its config key, validated by the schema; a second coach
+on a running run folder is refused; Ctrl-C stops the coach without C++ teardown noise."""
 
 from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
 
 import start_main
 from configs import load_config, override
@@ -35,3 +47,85 @@ def test_bad_flag_value_is_a_one_line_error_with_exit_code_2(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert "mcts.simulations must be between 1 and 100000, got 0" in err[0]
+
+
+# ------------------------------------------------------------------ the running coach
+
+
+def _tiny_run_config(tmp: Path, **evaluation) -> Path:
+    """configs/tiny.yaml with the run and logs under `tmp`: training soon, and a long arena."""
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+    cfg["run"]["dir"] = str(tmp / "run")
+    cfg["logging"]["dir"] = str(tmp / "logs")
+    cfg["self_play"]["games_per_worker"] = 10
+    cfg["evaluation"].update(evaluation)
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def _start(config: Path, tmp: Path, tag: str) -> subprocess.Popen:
+    """start_main.py in a session of its own, so that SIGINT can go to its whole process
+    group as a terminal's Ctrl-C does."""
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "start_main.py"), "--config", str(config), "--no-watch",
+         "--status-file", str(tmp / "status.txt")], cwd=str(tmp), start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=open(tmp / f"{tag}.out", "wb"),
+        stderr=open(tmp / f"{tag}.err", "wb"))
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s: {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_second_coach_on_a_running_run_folder_is_refused_naming_the_first(tmp_path):
+    config = _tiny_run_config(tmp_path, games=0)
+    first = _start(config, tmp_path, "first")
+    try:
+        _wait_for(lambda: (tmp_path / "status.txt").exists(), 180, "the first coach's status")
+        t0 = time.monotonic()
+        second = subprocess.run(
+            [sys.executable, str(REPO / "start_main.py"), "--config", str(config), "--fresh",
+             "--no-watch", "--status-file", str(tmp_path / "status2.txt")], cwd=str(tmp_path),
+            capture_output=True, text=True, timeout=120)
+        refused_s = time.monotonic() - t0
+        assert first.poll() is None, (tmp_path / "first.err").read_text()[-2000:]
+    finally:
+        os.killpg(first.pid, signal.SIGINT)
+        first.wait(timeout=120)
+    assert second.returncode == 2, second.stderr[-2000:]
+    err = second.stderr.strip().splitlines()
+    assert len(err) == 1 and f"pid {first.pid}" in err[0] and "already running" in err[0], err
+    # --fresh did not move the running coach's folder aside
+    assert not list(tmp_path.glob("run.old-*")) and (tmp_path / "run" / "coach.lock").exists()
+    print(f"second coach refused in {refused_s:.1f}s: {err[0]}")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_evaluation_prints_no_cxx_teardown_noise(tmp_path):
+    """SIGINT to the coach's process group (Ctrl-C) while its arena plays: the coach stops
+    cleanly (exit 0) and nothing but log lines reaches stderr."""
+    config = _tiny_run_config(tmp_path, games=400)  # an arena long enough to be inside
+    coach = _start(config, tmp_path, "coach")
+    log_file = tmp_path / "logs" / "distributed_training.log"
+    try:
+        _wait_for(lambda: log_file.exists() and "trained generation 1" in log_file.read_text(),
+                  400, "the first training round")
+        time.sleep(3.0)  # the arena is under way (it plays 400 games)
+        assert "arena generation=1" not in log_file.read_text(), "the arena already ended"
+        os.killpg(coach.pid, signal.SIGINT)
+        code = coach.wait(timeout=120)
+    finally:
+        if coach.poll() is None:
+            os.killpg(coach.pid, signal.SIGKILL)
+            coach.wait()
+    err = (tmp_path / "coach.err").read_text(errors="replace")
+    assert "terminate called" not in err, err[-3000:]
+    assert code == 0, err[-3000:]
+    stray = [ln for ln in err.splitlines()
+             if ln.strip() and not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ", ln)]
+    assert stray == [], stray[:20]

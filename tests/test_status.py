@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
 import pytest
 
 from distributed.status import (
@@ -153,3 +157,58 @@ def test_heartbeat_tracker_ignores_clock_skew():
     assert tracker.observe("w", hb2, now=107.0) == (WorkerState.SYNCING, 0.0)
     assert tracker.observe("w", None, now=108.0) == (WorkerState.OFFLINE, 1.0)  # unreachable
     assert tracker.observe("new", None, now=108.0) == (WorkerState.OFFLINE, None)
+
+
+@pytest.mark.parametrize("key,value", [("games_per_s", "fast"), ("pid", 1.5), ("paused", 1),
+                                       ("time", float("nan")), ("generation", True),
+                                       ("last_error", ["x"]), ("state", ["Active"])])
+def test_heartbeat_with_a_wrong_type_is_a_format_error_naming_the_key(key, value):
+    d = Heartbeat("w", WorkerState.ACTIVE, 7, time=1.0).to_dict()
+    d[key] = value
+    with pytest.raises(StatusFormatError, match=key):
+        parse_heartbeat(json.dumps(d))
+
+
+def test_nested_heartbeat_is_a_format_error_not_a_recursion_error():
+    with pytest.raises(StatusFormatError):
+        parse_heartbeat("[" * 100_000 + "]" * 100_000)
+
+
+def test_only_a_regular_heartbeat_file_is_read(tmp_path):
+    fifo = tmp_path / "status.json"
+    os.mkfifo(fifo)  # opening it would block until a writer came
+    t0 = time.monotonic()
+    with pytest.raises(StatusFormatError, match="not a regular file"):
+        read_heartbeat(fifo)
+    assert time.monotonic() - t0 < 1.0
+    fifo.unlink()
+    target = tmp_path / "real.json"
+    write_heartbeat(target, Heartbeat("w", WorkerState.ACTIVE, 1))
+    fifo.symlink_to(target)
+    with pytest.raises(StatusFormatError, match="not a regular file"):
+        read_heartbeat(fifo)
+    fifo.unlink()
+    fifo.write_bytes(b" " * (1 << 20))
+    with pytest.raises(StatusFormatError, match="over"):
+        read_heartbeat(fifo)
+
+
+def test_last_error_is_printable_in_the_status_file():
+    snap = _snapshot()
+    snap.workers[0].last_error = "\x1b[2J\x1b[31mboom\x1b[0m\x07 \x1b]0;pwned\x07done\x00\r!"
+    text = render_status(snap)
+    assert "\x1b" not in text and "\x07" not in text and "\x00" not in text
+    assert "\r" not in text
+    row = parse_status_text(text).workers[0]
+    assert row.last_error.startswith("boom") and "done" in row.last_error
+    assert "pwned" not in row.last_error
+
+
+def test_played_games_show_beside_the_games_collected():
+    snap = _snapshot()
+    snap.workers[0].games, snap.workers[0].played = 0, 37
+    text = render_status(snap)
+    header = [ln for ln in text.splitlines() if ln.startswith("NAME")][0]
+    assert header.index("GAMES") < header.index("PLAYED") < header.index("GAMES/S")
+    back = parse_status_text(text).workers
+    assert (back[0].games, back[0].played) == (0, 37) and back[1].played is None

@@ -2,20 +2,29 @@
 
 `Coach(cfg).run()` is the main node's loop, the same for local worker processes
 (`training.local_workers.LocalFleet`, the default) and SSH hosts
-(`training.ssh_workers.SSHFleet`, `--distributed`). Each pass of the loop (every
+(`training.ssh_workers.SSHFleet`, `--distributed`). Every worker has its own supervisor
+thread (`training.fleet`) that brings it up, reads its heartbeat, restarts its daemon, pushes
+it the newest model and collects its outbox through the `Collector` (exactly once, validated
+by replay, rejects quarantined), each network operation under a deadline. The loop itself
+never touches a host, so one dead link delays nobody; each pass (every
 `distributed.poll_interval_s`):
 
-  1. supervise: restart dead daemons with backoff; act on `ssh_connector.py --restart`
-     requests; apply edits of the watched config file (added workers start, removed stop);
-  2. heartbeats -> worker states (Active, Syncing, Error, Offline);
-  3. collect: every worker's outbox through the `Collector` (exactly once, validated by
-     replay, rejects quarantined), within its load-balancing quota;
+  1. act on `ssh_connector.py --restart` requests and on edits of the watched config file
+     (added workers start, removed ones stop, in their own threads); abandon a supervisor
+     stuck past its deadline (`Fleet.watchdog`);
+  2. heartbeats -> worker states (Active, Syncing, Error, Offline), aged by this clock
+     (`distributed.status.HeartbeatTracker`): a worker whose heartbeat has not changed for
+     `offline_after_s` is Offline whatever its network does;
+  3. each worker's load-balancing quota, read by its supervisor;
   4. train: once `self_play.games_per_worker` x active workers new games have arrived since
      the last round, run one training round as a subprocess (`python -m training.trainer`, or
      `torchrun` for several GPUs) while collecting goes on; then (optional gating) publish
-     `models/model_<gen>.pt.zst` + manifest and push it to every worker in parallel;
+     `models/model_<gen>.pt.zst` + manifest, which every supervisor pushes to its worker;
   5. `distributed/status.txt` (atomic), the metrics row and `progress.png`
      (`training.metrics`), a progress line in the log.
+
+One coach per run folder: `run_dir/coach.lock` is held (fcntl) while it runs, and a second
+coach on the same folder is refused with the first one's pid (`RunFolderBusy`).
 
 Load balancing (`distributed.load_balancing`, `worker_weights`): a worker's weight is its
 share of each generation's games. With weights w_i over the active workers and
@@ -34,12 +43,14 @@ Resume: everything the loop needs is on disk (published models, checkpoints, the
 a coach started again on the same run folder (`--resume`, the default when it exists) picks up
 where the last one stopped; batches are counted exactly once (see `training.collector`).
 
-It must not: play games, touch paramiko (the SSH fleet goes through `SSHConnector`), or
-import torch at module level (the trainer subprocess and `net` do the torch work).
+It must not: play games, talk to a host from its loop (supervisors and jobs do), touch
+paramiko (the SSH fleet goes through `SSHConnector`), or import torch at module level (the
+trainer subprocess and `net` do the torch work).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
@@ -57,15 +68,17 @@ from configs import override as override_config
 from distributed.restart_requests import DEFAULT_DIR as DEFAULT_REQUESTS_DIR
 from distributed.status import (
     DEFAULT_STATUS_PATH,
-    Heartbeat,
+    HeartbeatTracker,
     StatusSnapshot,
     WorkerRow,
     WorkerState,
+    printable,
     write_status,
 )
 from distributed.transfer import TransferStats, write_atomic
 from training import model_store
 from training.collector import Collector, validate_with_records
+from training.fleet import Fleet, Job
 from training.signals import die_with_parent, on_stop_signals
 
 log = logging.getLogger(__name__)
@@ -89,16 +102,43 @@ class _Round:
     promote: list = field(default_factory=list)  # the evaluation thread's verdict
 
 
-@dataclass
-class _WorkerView:
-    """What the coach knows about one worker between polls."""
+class RunFolderBusy(Exception):
+    """Another coach runs on this run folder; the message names its pid."""
 
-    heartbeat: Heartbeat | None = None
-    state: WorkerState = WorkerState.OFFLINE
-    last_seen: float | None = None  # time.time() of the freshest heartbeat seen
-    generation_games: int = 0  # games collected from it for the current generation
-    error: str = ""
-    speed: float = 0.0  # smoothed games/s
+
+class RunLock:
+    """`run_dir/coach.lock`: an exclusive fcntl lock held while a coach runs, with its pid
+    inside (the lock, not the file, is what counts: a crashed coach leaves no stale lock)."""
+
+    NAME = "coach.lock"
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / self.NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.read(fd, 200).decode(errors="replace").split()
+            finally:
+                os.close(fd)
+            pid = holder[0] if holder else "unknown"
+            raise RunFolderBusy(
+                f"{self.path.parent}: a coach is already running on this run folder (pid "
+                f"{pid}); stop it first (kill -TERM {pid}) or use another --run-dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the lock
+            self._fd = None
 
 
 @dataclass
@@ -142,7 +182,10 @@ class Coach:
         self.stats = TransferStats()
         self._stop = threading.Event()
         self._config_changed = threading.Event()
-        self.views: dict[str, _WorkerView] = {}
+        self.tracker = HeartbeatTracker(cfg.distributed.offline_after_s)
+        self.states: dict[str, WorkerState] = {}  # each worker's state at the last pass
+        self.ages: dict[str, float | None] = {}  # seconds since its heartbeat last changed
+        self._hb_seen: dict[str, float] = {}  # heartbeat time last used for its speed
         self.generation = -1  # newest published generation
         self.generations_done = 0
         self.round: _Round | None = None
@@ -150,22 +193,23 @@ class Coach:
         self.elo: float | None = None
         self.model_sync_s: float | None = None
         self._push_started: dict[int, float] = {}
-        self._gen_started_games = 0
         self._games_at_gen = 0
         self._last_progress = 0.0
         self._retry_round_at = 0.0
-        self._delivered: dict[str, int] = {}  # newest generation pushed to each worker
-        self._repush_after: dict[str, float] = {}
         self._started = time.monotonic()
-        self.fleet: Any = None
+        self.fleet: Fleet | None = None
         self.collector: Collector | None = None
         self.training_nodes: Any = None  # remote_training.TrainingNodes when configured
         self._round_nodes: list[str] = []  # extra nodes of the running round
+        self._node_start: Job | None = None  # the training nodes being started for a round
+        self._lock: RunLock | None = None
 
     # ------------------------------------------------------------------ setup
 
     def _prepare_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self._lock is None:
+            self._lock = RunLock(self.run_dir).acquire()
         for d in ("models", "checkpoints", "replay", "quarantine", "workers"):
             (self.run_dir / d).mkdir(exist_ok=True)
         commit = _git_commit()
@@ -197,7 +241,7 @@ class Coach:
             log.info("wrote generation 0 (a random net)")
         self._publish(gen)
 
-    def _make_fleet(self) -> Any:
+    def _make_fleet(self) -> Fleet:
         if self.distributed:
             from training.ssh_workers import SSHFleet
 
@@ -205,11 +249,12 @@ class Coach:
                             next_seq=self.collector.next_seq)
         from training.local_workers import LocalFleet
 
-        return LocalFleet(self.cfg, self.run_dir, self.run_config_path, self._local_devices(),
-                          next_seq=self.collector.next_seq, worker_class=self.worker_class)
+        return LocalFleet(self.cfg, self.run_dir, self.run_config_path, self._local_devices,
+                          next_seq=self.collector.next_seq, worker_class=self.worker_class,
+                          stats=self.stats)
 
-    def _local_devices(self) -> list[str]:
-        sp = self.cfg.self_play
+    def _local_devices(self, cfg: Config) -> list[str]:
+        sp = cfg.self_play
         n_gpus = 0
         if not sp.cpu_only:
             import torch
@@ -253,12 +298,14 @@ class Coach:
     def run(self) -> CoachSummary:
         """Run until `run.iterations` new generations are published, or until stopped."""
         t0 = time.monotonic()
-        self.setup()
-        observer = self._watch_config() if self.watch_config else None
-        log.info("coach: run folder %s, %s mode, workers %s, target %s generations",
-                 self.run_dir, "distributed" if self.distributed else "local",
-                 ",".join(self.fleet.names()) or "(none)", self.cfg.run.iterations or "endless")
+        observer = None
         try:
+            self.setup()
+            observer = self._watch_config() if self.watch_config else None
+            log.info("coach: run folder %s, %s mode, workers %s, target %s generations",
+                     self.run_dir, "distributed" if self.distributed else "local",
+                     ",".join(self.fleet.names()) or "(none)",
+                     self.cfg.run.iterations or "endless")
             self._start_fleet()
             while not self._stop.is_set():
                 self._step()
@@ -266,23 +313,38 @@ class Coach:
                     break
                 self._stop.wait(self.cfg.distributed.poll_interval_s)
         finally:
-            if self.round is not None:
-                log.warning("stopping: training round for generation %d abandoned",
-                            self.round.generation)
-                _terminate(self.round.popen)
-                self.round = None
-                if self.training_nodes is not None:
-                    self.training_nodes.stop_round()
-            if observer is not None:
-                observer.stop()
-            self.fleet.stop_all()
-            self._poll_heartbeats()
-            self._collect(everything=True)  # the last batches the stopped workers flushed
-            self._write_status()
-            if hasattr(self.fleet, "close"):
-                self.fleet.close()
-            if self.training_nodes is not None:
-                self.training_nodes.close()
+            if self.fleet is not None:
+                self._shut_down(observer)
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+        return self._summary(t0)
+
+    def _shut_down(self, observer: Any) -> None:
+        """Stop the round, the workers (in parallel, bounded) and collect what they flushed;
+        no host can hold this longer than its stop and transfer deadlines."""
+        self._stop.set()  # also stops an evaluation in progress
+        if self.round is not None:
+            log.warning("stopping: training round for generation %d abandoned",
+                        self.round.generation)
+            _terminate(self.round.popen)
+            if self.round.evaluation is not None:  # its child process stops with _stop
+                self.round.evaluation.join(timeout=15)
+            self.round = None
+        if self.training_nodes is not None:
+            self.training_nodes.stop_round(wait=True)
+        if observer is not None:
+            observer.stop()
+        self.fleet.stop_all()
+        dist = self.cfg.distributed
+        self.fleet.final_collect(timeout_s=max(30.0, 2 * dist.transfer_timeout_s))
+        self._observe()
+        self._write_status()
+        self.fleet.close()
+        if self.training_nodes is not None:
+            self.training_nodes.close()
+
+    def _summary(self, t0: float) -> CoachSummary:
         summary = CoachSummary(
             generations=self.generations_done, games=self._total_games(),
             batches=len(self.collector.ingested_entries()),
@@ -298,60 +360,57 @@ class Coach:
         return n > 0 and self.generations_done >= n and self.round is None
 
     def _start_fleet(self) -> None:
-        results = self.fleet.start_all()
-        for name, res in results.items():
-            if isinstance(res, Exception):
-                self._view(name).error = f"{type(res).__name__}: {res}"
         self._push(self.generation)
+        self.fleet.start(self.collector)
 
     def _step(self) -> None:
-        """One pass of the loop; operational failures are logged and retried next pass."""
+        """One pass of the loop; operational failures are logged and retried next pass.
+        Nothing here waits on a host: supervisors and jobs do that in their threads."""
         try:
             self._handle_requests()
             if self._config_changed.is_set():
                 self._reload_config()
-            self.fleet.supervise()
-            self._poll_heartbeats()
-            self._repush_missing()
-            self._collect()
+            self.fleet.watchdog()
+            self._observe()
+            self._set_quotas()
             self._advance_training()
-            self._write_status()
-            self._progress()
         except Exception:  # noqa: BLE001 - the loop boundary: log, carry on next pass
             log.exception("coach loop pass failed; retrying")
+        try:
+            self._write_status()  # whatever failed above, status.txt stays current
+            self._progress()
+        except Exception:  # noqa: BLE001 - the loop boundary: log, carry on next pass
+            log.exception("writing the status failed; retrying")
 
     # ------------------------------------------------------------------ workers
 
-    def _view(self, name: str) -> _WorkerView:
-        return self.views.setdefault(name, _WorkerView())
-
-    def _poll_heartbeats(self) -> None:
-        now = time.time()
-        beats = self.fleet.heartbeats()
-        for name in list(self.views):
-            if name not in beats:
-                del self.views[name]
-        for name, hb in beats.items():
-            view = self._view(name)
-            if isinstance(hb, Exception):
-                view.error = f"{type(hb).__name__}: {hb}"
-                hb = None
-            if hb is not None:
-                if view.heartbeat is None or hb.time != view.heartbeat.time:
-                    view.last_seen = now  # our clock, when it last changed
-                    if not hb.paused and hb.games_per_s > 0:  # a paused worker is not slow
-                        view.speed = (0.7 * view.speed + 0.3 * hb.games_per_s) if view.speed \
-                            else hb.games_per_s
-                view.heartbeat = hb
-                view.error = ""
-            fresh = view.last_seen is not None and (
-                now - view.last_seen <= self.cfg.distributed.offline_after_s)
-            view.state = view.heartbeat.state if fresh else WorkerState.OFFLINE
+    def _observe(self) -> None:
+        """Each worker's state from what its supervisor last saw, aged by this clock."""
+        now = time.monotonic()
+        over = getattr(self.collector, "over_budget", {}) if self.collector else {}
+        members = self.fleet.members
+        for name in [n for n in self.states if n not in members]:
+            self.states.pop(name, None)
+            self.ages.pop(name, None)
+            self.tracker.forget(name)
+        for name, m in list(members.items()):
+            hb = m.heartbeat
+            state, age = self.tracker.observe(name, hb, now)
+            if hb is not None and self._hb_seen.get(name) != hb.time:
+                self._hb_seen[name] = hb.time
+                if not hb.paused and hb.games_per_s > 0:  # a paused worker is not slow
+                    m.speed = (0.7 * m.speed + 0.3 * hb.games_per_s) if m.speed \
+                        else hb.games_per_s
+            if m.running is False:
+                state = WorkerState.OFFLINE  # a dead or stopped daemon, whatever it last said
+            if m.fault or over.get(name):
+                state = WorkerState.ERROR
+            self.states[name], self.ages[name] = state, age
         self._check_sync_done()
 
     def _active(self) -> list[str]:
-        return [n for n, v in self.views.items()
-                if v.state in (WorkerState.ACTIVE, WorkerState.SYNCING)]
+        return [n for n, st in self.states.items()
+                if st in (WorkerState.ACTIVE, WorkerState.SYNCING) and n in self.fleet.members]
 
     def weights(self) -> dict[str, float]:
         """Each worker's load-balancing weight (config, else measured games/s, else 1)."""
@@ -361,7 +420,7 @@ class Coach:
             if name in dist.worker_weights:
                 out[name] = dist.worker_weights[name]
             elif dist.load_balancing and not dist.worker_weights:
-                out[name] = max(self._view(name).speed, 1e-3)
+                out[name] = max(self.fleet.members[name].speed, 1e-3)
             else:
                 out[name] = 1.0
         if dist.load_balancing and not dist.worker_weights:
@@ -391,27 +450,20 @@ class Coach:
         total_w = sum(weights[n] for n in active)
         target = self.generation_target()
         per_round = {n: target * weights[n] / total_w for n in active}
-        fill = min(self._view(n).generation_games / per_round[n] for n in active)
+        members = self.fleet.members
+        fill = min(members[n].generation_games / per_round[n] for n in active)
         k = math.floor(fill) + 1
         out: dict[str, int | None] = {n: None for n in names}  # inactive: whatever is there
         for name in active:
-            out[name] = max(0, math.ceil(k * per_round[name]) - self._view(name).generation_games)
+            out[name] = max(0, math.ceil(k * per_round[name]) - members[name].generation_games)
         return out
 
-    def _collect(self, *, everything: bool = False) -> None:
-        quotas = self.quotas()
-        for name in self.fleet.names():
-            left = None if everything else quotas.get(name)
-            if left == 0:
-                continue  # ahead of its share: its batches wait in its outbox
-            try:
-                res = self.collector.collect(name, self.fleet.source(name), max_games=left,
-                                             current_generation=self.generation)
-            except Exception as e:  # noqa: BLE001 - source/transfer errors, per worker
-                self._view(name).error = f"collect: {type(e).__name__}: {e}"
-                log.warning("worker %s: collecting failed, will retry: %s", name, e)
-                continue
-            self._view(name).generation_games += res.games
+    def _set_quotas(self) -> None:
+        """Hand each supervisor its quota (a worker at 0 keeps its batches in its outbox)."""
+        for name, quota in self.quotas().items():
+            m = self.fleet.members.get(name)
+            if m is not None:
+                m.quota = quota
 
     def _handle_requests(self) -> None:
         from distributed.restart_requests import take_requests
@@ -419,11 +471,7 @@ class Coach:
         for action, name in take_requests(self.requests_dir):
             if action == "restart" and name in self.fleet.names():
                 log.info("restart of %s requested from the command line", name)
-                try:
-                    self.fleet.restart(name)
-                except Exception as e:  # noqa: BLE001 - per-worker outcome
-                    log.error("restart of %s failed: %s", name, e)
-                    self._view(name).error = f"restart failed: {e}"
+                self.fleet.request_restart(name)  # its supervisor restarts it
             else:
                 log.warning("request %s %s ignored: no such worker", action, name)
 
@@ -460,35 +508,26 @@ class Coach:
             log.error("config change ignored: %s", e)
             return
         new = override_config(new, {"run.dir": str(self.run_dir)})
-        if self.distributed:
-            added, removed = self.fleet.set_workers(list(new.distributed.workers), new)
-        else:
-            self.cfg = new
-            self.fleet.cfg = new
-            added, removed = self.fleet.set_workers(self._local_devices())
         self.cfg = new
         write_atomic(self.run_config_path, f"# git commit: {_git_commit()}\n" + dump_config(new))
+        self.tracker.offline_after_s = new.distributed.offline_after_s
+        added, removed = self.fleet.set_workers(new)  # added ones start in their supervisors
         log.info("config reloaded: workers added %s, removed %s", added or "-", removed or "-")
-        for name in removed:
-            self.views.pop(name, None)
-        for name in added:
-            try:
-                self.fleet.start(name)
-                self._delivered.pop(name, None)
-                self._push(self.generation, names=[name])
-            except Exception as e:  # noqa: BLE001 - per-worker outcome
-                log.error("worker %s: could not start: %s", name, e)
-                self._view(name).error = str(e)
 
     # ------------------------------------------------------------------ training
 
     def _total_games(self) -> int:
-        return sum(t.games for t in self.collector.tally.values()) if self.collector else 0
+        if self.collector is None:
+            return 0
+        return sum(t.games for t in list(self.collector.tally.values()))
 
     def _new_games(self) -> int:
         return self._total_games() - self._games_at_gen
 
     def _advance_training(self) -> None:
+        if self._node_start is not None:
+            self._launch_when_nodes_ready()
+            return
         if self.round is not None:
             rnd = self.round
             if rnd.evaluation is None:
@@ -510,9 +549,9 @@ class Coach:
             return
         if time.monotonic() < self._retry_round_at:
             return
-        new_positions = sum(int(e.get("positions", 0)) for e in self.collector.entries.values()
-                            if e["status"] == "ingested"
-                            and int(e.get("coach_generation", -1)) >= self.generation)
+        new_positions = sum(int(e.get("positions", 0))
+                            for e in self.collector.ingested_entries()
+                            if int(e.get("coach_generation", -1)) >= self.generation)
         if new_positions < self.cfg.training.min_new_positions:
             return
         self._start_round()
@@ -556,25 +595,47 @@ class Coach:
             self.training_nodes = TrainingNodes(self.cfg, str(self.run_config_path))
 
     def _start_round(self) -> None:
+        """Start the next training round: at once without training nodes; with them, their
+        start runs as a job (network work) and `_advance_training` launches the round when
+        it is done."""
         self._sync_training_nodes()
         gen = self._next_generation()
+        if self.training_nodes is None:
+            self._launch_round(gen, 0, "")
+            return
+        nodes, d = self.training_nodes, self.cfg.distributed
+        deadline = (d.retries + 1) * (d.connect_timeout_s + 4 * max(d.command_timeout_s, 300.0))
+        self._node_start = Job(f"start-nodes-{gen}", lambda: (gen, *nodes.start_round(
+            gen, self.cfg.training.master_port)), deadline)
+
+    def _launch_when_nodes_ready(self) -> None:
+        from training.remote_training import NodeStartError
+
+        job = self._node_start
+        if job.overdue():
+            self._node_start = None
+            log.warning("training nodes did not start within %.0fs; their connections are "
+                        "closed and the round is retried", job.deadline_s)
+            self.training_nodes.abort()
+            self._retry_round_at = time.monotonic() + self.cfg.distributed.backoff_max_s
+            return
+        if not job.done():
+            return
+        self._node_start = None
+        try:
+            gen, nodes, addr = job.result()
+        except (NodeStartError, OSError) as e:
+            log.warning("training round not started: %s; retrying next pass", e)
+            return
+        self._round_nodes = list(self.training_nodes.in_round)
+        if not nodes and self.training_nodes.names():
+            log.warning("training generation %d on the main node only (training nodes "
+                        "benched: %s)", gen, ", ".join(self.training_nodes.names()))
+        self._launch_round(gen, nodes, addr)
+
+    def _launch_round(self, gen: int, nodes: int, addr: str) -> None:
         log_path = Path(self.cfg.logging.dir) / f"trainer_{gen:06d}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        nodes, addr = 0, ""
-        if self.training_nodes is not None:
-            from training.remote_training import NodeStartError
-
-            try:
-                nodes, addr = self.training_nodes.start_round(gen,
-                                                              self.cfg.training.master_port)
-            except NodeStartError as e:
-                log.warning("training round for generation %d not started: %s; retrying "
-                            "next pass", gen, e)
-                return
-            self._round_nodes = list(self.training_nodes.in_round)
-            if not nodes and self.training_nodes.names():
-                log.warning("training generation %d on the main node only (training nodes "
-                            "benched: %s)", gen, ", ".join(self.training_nodes.names()))
         cmd = self._trainer_command(gen, nodes, addr)
         log.info("training generation %d on %d games (%d new): %s", gen, self._total_games(),
                  self._new_games(), " ".join(cmd))
@@ -587,8 +648,8 @@ class Coach:
         self.round = _Round(gen, popen, time.monotonic(), log_path, self._total_games())
         # games that arrive while it trains count for the next round (workers never wait)
         self._games_at_gen = self._total_games()
-        for view in self.views.values():
-            view.generation_games = 0
+        for m in self.fleet.members.values():
+            m.games_baseline = m.games_collected
 
     def _finish_training(self, code: int) -> None:
         """The trainer exited: on success start the evaluation (a thread), else retry."""
@@ -640,10 +701,15 @@ class Coach:
             log.info("arena not available; promoting generation %d without evaluation",
                      generation)
             return True
-        try:
-            result = arena.evaluate_generation(self.cfg, self.run_dir, generation)
-        except Exception:  # noqa: BLE001 - evaluation must never stop training
-            log.exception("evaluation of generation %d failed; promoting it", generation)
+        from training.child_process import ChildFailed, ChildStopped, run_in_child
+
+        try:  # in a child process: stopped at once when the coach stops (see child_process)
+            result = run_in_child(arena.evaluate_generation, self.cfg, self.run_dir,
+                                  generation, stop=self._stop)
+        except ChildStopped:
+            return False
+        except ChildFailed as e:  # evaluation must never stop training
+            log.error("evaluation of generation %d failed; promoting it: %s", generation, e)
             return True
         self.elo = getattr(result, "elo", self.elo)
         return bool(getattr(result, "promote", True))
@@ -658,34 +724,10 @@ class Coach:
         self.generation = generation
         log.info("published generation %d", generation)
 
-    def _push(self, generation: int, names: list[str] | None = None) -> None:
-        manifest = self._manifest(generation)
-        t0 = time.monotonic()
-        if names is None:
-            self._push_started[generation] = t0
-        results = self.fleet.push_model(self.models_dir, manifest, names=names)
-        ok = [n for n, r in results.items() if not isinstance(r, Exception)]
-        for name in ok:
-            self._delivered[name] = max(generation, self._delivered.get(name, -1))
-        for name, r in results.items():
-            if isinstance(r, Exception):
-                self._view(name).error = f"model push failed: {r}"
-                self._repush_after[name] = t0 + self.cfg.distributed.backoff_max_s
-        log.info("pushed generation %d to %d/%d workers in %.2fs", generation, len(ok),
-                 len(results), time.monotonic() - t0)
-
-    def _repush_missing(self) -> None:
-        """A worker that missed a push (its host was down) gets the current model again."""
-        if self.generation < 0:
-            return
-        now = time.monotonic()
-        missing = [n for n in self.fleet.names()
-                   if self._delivered.get(n, -1) < self.generation
-                   and self._view(n).state != WorkerState.OFFLINE
-                   and now >= self._repush_after.get(n, 0.0)]
-        if missing:
-            log.info("re-pushing generation %d to %s", self.generation, ",".join(missing))
-            self._push(self.generation, names=missing)
+    def _push(self, generation: int) -> None:
+        """Every worker's supervisor pushes this model to it (and retries until it has it)."""
+        self._push_started[generation] = time.monotonic()
+        self.fleet.publish(generation, self.models_dir, self._manifest(generation))
 
     def _check_sync_done(self) -> None:
         """Model sync time: from the push until every active worker runs the new model."""
@@ -693,8 +735,9 @@ class Coach:
         if t0 is None:
             return
         active = self._active()
-        if active and all(self.views[n].heartbeat is not None
-                          and self.views[n].heartbeat.generation >= self.generation
+        members = self.fleet.members
+        if active and all(members[n].heartbeat is not None
+                          and members[n].heartbeat.generation >= self.generation
                           for n in active):
             self.model_sync_s = time.monotonic() - t0
             del self._push_started[self.generation]
@@ -723,31 +766,33 @@ class Coach:
         return games, positions, (gen_sum / games if games else None)
 
     def snapshot(self) -> StatusSnapshot:
-        now = time.time()
         weights = self.weights()
-        gen_total = sum(v.generation_games for v in self.views.values()) or 0
+        members = dict(self.fleet.members)
+        gen_total = sum(m.generation_games for m in members.values()) or 0
+        over = getattr(self.collector, "over_budget", {})
         rows = []
-        for name in self.fleet.names():
-            v = self._view(name)
-            hb = v.heartbeat
-            error = (hb.last_error if hb and hb.last_error else "") or v.error or (
-                self.fleet.last_errors().get(name, "") if v.state != WorkerState.ACTIVE else "")
+        for name, m in members.items():
+            hb = m.heartbeat
+            state = self.states.get(name, WorkerState.OFFLINE)
+            error = (over.get(name) or m.fault or (hb.last_error if hb and hb.last_error
+                                                   else "")
+                     or (m.error if state != WorkerState.ACTIVE else ""))
             if hb is not None and hb.paused:
                 error = (f"outbox full ({hb.outbox_backlog}), paused; " + error).rstrip("; ")
             tally = self.collector.tally.get(name)
             if tally is not None and tally.rejected:
                 error = (f"{tally.rejected} batches rejected (quarantine/); " + error).rstrip("; ")
             rows.append(WorkerRow(
-                name=name, host=self.fleet.hosts.get(name, "-"), state=v.state,
-                gpu=self.fleet.gpus.get(name, "-"),
+                name=name, host=m.host, state=state, gpu=m.gpu,
                 generation=hb.generation if hb and hb.generation >= 0 else None,
                 games=tally.games if tally else 0,
-                games_per_s=hb.games_per_s if hb and v.state != WorkerState.OFFLINE else 0.0,
+                played=hb.games_done if hb else None,
+                games_per_s=hb.games_per_s if hb and state != WorkerState.OFFLINE else 0.0,
                 weight=weights.get(name, 1.0),
-                share=(v.generation_games / gen_total) if gen_total else 0.0,
-                heartbeat_age_s=(now - v.last_seen) if v.last_seen else None,
-                restarts=self.fleet.restarts.get(name, 0),
-                last_error=error))
+                share=(m.generation_games / gen_total) if gen_total else 0.0,
+                heartbeat_age_s=self.ages.get(name),
+                restarts=m.restarts,
+                last_error=printable(error)))
         active = [r for r in rows if r.state in (WorkerState.ACTIVE, WorkerState.SYNCING)]
         games, positions, mean_gen = self.window()
         return StatusSnapshot(

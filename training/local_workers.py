@@ -1,44 +1,35 @@
 """Local mode: worker daemons as subprocesses of the coach, on this machine.
 
-A `LocalFleet` runs `start_worker.py` once per worker, each with its own folder
-`run_dir/workers/<name>` (models/, outbox/, status.json) and its log in
+A `LocalFleet` (a `training.fleet.Fleet`) runs `start_worker.py` once per worker, each with
+its own folder `run_dir/workers/<name>` (models/, outbox/, status.json) and its log in
 `logs/worker_<name>.log`, spread over the GPUs by `placement.plan_workers` (or all on the CPU).
-It restarts a worker whose process died, with exponential backoff, and stops them with
-SIGTERM (then SIGKILL after `distributed.stop_grace_s`). The daemons run at nice
-`WORKER_NICE`, below the coach and its trainer.
+Each worker's `LocalBackend` starts, checks and stops its process (SIGTERM, then SIGKILL after
+`distributed.stop_grace_s`), reads its heartbeat (a regular file only, read capped) and copies
+models into its folder; its supervisor (`training.fleet`) restarts a dead daemon with backoff.
+The daemons run at nice `WORKER_NICE`, below the coach and its trainer.
 
 Each worker's pid is written to `run_dir/workers/<name>/worker.pid`, so a coach restarted
 after a crash adopts the daemons that still run instead of starting a second copy.
-
-Fleet vocabulary shared with the SSH fleet (`training.ssh_workers`): `names()`, `start_all()`,
-`supervise()`, `push_model()`, `heartbeats()`, `source(name)`, `set_workers()`, `stop_all()`,
-`restarts`, `hosts`, `gpus`.
 
 It must not: collect or validate batches (the collector does) or decide when to train.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from configs import Config
-from distributed.status import (
-    HEARTBEAT_NAME,
-    Heartbeat,
-    StatusFormatError,
-    WorkerState,
-    read_heartbeat,
-)
+from distributed.status import HEARTBEAT_NAME, Heartbeat, StatusFormatError, read_heartbeat
 from training import model_store
 from training.collector import LocalSource
+from training.fleet import Backend, Fleet, WorkerFault
 from training.model_store import Manifest
 
 log = logging.getLogger(__name__)
@@ -50,35 +41,6 @@ WORKER_NICE = 10
 on the same cores then takes the CPU it needs (`benchmarks/train.py --beside-selfplay 2`, 2
 cores: the trainer at 0.13x of its speed alone beside equal-priority self-play, 0.66x beside
 niced self-play) and self-play fills the idle time."""
-
-
-@dataclass
-class _Proc:
-    name: str
-    folder: Path
-    device: str
-    popen: subprocess.Popen | None = None
-    adopted_pid: int | None = None
-    restarts: int = 0
-    next_start: float = 0.0
-    backoff_s: float = 0.0
-    started_at: float = 0.0
-    log_file: Path | None = None
-    last_exit: str = ""
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def pid(self) -> int | None:
-        if self.popen is not None:
-            return self.popen.pid
-        return self.adopted_pid
-
-    def is_running(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
-        if self.adopted_pid is not None:
-            return _pid_is_worker(self.adopted_pid)
-        return False
 
 
 def _pid_is_worker(pid: int) -> bool:
@@ -99,221 +61,144 @@ def _pid_is_worker(pid: int) -> bool:
         return True
 
 
-class LocalFleet:
-    """Worker daemons as local subprocesses."""
+class LocalBackend(Backend):
+    """One local worker daemon (a subprocess of the coach, or adopted after a restart)."""
 
-    def __init__(self, cfg: Config, run_dir: str | os.PathLike, config_file: str | os.PathLike,
-                 devices: list[str], *, next_seq=lambda name: 0,
+    def __init__(self, cfg: Config, name: str, folder: Path, device: str, config_file: Path,
                  worker_class: str | None = None):
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.config_file = Path(config_file)
-        self.next_seq = next_seq
-        self.worker_class = worker_class
+        self.cfg, self.name, self.folder, self.device = cfg, name, Path(folder), device
+        self.config_file, self.worker_class = Path(config_file), worker_class
+        self.host = "localhost"
+        self.gpu = "cpu" if device == "cpu" else device.split(":")[-1]
+        self.spec = (name, device)
+        self.popen: subprocess.Popen | None = None
+        self.adopted_pid: int | None = None
         self.log_dir = Path(cfg.logging.dir)
-        self.procs: dict[str, _Proc] = {}
-        self.set_workers(devices)
 
-    # ------------------------------------------------------------------ membership
-
-    def set_workers(self, devices: list[str]) -> tuple[list[str], list[str]]:
-        """Run len(devices) workers named worker1..N; returns (added, removed) names."""
-        wanted = {f"worker{i + 1}": dev for i, dev in enumerate(devices)}
-        removed = [n for n in self.procs if n not in wanted]
-        for name in removed:
-            self._stop(self.procs.pop(name))
-        added = []
-        for name, device in wanted.items():
-            if name not in self.procs:
-                folder = self.run_dir / "workers" / name
-                folder.mkdir(parents=True, exist_ok=True)
-                self.procs[name] = _Proc(name, folder, device)
-                added.append(name)
-        return added, removed
-
-    def names(self) -> list[str]:
-        return list(self.procs)
+    def deadline_s(self, op: str) -> float:
+        return self.cfg.distributed.stop_grace_s + 30.0 if op == "stop" else 60.0
 
     @property
-    def hosts(self) -> dict[str, str]:
-        return {n: "localhost" for n in self.procs}
+    def pid(self) -> int | None:
+        if self.popen is not None:
+            return self.popen.pid
+        return self.adopted_pid
 
-    @property
-    def gpus(self) -> dict[str, str]:
-        return {n: ("cpu" if p.device == "cpu" else p.device.split(":")[-1])
-                for n, p in self.procs.items()}
+    def cheap_liveness(self) -> bool:
+        return True
 
-    @property
-    def restarts(self) -> dict[str, int]:
-        return {n: p.restarts for n, p in self.procs.items()}
+    def is_running(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        if self.adopted_pid is not None:
+            return _pid_is_worker(self.adopted_pid)
+        return False
 
-    def last_errors(self) -> dict[str, str]:
-        return {n: p.last_exit for n, p in self.procs.items()}
-
-    def folder(self, name: str) -> Path:
-        return self.procs[name].folder
-
-    def pid(self, name: str) -> int | None:
-        return self.procs[name].pid
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def start_all(self) -> dict[str, int | Exception]:
-        results: dict[str, int | Exception] = {}
-        for name, proc in self.procs.items():
-            try:
-                results[name] = self._start(proc)
-            except OSError as e:
-                results[name] = e
-                log.error("worker %s: could not start: %s", name, e)
-        return results
-
-    def start(self, name: str) -> int:
-        """Start one worker (adopting a daemon that still runs); returns its pid."""
-        return self._start(self.procs[name])
-
-    def _start(self, proc: _Proc) -> int:
-        pid_file = proc.folder / PID_NAME
-        if proc.popen is None and pid_file.exists():
+    def start(self, min_seq: int) -> int:
+        """Start the daemon (adopting one that still runs); returns its pid."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        pid_file = self.folder / PID_NAME
+        if self.popen is None and pid_file.exists():
             try:
                 old = int(pid_file.read_text().strip())
             except ValueError:
                 old = -1
             if old > 0 and _pid_is_worker(old):
-                proc.adopted_pid = old
-                log.info("worker %s: adopting running daemon pid %d", proc.name, old)
+                self.adopted_pid = old
+                log.info("worker %s: adopting running daemon pid %d", self.name, old)
                 return old
         cmd = [sys.executable, str(REPO / "start_worker.py"), "--config", str(self.config_file),
-               "--name", proc.name, "--dir", str(proc.folder), "--log-dir", str(self.log_dir),
-               "--device", proc.device, "--min-seq", str(self.next_seq(proc.name)),
-               "--nice", str(WORKER_NICE)]
+               "--name", self.name, "--dir", str(self.folder), "--log-dir", str(self.log_dir),
+               "--device", self.device, "--min-seq", str(min_seq), "--nice", str(WORKER_NICE)]
         if self.worker_class:
             cmd += ["--worker-class", self.worker_class]
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", str(self.cfg.self_play.threads_per_worker))
         # the worker's own log file holds its story; stderr here catches only crashes at import
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        err = open(proc.folder / "stderr.log", "ab")
         try:
-            proc.popen = subprocess.Popen(cmd, cwd=str(REPO), env=env, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL, stderr=err,
-                                          start_new_session=True)
-        finally:
-            err.close()
-        proc.adopted_pid = None
-        proc.started_at = time.monotonic()
-        (proc.folder / PID_NAME).write_text(f"{proc.popen.pid}\n")
-        log.info("worker %s: started pid %d on %s", proc.name, proc.popen.pid, proc.device)
-        return proc.popen.pid
+            with open(self.folder / "stderr.log", "ab") as err:
+                self.popen = subprocess.Popen(cmd, cwd=str(REPO), env=env,
+                                              stdin=subprocess.DEVNULL,
+                                              stdout=subprocess.DEVNULL, stderr=err,
+                                              start_new_session=True)
+        except OSError as e:
+            raise WorkerFault(f"cannot start {cmd[1]}: {e}") from e
+        self.adopted_pid = None
+        pid_file.write_text(f"{self.popen.pid}\n")
+        log.info("worker %s: started pid %d on %s", self.name, self.popen.pid, self.device)
+        return self.popen.pid
 
-    def supervise(self) -> list[str]:
-        """Restart dead workers with exponential backoff; returns the names restarted."""
-        now = time.monotonic()
-        restarted = []
-        base = self.cfg.distributed.backoff_base_s
-        cap = self.cfg.distributed.backoff_max_s
-        for name, proc in self.procs.items():
-            if proc.is_running():
-                if proc.backoff_s and now - proc.started_at > 4 * cap:
-                    proc.backoff_s = 0.0  # it has stayed up: forget earlier failures
-                continue
-            if proc.next_start == 0.0:
-                code = proc.popen.returncode if proc.popen is not None else None
-                proc.last_exit = f"daemon exited (code {code})"
-                proc.backoff_s = min(cap, proc.backoff_s * 2 or base)
-                proc.next_start = now + proc.backoff_s
-                log.warning("worker %s: %s; restarting in %.1fs", name, proc.last_exit,
-                            proc.backoff_s)
-                continue
-            if now >= proc.next_start:
-                proc.next_start = 0.0
-                proc.restarts += 1
-                try:
-                    self._start(proc)
-                    restarted.append(name)
-                except OSError as e:
-                    log.error("worker %s: restart failed: %s", name, e)
-        return restarted
-
-    def restart(self, name: str) -> None:
-        """Stop and start one worker now (the --restart request)."""
-        proc = self.procs[name]
-        self._stop(proc)
-        proc.restarts += 1
-        proc.next_start = 0.0
-        self._start(proc)
-
-    def _stop(self, proc: _Proc) -> None:
-        pid = proc.pid
-        if pid is None or not proc.is_running():
-            proc.popen = None
-            proc.adopted_pid = None
+    def stop(self) -> None:
+        pid = self.pid
+        if pid is None or not self.is_running():
+            self.popen = None
+            self.adopted_pid = None
             return
-        log.info("worker %s: stopping pid %d", proc.name, pid)
+        log.info("worker %s: stopping pid %d", self.name, pid)
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + self.cfg.distributed.stop_grace_s
-        while time.monotonic() < deadline and proc.is_running():
+        while time.monotonic() < deadline and self.is_running():
             time.sleep(0.05)
-        if proc.is_running():
-            log.warning("worker %s: did not stop within %.0fs; SIGKILL", proc.name,
+        if self.is_running():
+            log.warning("worker %s: did not stop within %.0fs; SIGKILL", self.name,
                         self.cfg.distributed.stop_grace_s)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if proc.popen is not None:
+        if self.popen is not None:
             try:
-                proc.popen.wait(timeout=5)
+                self.popen.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        proc.popen = None
-        proc.adopted_pid = None
-        (proc.folder / PID_NAME).unlink(missing_ok=True)
+        self.popen = None
+        self.adopted_pid = None
+        (self.folder / PID_NAME).unlink(missing_ok=True)
 
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            try:
-                os.kill(proc.pid, signal.SIGTERM) if proc.is_running() else None
-            except (ProcessLookupError, TypeError):
-                pass
-        for proc in self.procs.values():
-            self._stop(proc)
+    def read_heartbeat(self) -> Heartbeat | None:
+        try:
+            return read_heartbeat(self.folder / HEARTBEAT_NAME)
+        except FileNotFoundError:
+            return None
+        except (OSError, StatusFormatError) as e:
+            raise WorkerFault(str(e)) from e
 
-    # ------------------------------------------------------------------ files
+    def push_model(self, models_dir: Path, manifest: Manifest) -> None:
+        """Copy a published model into the worker's models/ folder (manifest last)."""
+        model_store.copy_published(models_dir, manifest, self.folder / "models")
+        model_store.prune_models(self.folder / "models", keep=2)
 
-    def push_model(self, models_dir: Path, manifest: Manifest,
-                   names: list[str] | None = None) -> dict[str, float | Exception]:
-        """Copy a published model into each worker's models/ folder (manifest last)."""
-        results: dict[str, float | Exception] = {}
-        for name in names or list(self.procs):
-            proc = self.procs[name]
-            t0 = time.perf_counter()
-            try:
-                model_store.copy_published(models_dir, manifest, proc.folder / "models")
-                model_store.prune_models(proc.folder / "models", keep=2)
-                results[name] = time.perf_counter() - t0
-            except OSError as e:
-                results[name] = e
-                log.warning("worker %s: model push failed: %s", name, e)
-        return results
+    def has_model(self, generation: int) -> bool:
+        return generation in model_store.list_manifests(self.folder / "models")
 
-    def has_model(self, name: str, generation: int) -> bool:
-        return generation in model_store.list_manifests(self.procs[name].folder / "models")
+    def source(self) -> LocalSource:
+        return LocalSource(self.folder / "outbox")
 
-    def heartbeats(self) -> dict[str, Heartbeat | None]:
-        out: dict[str, Heartbeat | None] = {}
-        for name, proc in self.procs.items():
-            try:
-                out[name] = read_heartbeat(proc.folder / HEARTBEAT_NAME)
-            except (OSError, StatusFormatError):
-                out[name] = None
-            if out[name] is not None and not proc.is_running():
-                # a dead or stopped daemon is Offline, whatever its last heartbeat said
-                out[name] = dataclasses.replace(out[name], state=WorkerState.OFFLINE)
-        return out
 
-    def source(self, name: str) -> LocalSource:
-        return LocalSource(self.procs[name].folder / "outbox")
+class LocalFleet(Fleet):
+    """Worker daemons as local subprocesses, named worker1..N, one per device."""
+
+    def __init__(self, cfg: Config, run_dir: str | os.PathLike, config_file: str | os.PathLike,
+                 devices: Callable[[Config], list[str]], *,
+                 next_seq: Callable[[str], int] = lambda name: 0,
+                 worker_class: str | None = None, stats=None):
+        self.run_dir = Path(run_dir)
+        self.config_file = Path(config_file)
+        self.devices = devices
+        self.worker_class = worker_class
+        super().__init__(cfg, next_seq=next_seq, stats=stats)
+
+    def backends_for(self, cfg: Config) -> list[Backend]:
+        return [LocalBackend(cfg, f"worker{i + 1}", self.run_dir / "workers" / f"worker{i + 1}",
+                             dev, self.config_file, self.worker_class)
+                for i, dev in enumerate(self.devices(cfg))]
+
+    def pid(self, name: str) -> int | None:
+        return self.backend(name).pid
+
+    def folder(self, name: str) -> Path:
+        return self.backend(name).folder

@@ -5,10 +5,13 @@ Vocabulary: a **node** is one entry of `distributed.training_nodes` (a WorkerSpe
 names node1, node2, ...); its node rank is its place among the nodes taking part in a round
 (1, 2, ... in config order; the main node is node rank 0). A node is **benched** after it
 failed a round (could not be brought up or started, or its trainer died during the round) and
-takes part again after a backoff (from `distributed.backoff_max_s`, doubling, at most an hour).
+takes part again after a backoff (`training.fleet.backoff_s` from `distributed.backoff_max_s`,
+doubling, at most an hour). Each node's runtime record is a `training.fleet.Member`, like a
+worker's.
 
-Per round, for each node taking part: bring it up once (preflight, deploy unless
-`distributed.deploy` is off, the run's config) exactly like a worker, then start, detached
+Per round, for each node taking part: bring it up once (`ssh_workers.prepare_host`: preflight,
+deploy unless `distributed.deploy` is off, the run's config redacted as for workers) exactly
+like a worker, then start, detached
 under the connector's pid file and log (`<remote_dir>/logs/worker_<node>.log`),
 
     python -m training.trainer --config <root>/config.yaml --run-dir <root>/workers/<node>
@@ -21,6 +24,11 @@ rank 0 (the coach's local trainer) writes models and checkpoints. A is
 `distributed.master_addr` when the config has it, else the main node's address as the first
 node sees it (the client end of its SSH connection, `$SSH_CONNECTION`).
 
+Nothing here may stall the coach's loop: `start_round` (network work on every node, in
+parallel) is run by the coach in a thread of its own (`training.fleet.Job`) with a deadline;
+`check` answers at once from the last check made in the background; `finish_round` and
+`stop_round` stop the nodes' trainers in the background; `abort` closes every connection.
+
 It must not: import torch or paramiko, decide when to train (the coach does), or touch the
 self-play workers.
 """
@@ -29,13 +37,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from configs import Config
 from distributed.ssh_connector import SSHConnector, SSHError
 from distributed.transfer import TransferError
+from training.fleet import Member, backoff_s
+from training.ssh_workers import prepare_host, write_worker_config
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +56,6 @@ MAX_BENCH_S = 3600.0
 
 class NodeStartError(Exception):
     """The nodes of a round could not all be started (the round is not begun)."""
-
-
-@dataclass
-class _Node:
-    up: bool = False  # preflight, deploy and config done
-    benched_until: float = 0.0
-    bench_s: float = 0.0
-    error: str = ""
 
 
 def trainer_argv(generation: int, nodes: int, node_rank: int, master_addr: str,
@@ -69,14 +72,18 @@ class TrainingNodes:
 
     def __init__(self, cfg: Config, config_file: str, *, connector: SSHConnector | None = None):
         self.cfg = cfg
-        self.config_file = config_file
+        # the nodes get the run's config without the other machines' hosts, users and keys
+        self.config_file = write_worker_config(cfg, Path(config_file).with_name(
+            "node_config.yaml"))
         specs = cfg.distributed.training_nodes
         self.connector = connector or SSHConnector(
             dataclasses.replace(cfg.distributed, workers=specs))
-        self.nodes = {s.name: _Node() for s in specs}
+        self.nodes = {s.name: Member(s.name, host=s.host) for s in specs}
         self.in_round: list[str] = []  # nodes started for the running round
         self.dead: set[str] = set()  # nodes whose trainer died during the running round
         self._last_check = 0.0
+        self._checking: threading.Thread | None = None
+        self._found_dead: list[str] = []  # the background check's finding, not yet reported
         self._master_addr: str | None = getattr(cfg.distributed, "master_addr", None)
 
     def names(self) -> list[str]:
@@ -85,7 +92,7 @@ class TrainingNodes:
     def available(self) -> list[str]:
         """Nodes that take part in the next round (config order, benched ones left out)."""
         now = time.monotonic()
-        return [n for n, s in self.nodes.items() if now >= s.benched_until]
+        return [n for n, s in self.nodes.items() if now >= s.next_try]
 
     def master_addr(self, name: str) -> str:
         """The main node's address as the nodes see it (config, else from node `name`)."""
@@ -101,23 +108,18 @@ class TrainingNodes:
 
     def bench(self, name: str, why: str) -> None:
         s = self.nodes[name]
-        s.bench_s = min(MAX_BENCH_S, s.bench_s * 2 or self.cfg.distributed.backoff_max_s)
-        s.benched_until = time.monotonic() + s.bench_s
+        s.backoff_s = backoff_s(s.backoff_s, self.cfg.distributed.backoff_max_s, MAX_BENCH_S)
+        s.next_try = time.monotonic() + s.backoff_s
         s.error = why
-        s.up = False  # preflight, deploy (a no-op when current) and config again next time
+        s.prepared = False  # preflight, deploy (a no-op when current) and config again
         log.error("training node %s: %s; training goes on without it for %.0fs", name, why,
-                  s.bench_s)
+                  s.backoff_s)
 
     def _bring_up(self, name: str) -> None:
-        if self.nodes[name].up:
+        if self.nodes[name].prepared:
             return
-        report = self.connector.preflight(name)
-        if not report.ok:
-            raise SSHError(f"{name}: preflight: " + "; ".join(report.problems), worker=name)
-        if self.cfg.distributed.deploy:
-            self.connector.deploy(name)
-        self.connector.put(name, self.config_file, self.connector.paths(name).config)
-        self.nodes[name].up = True
+        prepare_host(self.connector, name, self.config_file, self.cfg.distributed.deploy)
+        self.nodes[name].prepared = True
 
     def start_round(self, generation: int, master_port: int) -> tuple[int, str]:
         """Start node ranks 1..K of generation G's round; returns (K, master address).
@@ -126,12 +128,13 @@ class TrainingNodes:
         that fails to start stops the others and raises NodeStartError (retry next pass).
         """
         ready = []
-        for name in self.available():
-            try:
-                self._bring_up(name)
+        for name, res in self.connector.for_each(self._bring_up, self.available()).items():
+            if isinstance(res, _ERRORS):
+                self.bench(name, f"cannot be brought up: {type(res).__name__}: {res}")
+            elif isinstance(res, Exception):
+                raise res
+            else:
                 ready.append(name)
-            except _ERRORS as e:
-                self.bench(name, f"cannot be brought up: {type(e).__name__}: {e}")
         if not ready:
             return 0, ""
         try:
@@ -156,24 +159,26 @@ class TrainingNodes:
         return len(ready), addr
 
     def check(self, min_interval_s: float = 5.0) -> list[str]:
-        """Nodes of the running round whose trainer is gone (polled at most so often)."""
+        """Nodes of the running round whose trainer is gone, as found by the last background
+        check (one is started at most every `min_interval_s`); never waits on a host."""
         now = time.monotonic()
-        if not self.in_round or now - self._last_check < min_interval_s:
-            return []
-        self._last_check = now
-        gone = []
-        for name in self.in_round:
-            if name in self.dead:
-                continue
-            try:
-                alive = self.connector.is_running(name) is not None
-            except _ERRORS as e:
-                log.warning("training node %s: cannot check its trainer: %s", name, e)
-                continue
-            if not alive:
-                self.dead.add(name)
-                gone.append(name)
+        gone, self._found_dead = self._found_dead, []
+        if (self.in_round and now - self._last_check >= min_interval_s
+                and (self._checking is None or not self._checking.is_alive())):
+            self._last_check = now
+            names = [n for n in self.in_round if n not in self.dead]
+            self._checking = threading.Thread(target=self._check, args=(names,),
+                                              name="check-nodes", daemon=True)
+            self._checking.start()
         return gone
+
+    def _check(self, names: list[str]) -> None:
+        for name, res in self.connector.for_each(self.connector.is_running, names).items():
+            if isinstance(res, Exception):
+                log.warning("training node %s: cannot check its trainer: %s", name, res)
+            elif res is None and name in self.in_round and name not in self.dead:
+                self.dead.add(name)
+                self._found_dead.append(name)
 
     def finish_round(self, ok: bool) -> None:
         """The local trainer exited: stop the nodes' trainers; after a failed round bench the
@@ -186,12 +191,27 @@ class TrainingNodes:
                            else "the round failed with it")
         self.stop_round()
 
-    def stop_round(self) -> None:
-        results: dict[str, Any] = self.connector.for_each(self.connector.stop, self.in_round)
-        for name, res in results.items():
-            if isinstance(res, Exception):
-                log.warning("training node %s: could not stop its trainer: %s", name, res)
-        self.in_round, self.dead = [], set()
+    def stop_round(self, *, wait: bool = False) -> None:
+        """Stop the round's trainers on the nodes, in the background unless `wait`."""
+        names, self.in_round, self.dead = list(self.in_round), [], set()
+        if not names:
+            return
+
+        def stop() -> None:
+            results: dict[str, Any] = self.connector.for_each(self.connector.stop, names)
+            for name, res in results.items():
+                if isinstance(res, Exception):
+                    log.warning("training node %s: could not stop its trainer: %s", name, res)
+
+        t = threading.Thread(target=stop, name="stop-nodes", daemon=True)
+        t.start()
+        if wait:
+            t.join(timeout=self.cfg.distributed.command_timeout_s
+                   + self.cfg.distributed.stop_grace_s + 10)
+
+    def abort(self) -> None:
+        """Close every connection (an operation blocked on one fails now)."""
+        self.connector.close()
 
     def describe(self) -> str:
         """The nodes for status.txt: "node1 Training; node2 Benched 60s: why; node3 Ready".
@@ -204,10 +224,10 @@ class TrainingNodes:
         for name, s in self.nodes.items():
             if name in self.in_round:
                 parts.append(f"{name} {'Lost' if name in self.dead else 'Training'}")
-            elif now < s.benched_until:
-                parts.append(f"{name} Benched {s.benched_until - now:.0f}s: {s.error}")
+            elif now < s.next_try:
+                parts.append(f"{name} Benched {s.next_try - now:.0f}s: {s.error}")
             else:
-                parts.append(f"{name} {'Ready' if s.up else 'Idle'}")
+                parts.append(f"{name} {'Ready' if s.prepared else 'Idle'}")
         return "; ".join(parts)
 
     def close(self) -> None:

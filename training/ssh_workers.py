@@ -1,41 +1,51 @@
-"""Distributed mode: worker daemons on SSH hosts, driven through `SSHConnector`.
+"""Distributed mode: worker daemons on SSH hosts, each driven through a connector of its own.
 
-An `SSHFleet` is the coach's view of `distributed.workers`; it speaks the same fleet
-vocabulary as `training.local_workers.LocalFleet` (`names`, `start_all`, `start`,
-`supervise`, `restart`, `push_model`, `heartbeats`, `source`, `set_workers`, `stop_all`,
-`hosts`, `gpus`, `restarts`, `last_errors`), so the coach's loop is the same for both.
+An `SSHFleet` (a `training.fleet.Fleet`) is the coach's view of `distributed.workers`; each
+worker's `SSHBackend` owns one `SSHConnector` for that host alone, so a dead link, a stuck
+transfer or a held lock on one host never touches another (after an abandoned operation the
+supervisor gets a fresh backend with a fresh connector; `abort` closes the old one's socket).
 
-Bringing a worker up: preflight (Python, torch, GPUs, disk; problems make it Error and it is
-retried with backoff) -> deploy the project's exact version (unless `distributed.deploy` is
-off) -> upload the run's config -> start the daemon detached (`python -m training.worker`,
-its own session and pid file, log in `<remote_dir>/logs/worker_<name>.log`). Each worker's
-folder on its host is `<remote_dir>/workers/<name>` (models/, outbox/, status.json); a new
-model goes to every worker's models/ in parallel (model first, manifest last), and the
-generation two before it is deleted there.
+Bringing a worker up (`prepare_host`, shared with `training.remote_training`): preflight
+(Python, torch, GPUs, disk; problems make it Error and it is retried with backoff) -> deploy
+the project's exact version (unless `distributed.deploy` is off) -> upload the run's config,
+redacted (`worker_config`: no other worker's host, user or key path) -> start the daemon
+detached (`python -m training.worker ... --min-seq N`, N from the coach's ledger, so a wiped
+remote folder never reuses a batch number; its own session and pid file, log in
+`<remote_dir>/logs/worker_<name>.log`). Each worker's folder on its host is
+`<remote_dir>/workers/<name>` (models/, outbox/, status.json); a new model goes to its models/
+(model first, manifest last), and the generation two before it is deleted there.
 
-Supervision: a worker whose heartbeat stopped changing is asked over SSH whether its daemon
-runs; a dead daemon is started again with exponential backoff. A host that cannot be reached
-is Offline; the connector reconnects on the next call, so a worker comes back by itself when
-its link does.
+Errors are translated for the supervisor: a connection or transfer failure is `Unreachable`
+(Offline once the heartbeat ages; the connector reconnects on the next call, so a worker comes
+back by itself when its link does), a refused host key or login, a failed preflight or a
+daemon that exits at start is `WorkerFault` (Error).
 
 It must not: import paramiko (only `distributed/` does), or decide when to train.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import posixpath
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
-from configs import Config, WorkerSpec
-from distributed.ssh_connector import SSHConnector, SSHError
-from distributed.status import Heartbeat
-from distributed.transfer import TransferError, TransferStats
+from configs import Config, WorkerSpec, dump_config
+from distributed import remote
+from distributed.ssh_connector import (
+    AuthError,
+    DeployError,
+    HostKeyError,
+    RemoteCommandError,
+    SSHConnector,
+    SSHError,
+)
+from distributed.status import Heartbeat, StatusFormatError
+from distributed.transfer import TransferError, TransferStats, VerifyError, write_atomic
 from training.collector import SourceError
+from training.fleet import Backend, Fleet, Unreachable, WorkerFault
 from training.model_store import Manifest
 
 log = logging.getLogger(__name__)
@@ -44,19 +54,41 @@ START_COMMAND = ("{python}", "-m", "training.worker", "--name", "{name}", "--con
                  "--dir", "{dir}", "--models-dir", "{models}", "--gpu-id", "{gpu_id}",
                  "--log-to-stderr-only")
 _ERRORS = (SSHError, TransferError, OSError)
+_FAULTS = (HostKeyError, AuthError, DeployError, RemoteCommandError, VerifyError,
+           StatusFormatError)
 
 
-@dataclass
-class _Supervision:
-    up: bool = False  # brought up (preflight, deploy, config, start) at least once
-    restarts: int = 0
-    backoff_s: float = 0.0
-    next_try: float = 0.0
-    error: str = ""
-    hb_time: float | None = None  # the last heartbeat's own time
-    hb_changed: float = 0.0  # monotonic time it last changed
-    down_until: float = 0.0  # unreachable: no heartbeat reads or collecting before this
-    down_backoff_s: float = 0.0
+def worker_config(cfg: Config) -> Config:
+    """The config a worker host gets: the run's, without any host, user, key path or weight
+    of the other machines (a worker host needs none of them)."""
+    dist = dataclasses.replace(cfg.distributed, workers=(), training_nodes=(),
+                               worker_weights={}, master_addr=None)
+    return dataclasses.replace(cfg, distributed=dist)
+
+
+def write_worker_config(cfg: Config, path: Path) -> Path:
+    """`worker_config(cfg)` written atomically to `path` (pushed to every host)."""
+    write_atomic(path, dump_config(worker_config(cfg)))
+    return path
+
+
+def prepare_host(connector: SSHConnector, name: str, config_file: Path, deploy: bool) -> None:
+    """Preflight, deploy (when on) and the run's config: once before a host's first start.
+    Raises SSHError (a failed preflight is a RemoteCommandError naming the problems)."""
+    report = connector.preflight(name)
+    if not report.ok:
+        raise RemoteCommandError(f"{name}: preflight: " + "; ".join(report.problems),
+                                 worker=name, action="preflight")
+    if deploy:
+        connector.deploy(name)
+    connector.put(name, config_file, connector.paths(name).config)
+
+
+def translate(err: Exception) -> Exception:
+    """A connector error as the supervisor's `Unreachable` or `WorkerFault`."""
+    if isinstance(err, _FAULTS):
+        return WorkerFault(str(err))
+    return Unreachable(str(err))
 
 
 class SSHSource:
@@ -97,197 +129,119 @@ class SSHSource:
             raise SourceError(f"{self.name}: cannot delete {name}: {e}") from e
 
 
-class SSHFleet:
-    """Worker daemons on the configured SSH hosts."""
+class SSHBackend(Backend):
+    """One worker daemon on an SSH host (see the module docstring)."""
 
-    def __init__(self, cfg: Config, run_dir: str | os.PathLike, config_file: str | os.PathLike,
-                 *, stats: TransferStats | None = None, next_seq=lambda name: 0,
-                 connector: SSHConnector | None = None):
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.config_file = Path(config_file)
-        self.stats = stats or TransferStats()
-        self.connector = connector or SSHConnector(cfg.distributed, start_command=START_COMMAND,
-                                                   stats=self.stats)
-        self.sup: dict[str, _Supervision] = {n: _Supervision() for n in self.connector.workers}
-        self._outbox: dict[str, str] = {}
+    def __init__(self, cfg: Config, spec: WorkerSpec, config_file: Path, *,
+                 stats: TransferStats, start_command: tuple[str, ...] = START_COMMAND,
+                 project: remote.ProjectInfo | None = None):
+        self.cfg, self.spec, self.name = cfg, spec, spec.name
+        self.host = spec.host
+        self.gpu = "cpu" if spec.gpu_id < 0 else str(spec.gpu_id)
+        self.config_file, self.stats = Path(config_file), stats
+        self.start_command, self.project = tuple(start_command), project
+        self.connector = SSHConnector(dataclasses.replace(cfg.distributed, workers=(spec,)),
+                                      start_command=self.start_command, stats=stats,
+                                      project=project)
+        self._outbox: str | None = None
 
-    # ------------------------------------------------------------------ membership
+    def deadline_s(self, op: str) -> float:
+        """Every attempt's own timeouts plus the backoffs between them, and a margin."""
+        d = self.cfg.distributed
+        per_try = d.connect_timeout_s + {
+            "prepare": 4 * max(d.command_timeout_s, 300.0),
+            "stop": d.command_timeout_s + d.stop_grace_s,
+            "start": 2 * d.command_timeout_s,
+            "check daemon": d.command_timeout_s,
+            "push model": 2 * d.transfer_timeout_s,
+        }.get(op, d.transfer_timeout_s)
+        return (d.retries + 1) * per_try + d.retries * d.backoff_max_s + 5.0
 
-    def names(self) -> list[str]:
-        return list(self.connector.workers)
+    def _call(self, fn: Callable, *args):
+        try:
+            return fn(*args)
+        except _ERRORS + (StatusFormatError,) as e:
+            raise translate(e) from e
 
-    @property
-    def hosts(self) -> dict[str, str]:
-        return {n: s.host for n, s in self.connector.workers.items()}
+    def prepare(self) -> None:
+        self._call(prepare_host, self.connector, self.name, self.config_file,
+                   self.cfg.distributed.deploy)
 
-    @property
-    def gpus(self) -> dict[str, str]:
-        return {n: ("cpu" if s.gpu_id < 0 else str(s.gpu_id))
-                for n, s in self.connector.workers.items()}
+    def start(self, min_seq: int) -> int:
+        self.connector.start_command = (*self.start_command, "--min-seq", str(min_seq))
+        return self._call(self.connector.start, self.name)
 
-    @property
-    def restarts(self) -> dict[str, int]:
-        return {n: s.restarts for n, s in self.sup.items()}
+    def is_running(self) -> bool:
+        return self._call(self.connector.is_running, self.name) is not None
 
-    def last_errors(self) -> dict[str, str]:
-        return {n: s.error for n, s in self.sup.items()}
+    def stop(self) -> None:
+        self._call(self.connector.stop, self.name)
 
-    def set_workers(self, specs: list[WorkerSpec], cfg: Config) -> tuple[list[str], list[str]]:
-        """Follow an edited config: stop removed workers, take in added (started by the
-        caller with `start`). Returns (added, removed)."""
-        old = self.connector.workers
-        new = {s.name: s for s in specs}
-        removed = [n for n in old if n not in new]
-        changed = [n for n in old if n in new and old[n] != new[n]]
-        for name in removed + changed:
+    def read_heartbeat(self) -> Heartbeat | None:
+        try:
+            return self._call(self.connector.read_heartbeat, self.name)
+        except Unreachable as e:
+            if isinstance(e.__cause__, FileNotFoundError):
+                return None  # reachable, no heartbeat yet
+            raise
+
+    def push_model(self, models_dir: Path, manifest: Manifest) -> None:
+        """Model file, then manifest; then the model two generations older is deleted."""
+        def push() -> None:
+            models = self.connector.paths(self.name).models
+            for local in (manifest.zst_name, manifest.json_name):
+                self.connector.put(self.name, Path(models_dir) / local,
+                                   posixpath.join(models, local))
+            old = manifest.generation - 2
+            if old >= 0:
+                stem = f"model_{old:06d}"
+                for suffix in (".json", ".pt.zst"):  # manifest first: never a dangling one
+                    self.connector.remove(self.name, posixpath.join(models, stem + suffix))
+
+        self._call(push)
+
+    def source(self) -> SSHSource:
+        if self._outbox is None:
             try:
-                self.connector.stop(name)
+                self._outbox = self.connector.paths(self.name).outbox
             except _ERRORS as e:
-                log.warning("%s: could not stop the removed worker: %s", name, e)
+                raise SourceError(f"{self.name}: unreachable: {e}") from e
+        return SSHSource(self.connector, self.name, self._outbox)
+
+    def abort(self) -> None:
         self.connector.close()
-        self.cfg = cfg
-        self.connector = SSHConnector(cfg.distributed, start_command=START_COMMAND,
-                                      stats=self.stats)
-        for name in removed:
-            self.sup.pop(name, None)
-            self._outbox.pop(name, None)
-        added = [n for n in new if n not in old] + changed
-        for name in added:
-            self.sup[name] = _Supervision()
-            self._outbox.pop(name, None)
-        return added, removed
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def _bring_up(self, name: str) -> int:
-        report = self.connector.preflight(name)
-        if not report.ok:
-            raise SSHError(f"{name}: preflight: " + "; ".join(report.problems), worker=name)
-        if self.cfg.distributed.deploy:
-            self.connector.deploy(name)
-        paths = self.connector.paths(name)
-        self.connector.put(name, self.config_file, paths.config)
-        pid = self.connector.start(name)
-        self.sup[name].up = True
-        self.sup[name].error = ""
-        return pid
-
-    def start_all(self) -> dict[str, Any]:
-        results = self.connector.for_each(self._bring_up)
-        now = time.monotonic()
-        for name, res in results.items():
-            if isinstance(res, Exception):
-                self._failed(name, res, now)
-        return results
-
-    def start(self, name: str) -> int:
-        return self._bring_up(name)
-
-    def _failed(self, name: str, err: Exception, now: float) -> None:
-        s = self.sup[name]
-        s.error = f"{type(err).__name__}: {err}"
-        base, cap = self.cfg.distributed.backoff_base_s, self.cfg.distributed.backoff_max_s
-        s.backoff_s = min(cap, s.backoff_s * 2 or base)
-        s.next_try = now + s.backoff_s
-        log.error("worker %s: %s; retrying in %.1fs", name, s.error, s.backoff_s)
-
-    def supervise(self) -> list[str]:
-        """Start workers not up yet, restart dead daemons (with backoff); returns restarted."""
-        now = time.monotonic()
-        stale_after = max(3 * self.cfg.distributed.heartbeat_interval_s, 2.0)
-        due = [n for n, s in self.sup.items() if now >= s.next_try and now >= s.down_until
-               and (not s.up or now - s.hb_changed > stale_after)]
-        if not due:
-            return []
-        results = self.connector.for_each(lambda n: self._check(n, now), due)
-        restarted = []
-        for name, res in results.items():
-            if isinstance(res, Exception):
-                self._failed(name, res, now)
-            elif res:
-                restarted.append(name)
-        return restarted
-
-    def _check(self, name: str, now: float) -> bool:
-        s = self.sup[name]
-        if not s.up:
-            self._bring_up(name)
-            return False
-        if self.connector.is_running(name) is not None:
-            return False
-        s.restarts += 1
-        log.warning("worker %s: daemon not running; restart %d", name, s.restarts)
-        self.connector.start(name)
-        s.backoff_s = 0.0
-        return True
-
-    def restart(self, name: str) -> None:
-        self.sup[name].restarts += 1
-        self.connector.restart(name)
-
-    def stop_all(self) -> None:
-        for name, res in self.connector.stop_all().items():
-            if isinstance(res, Exception):
-                log.warning("worker %s: stop failed: %s", name, res)
+    def fresh(self) -> SSHBackend:
+        return SSHBackend(self.cfg, self.spec, self.config_file, stats=self.stats,
+                          start_command=self.start_command, project=self.project)
 
     def close(self) -> None:
         self.connector.close()
 
-    # ------------------------------------------------------------------ files
 
-    def push_model(self, models_dir: Path, manifest: Manifest,
-                   names: list[str] | None = None) -> dict[str, Any]:
-        """Model file, then manifest, to every worker in parallel (`stats.last_push_s`)."""
-        files = [(models_dir / manifest.zst_name, "{models}/" + manifest.zst_name),
-                 (models_dir / manifest.json_name, "{models}/" + manifest.json_name)]
-        results = self.connector.push_files(files, names)
-        old = manifest.generation - 2
-        done = [n for n, r in results.items() if not isinstance(r, Exception)]
-        if old >= 0 and done:
-            self.connector.for_each(lambda n: self._remove_model(n, old), done)
-        return results
+class SSHFleet(Fleet):
+    """Worker daemons on the configured SSH hosts, one `SSHBackend` each.
 
-    def _remove_model(self, name: str, generation: int) -> None:
-        models = posixpath.join(self.connector.paths(name).worker_dir, "models")
-        stem = f"model_{generation:06d}"
-        for suffix in (".json", ".pt.zst"):  # manifest first: never a dangling manifest
-            self.connector.remove(name, posixpath.join(models, stem + suffix))
+    `connector` (optional) only lends its start command (e.g. a simulated daemon's) and
+    project info; each worker still gets a connector of its own."""
 
-    def heartbeats(self) -> dict[str, Heartbeat | Exception | None]:
-        """Every worker's heartbeat; an unreachable host is skipped for a backoff period so
-        one dead link never stalls the coach's loop."""
-        now = time.monotonic()
-        out: dict[str, Heartbeat | Exception | None] = {n: None for n in self.sup}
-        reachable = [n for n, s in self.sup.items() if now >= s.down_until]
-        if not reachable:
-            return out
-        results = self.connector.for_each(self.connector.read_heartbeat, reachable)
-        base, cap = self.cfg.distributed.backoff_base_s, self.cfg.distributed.backoff_max_s
-        for name, res in results.items():
-            s = self.sup.get(name)
-            if s is None:
-                continue
-            if isinstance(res, FileNotFoundError):
-                res = None  # reachable, no heartbeat yet
-            if isinstance(res, Exception):
-                s.down_backoff_s = min(cap, s.down_backoff_s * 2 or base)
-                s.down_until = time.monotonic() + s.down_backoff_s
-                log.warning("worker %s: unreachable (%s); next try in %.1fs", name, res,
-                            s.down_backoff_s)
-            else:
-                s.down_backoff_s = 0.0
-            if isinstance(res, Heartbeat) and res.time != s.hb_time:
-                s.hb_time, s.hb_changed = res.time, now
-            out[name] = res
-        return out
+    def __init__(self, cfg: Config, run_dir: str | os.PathLike, config_file: str | os.PathLike,
+                 *, stats: TransferStats | None = None,
+                 next_seq: Callable[[str], int] = lambda name: 0,
+                 connector: SSHConnector | None = None,
+                 start_command: tuple[str, ...] | None = None):
+        self.run_dir = Path(run_dir)
+        self.source_config = Path(config_file)
+        self.config_file = self.run_dir / "worker_config.yaml"
+        self.start_command = tuple(start_command or (connector.start_command if connector
+                                                     else START_COMMAND))
+        self.project = connector.project if connector is not None else None
+        if connector is not None:
+            connector.close()
+        super().__init__(cfg, next_seq=next_seq, stats=stats)
 
-    def source(self, name: str) -> SSHSource:
-        if time.monotonic() < self.sup[name].down_until:
-            raise SourceError(f"{name}: unreachable, retrying later")
-        if name not in self._outbox:
-            try:
-                self._outbox[name] = self.connector.paths(name).outbox
-            except _ERRORS as e:
-                raise SourceError(f"{name}: unreachable: {e}") from e
-        return SSHSource(self.connector, name, self._outbox[name])
+    def backends_for(self, cfg: Config) -> list[Backend]:
+        write_worker_config(cfg, self.config_file)
+        return [SSHBackend(cfg, spec, self.config_file, stats=self.stats,
+                           start_command=self.start_command, project=self.project)
+                for spec in cfg.distributed.workers]
