@@ -128,6 +128,22 @@ class MctsConfig:
     """Unvisited children start at the parent's value minus this (first-play urgency)."""
     reuse_tree: bool = True
     """Keep the chosen child's subtree for the next move."""
+    algorithm: str = "puct"
+    """Search: puct (AlphaZero: PUCT, Dirichlet root noise, visit-count policy targets) or
+    gumbel (Gumbel MuZero: Gumbel-top-k root sampling, sequential halving, improved-policy
+    targets; c_puct, fpu_reduction and dirichlet_* are then unused)."""
+    gumbel_max_considered: int = 16
+    """Gumbel: root moves sampled for sequential halving, m = min(legal, this, simulations)."""
+    gumbel_c_visit: float = 50.0
+    """Gumbel: sigma(q) = (gumbel_c_visit + max child visits) * gumbel_c_scale * q."""
+    gumbel_c_scale: float = 1.0
+    """Gumbel: scale of the normalised completed Q in sigma (see gumbel_c_visit)."""
+    full_search_fraction: float = 1.0
+    """Playout cap randomization (KataGo): share of self-play moves searched with
+    `simulations` and trained as policy targets; the others get `fast_simulations`, no
+    root noise, and train only the value. 1 = every move a full search."""
+    fast_simulations: int = 8
+    """Simulations of a fast search (used when full_search_fraction < 1)."""
 
     def __post_init__(self) -> None:
         _range(self, "simulations", 1, 100_000)
@@ -135,6 +151,24 @@ class MctsConfig:
         _range(self, "dirichlet_total_alpha", 0.0, 1000.0)
         _range(self, "dirichlet_fraction", 0.0, 1.0)
         _range(self, "fpu_reduction", 0.0, 2.0)
+        _choice(self, "algorithm", ("puct", "gumbel"))
+        _range(self, "gumbel_max_considered", 1, 1000)
+        _range(self, "gumbel_c_visit", 0.0, 100_000.0)
+        _range(self, "gumbel_c_scale", 0.0, 1000.0)
+        _check(
+            0.0 < self.full_search_fraction <= 1.0,
+            "full_search_fraction",
+            f"must be > 0 and <= 1 (some moves must be policy targets), "
+            f"got {self.full_search_fraction!r}",
+        )
+        _range(self, "fast_simulations", 1, 100_000)
+        if self.full_search_fraction < 1.0:
+            _check(
+                self.fast_simulations <= self.simulations,
+                "fast_simulations",
+                f"must be <= mcts.simulations ({self.simulations}) when "
+                f"full_search_fraction < 1, got {self.fast_simulations}",
+            )
 
 
 @dataclass(frozen=True)
