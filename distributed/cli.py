@@ -100,10 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          else f"{snap.model_sync_s:.1f}s"))
             print(f"Network usage: {snap.network_mb_per_min:.1f} MB/min")
             print(f"Generation: {'-' if snap.generation is None else snap.generation}")
-            rows = [["NAME", "HOST", "STATE", "GEN", "GAMES/S", "HEARTBEAT", "LAST ERROR"]]
+            rows = [["NAME", "HOST", "STATE", "GEN", "GAMES", "PLAYED", "GAMES/S", "HEARTBEAT",
+                     "LAST ERROR"]]
             for w in snap.workers:
                 rows.append([w.name, w.host, w.state.value,
                              "-" if w.generation is None else str(w.generation),
+                             str(w.games), "-" if w.played is None else str(w.played),
                              f"{w.games_per_s:.2f}",
                              "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f}s",
                              w.last_error or "-"])
