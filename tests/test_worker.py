@@ -189,3 +189,25 @@ def test_lower_priority_sets_the_process_and_its_session_group(tmp_path):
     nice, group = out.stdout.split()
     assert int(nice) == os.getpriority(os.PRIO_PROCESS, 0) + 7
     assert group in ("7", "none")
+
+
+def test_second_daemon_on_one_worker_folder_is_refused_naming_the_first(cfg, run_dir):
+    """Two daemons on one folder would both reserve sequence 0 (one batch lost): the second
+    is refused before it reads or reserves anything, in-process and from the command line."""
+    from training.worker import EXIT_FOLDER_BUSY, WorkerFolderBusy
+
+    folder = run_dir / "workers" / "w1"
+    first = Worker(cfg, "w1", folder)
+    with pytest.raises(WorkerFolderBusy) as err:
+        Worker(cfg, "w1", folder)
+    assert str(folder) in str(err.value) and f"pid {os.getpid()}" in str(err.value)
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.worker", "--config", str(REPO / "configs" / "tiny.yaml"),
+         "--name", "w1", "--dir", str(folder), "--gpu-id", "-1", "--log-to-stderr-only"],
+        cwd=str(REPO), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == EXIT_FOLDER_BUSY, proc.stderr[-2000:]
+    assert f"in use by another worker daemon (pid {os.getpid()})" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (folder / "worker_state.json").exists(), "the refused daemon reserved a number"
+    first.release_folder()
+    Worker(cfg, "w1", folder).release_folder()  # free again once the first lets go

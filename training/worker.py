@@ -644,10 +644,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(cfg.self_play.threads_per_worker)
+    import importlib
+
+    # under `python -m training.worker` this module is __main__: catch the importable class
+    busy = importlib.import_module("training.worker").WorkerFolderBusy
     try:
         worker = cls(cfg, args.name, folder, device=_device(args), seed=args.seed,
                      min_seq=args.min_seq, models_dir=args.models_dir)
-    except WorkerFolderBusy as e:
+    except busy as e:
         log.error("%s", e)  # configure_logging also writes to stderr
         return EXIT_FOLDER_BUSY
     worker.install_signal_handlers()
