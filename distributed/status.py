@@ -135,16 +135,16 @@ def write_heartbeat(path: str | os.PathLike, hb: Heartbeat) -> None:
 def read_heartbeat(path: str | os.PathLike, max_bytes: int = HEARTBEAT_MAX_BYTES) -> Heartbeat:
     """Read a local heartbeat file: a regular file only (a FIFO, device or symlink is refused
     without opening it), at most `max_bytes` read. FileNotFoundError before the first one."""
+    name = Path(path).name  # short: the reason shows in one status.txt cell
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
-        raise StatusFormatError(f"{path}: not a regular file (mode {stat.filemode(st.st_mode)})")
+        raise StatusFormatError(f"{name} is not a regular file ({_kind(st.st_mode)})")
     if st.st_size > max_bytes:
-        raise StatusFormatError(f"{path}: {st.st_size} bytes, over the {max_bytes} of a "
-                                "heartbeat")
+        raise StatusFormatError(f"{name} is {st.st_size} bytes, over {max_bytes}")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
-            raise StatusFormatError(f"{path}: not a regular file")
+            raise StatusFormatError(f"{name} is not a regular file")
         with os.fdopen(fd, "rb") as f:
             fd = -1
             data = f.read(max_bytes + 1)
@@ -152,8 +152,17 @@ def read_heartbeat(path: str | os.PathLike, max_bytes: int = HEARTBEAT_MAX_BYTES
         if fd >= 0:
             os.close(fd)
     if len(data) > max_bytes:
-        raise StatusFormatError(f"{path}: over the {max_bytes} bytes of a heartbeat")
+        raise StatusFormatError(f"{name} grew over {max_bytes} bytes while read")
     return parse_heartbeat(data)
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return stat.filemode(mode)
 
 
 def state_from_heartbeat(

@@ -337,6 +337,107 @@ def test_trainer_killed_round_fails_cleanly_and_is_retried(tmp_path, coach_facto
     print(f"reliability trainer_killed retried_after_s={retry_s:.1f} generation_published=1")
 
 
+def _status_rows(coach: CoachProc) -> dict:
+    try:
+        return {r.name: r for r in parse_status_text(coach.status.read_text()).workers}
+    except (OSError, ValueError):
+        return {}
+
+
+class StatusWatch:
+    """Samples status.txt's modification time every 0.05 s in a thread: the longest gap
+    between two rewrites seen (what a user watching the file would see as staleness)."""
+
+    def __init__(self, path: Path):
+        import threading
+
+        self.path, self.gaps, self._stop = path, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        last, changed = None, time.monotonic()
+        while not self._stop.is_set():
+            try:
+                m = self.path.stat().st_mtime_ns
+            except OSError:
+                m = None
+            now = time.monotonic()
+            if m != last:
+                if last is not None:
+                    self.gaps.append(now - changed)
+                last, changed = m, now
+            time.sleep(0.05)
+        self.gaps.append(time.monotonic() - changed)
+
+    def __enter__(self) -> StatusWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def longest_s(self) -> float:
+        return max(self.gaps, default=0.0)
+
+
+def test_hostile_heartbeat_shows_error_and_stalls_nothing(tmp_path, coach_factory):
+    """worker2's daemon paused (SIGSTOP) and its status.json replaced by hostile files: a
+    wrong type, a FIFO, escape sequences. worker2 reads Error with a printable reason, the
+    coach keeps rewriting status.txt every poll and keeps collecting worker1."""
+    coach = coach_factory(write_config(tmp_path)).start()
+    names = ["worker1", "worker2"]
+    _wait(lambda: coach.all_active(names), 120, "both workers Active")
+    hb_path = coach.run / "workers" / "worker2" / "status.json"
+    pid2 = coach.worker_pid("worker2")
+    os.kill(pid2, signal.SIGSTOP)
+    figures = {}
+    try:
+        with StatusWatch(coach.status) as watch:
+            good = json.loads(hb_path.read_text())
+            for case, marker, write in [
+                ("wrong_type", "games_per_s", lambda: hb_path.write_text(json.dumps(
+                    {**good, "games_per_s": "fast", "time": time.time()}))),
+                ("fifo", "not a regular file", lambda: (hb_path.unlink(), os.mkfifo(hb_path))),
+                ("huge", "bytes, over",
+                 lambda: (hb_path.unlink(), hb_path.write_bytes(b" " * (8 << 20)))),
+            ]:
+                n1 = _ingested(coach, "worker1")
+                write()
+                t0 = time.monotonic()
+                _wait(lambda: _status_rows(coach).get("worker2") is not None
+                      and _status_rows(coach)["worker2"].state == WorkerState.ERROR
+                      and marker in _row_error(coach, "worker2"), 20,
+                      f"worker2 Error after a {case} heartbeat")
+                figures[case] = time.monotonic() - t0
+                row = _status_rows(coach)["worker2"]
+                assert "heartbeat" in row.last_error, row.last_error
+                assert row.last_error.isprintable(), row.last_error
+                _wait(lambda: _ingested(coach, "worker1") > n1 + 1, 30,
+                      f"worker1 collected with worker2's {case} heartbeat")
+                assert _status_rows(coach)["worker1"].state == WorkerState.ACTIVE
+            hb_path.unlink()  # escape sequences in a well-formed heartbeat's last_error
+            hb_path.write_text(json.dumps({**good, "time": time.time(), "state": "Error",
+                                           "last_error": "\x1b[2J\x1b[31mboom\x07\x1b]0;t\x07"}))
+            _wait(lambda: "boom" in _row_error(coach, "worker2"), 20, "worker2's own error")
+            text = coach.status.read_text()
+            assert "\x1b" not in text and "\x07" not in text
+    finally:
+        os.kill(pid2, signal.SIGCONT)
+    _wait(lambda: coach.all_active(names), 60, "worker2 Active again once it writes again")
+    assert coach.stop() == 0, coach.log_text()[-2000:]
+    check_exactly_once(coach.run, [coach.run / "workers" / n for n in names])
+    assert watch.longest_s < 0.3 + 2.0, watch.gaps  # poll_interval_s 0.3, a busy machine
+    print("reliability hostile_heartbeat " + " ".join(
+        f"{k}_error_shown_s={v:.1f}" for k, v in figures.items())
+        + f" status_longest_gap_s={watch.longest_s:.2f} worker1_collected=yes")
+
+
+def _ingested(coach: CoachProc, name: str) -> int:
+    return sum(1 for e in ledger(coach.run) if e["worker"] == name)
+
+
 # ----------------------------------------------------------------------------- worker-side faults
 
 
@@ -495,12 +596,15 @@ def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tm
         _wait(sim.all_active, 180, "three workers Active")
         _wait(lambda: _ingested_by(sim, "sim01") >= 2, 60, "batches from sim01")
         others = {n: _ingested_by(sim, n) for n in ("sim02", "sim03")}
-        t_before = time.monotonic()
+        t_before, w_before = time.monotonic(), time.time()
         time.sleep(4.0)
         rate_before = sum(_ingested_by(sim, n) - c for n, c in others.items()) / (
             time.monotonic() - t_before)
+        gap_before = _longest_ingest_gap(sim, ("sim02", "sim03"), w_before, time.time())
+        watch = StatusWatch(sim.status).__enter__()
         netns_hosts.link_down(1)
         t0 = time.monotonic()
+        w0 = time.time()
         others = {n: _ingested_by(sim, n) for n in ("sim02", "sim03")}
         try:
             offline_s = _wait(lambda: sim.states().get("sim01") == WorkerState.OFFLINE, 60,
@@ -510,8 +614,16 @@ def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tm
             rate_during = sum(_ingested_by(sim, n) - c for n, c in others.items()) / (
                 time.monotonic() - t0)
             assert rate_during > 0, "the other workers' batches stalled during the outage"
+            gap_during = _longest_ingest_gap(sim, ("sim02", "sim03"), w0, time.time())
         finally:
             netns_hosts.link_up(1)
+            watch.__exit__()
+        # the cut host reads Offline within offline_after_s (3 s) plus the heartbeat interval,
+        # a poll and a busy machine's slack; status.txt was rewritten every poll meanwhile;
+        # the others' batches came as often as before the cut
+        assert offline_s < 3 + 4.0, offline_s
+        assert watch.longest_s < 0.3 + 2.0, sorted(watch.gaps)[-5:]
+        assert gap_during < max(2 * gap_before, gap_before + 3.0), (gap_before, gap_during)
         t1 = time.monotonic()
         n1 = _ingested_by(sim, "sim01")
         active_s = _wait(lambda: sim.states().get("sim01") == WorkerState.ACTIVE
@@ -522,7 +634,16 @@ def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tm
     print(f"reliability link_down outage_s={t1 - t0:.0f} offline_after_s={offline_s:.1f} "
           f"active_again_s={active_s:.1f} duplicates={counts['duplicates']} "
           f"lost={counts['lost']} ingested={counts['ingested']} "
-          f"others_batches_per_s_before={rate_before:.2f} during={rate_during:.2f}")
+          f"others_batches_per_s_before={rate_before:.2f} during={rate_during:.2f} "
+          f"others_longest_gap_s_before={gap_before:.1f} during={gap_during:.1f} "
+          f"status_longest_gap_s={watch.longest_s:.2f}")
+
+
+def _longest_ingest_gap(sim: Any, names: tuple[str, ...], t0: float, t1: float) -> float:
+    """The longest wait between two ingests of any of `names` in [t0, t1] (unix time)."""
+    times = sorted([t0, t1] + [e["time"] for e in sim.ledger()
+                               if e["worker"] in names and t0 <= e["time"] <= t1])
+    return max(b - a for a, b in zip(times, times[1:]))
 
 
 @pytest.mark.ssh
