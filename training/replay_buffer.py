@@ -8,7 +8,11 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   reuses them. A missing or outdated sidecar is rebuilt; it is written to a temporary folder
   and renamed, so concurrent builders (DDP ranks) never see half of one.
       boards   int8 [M, N*N]    the board before each move (M positions = moves of the file)
-      visits   uint16 [M, P]    root visit counts: the policy target, normalised when sampled
+      visits   uint16 [M, P]    the policy target (visit counts or a quantised improved
+                                policy, `training.records`), normalised when sampled
+      full_search bool [M]      the move's policy target is valid (a full search); the
+                                policy row of a fast search's move is sampled as all zeros
+                                (no policy target), and so is its opponent_policy
       games    int64 [G, 4]     per game: first position, end position, model generation,
                                 result (+1 black won); black moves at even offsets in a game
       ownership int8 [G, N*N]   per game: the owner of every point of the final position
@@ -70,9 +74,9 @@ from training.records import (
 
 log = logging.getLogger(__name__)
 
-SIDECAR_VERSION = 3
+SIDECAR_VERSION = 4
 CACHE_DIR_NAME = ".window"
-_ARRAYS = ("boards", "visits", "games", "ownership", "scores")
+_ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
 TARGETS = ("ownership", "score", "opponent_policy")
 """Auxiliary targets of `WindowView.samples`, each with a `<name>_mask`."""
 
@@ -155,12 +159,15 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     games = np.zeros((len(lengths), 4), np.int64)
     scores = np.array([np.nan if r.resigned else r.score for r in batch.records], np.float32)
     final = np.zeros((len(lengths), a), np.int8)
+    full_search = np.ones(m, np.bool_)
     start = 0
     for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
         t = rec.num_moves
         end = start + t
         boards[start:end] = rec_boards[:-1]
         visits[start:end] = rec.visits
+        if rec.full_search is not None:
+            full_search[start:end] = rec.full_search
         games[g] = (start, end, rec.generation, rec.result)
         if not rec.resigned:  # a resigned game's last position is not settled
             final[g] = rec_boards[-1]
@@ -179,7 +186,7 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     tmp.mkdir(parents=True)
     try:
-        for key, arr in zip(_ARRAYS, (boards, visits, games, ownership, scores)):
+        for key, arr in zip(_ARRAYS, (boards, visits, games, ownership, scores, full_search)):
             np.save(tmp / f"{key}.npy", arr)
         write_json_atomic(tmp / "info.json", info)
         if final.exists():  # outdated (or another process built it meanwhile): replace
@@ -333,11 +340,13 @@ class WindowView:
         back = np.where(valid, back, pos[:, None])
         past = np.empty((b, h, a), np.int8)
         visits = np.empty((b, a + 1), np.uint16)
+        full = np.empty(b, np.bool_)
         if targets:
             game_end = self._segments[seg, 2]
             has_next = pos + 1 < game_end  # the opponent's reply is in the same game
             after = np.where(has_next, pos + 1, pos)
             next_visits = np.empty((b, a + 1), np.uint16)
+            next_full = np.empty(b, np.bool_)
             owner = np.empty((b, a), np.int8)
             score = np.empty(b, np.float32)
         order = np.argsort(files, kind="stable")
@@ -346,13 +355,16 @@ class WindowView:
             car = self._sidecars[int(files[rows[0]])]
             past[rows] = car.array("boards")[back[rows]]
             visits[rows] = car.array("visits")[pos[rows]]
+            full[rows] = car.array("full_search")[pos[rows]]
             if targets:
                 game = self._segments[seg[rows], 5]
                 next_visits[rows] = car.array("visits")[after[rows]]
+                next_full[rows] = car.array("full_search")[after[rows]]
                 owner[rows] = car.array("ownership")[game]
                 score[rows] = car.array("scores")[game]
         past *= valid[:, :, None]  # zeros before the game's start
         policy = _normalised(visits)
+        policy[~full] = 0.0  # a fast search's move: no policy target (the trainer skips it)
         perm = self._perms[syms]  # [B, A]
         past = np.take_along_axis(past, perm[:, None, :], axis=2)
         policy[:, :a] = np.take_along_axis(policy[:, :a], perm, axis=1)
@@ -367,6 +379,7 @@ class WindowView:
             owner = np.take_along_axis(owner, perm, axis=1) * to_play[:, None]
             opponent = _normalised(next_visits)
             opponent[:, :a] = np.take_along_axis(opponent[:, :a], perm, axis=1)
+            has_next &= next_full  # the reply's target is valid only after a full search
             opponent[~has_next] = 0.0
             out.update(
                 ownership=owner.astype(np.float32),

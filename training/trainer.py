@@ -808,9 +808,15 @@ def _losses(net: torch.nn.Module, batch: dict[str, torch.Tensor],
     else:
         out = net(planes, heads=True)
     logits, v = out["policy"], out["value"]
-    p_loss = -(policy * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
+    # A row of zeros has no policy target (a fast search's move, playout cap randomization):
+    # the policy loss and accuracy are means over the rows that have one (accuracy scaled so
+    # that correct / rows stays that mean).
+    has_policy = policy.sum(dim=1) > 0
+    targets = has_policy.sum().clamp(min=1)
+    p_loss = -(policy * F.log_softmax(logits, dim=1)).sum(dim=1).sum() / targets
     v_loss = F.mse_loss(v, value)
-    correct = (logits.argmax(dim=1) == policy.argmax(dim=1)).sum()
+    hits = ((logits.argmax(dim=1) == policy.argmax(dim=1)) & has_policy).sum()
+    correct = hits * (policy.shape[0] / targets)
     aux = {}
     for name in TARGETS:
         if name not in out:
