@@ -17,7 +17,6 @@ from training.arena import (
     engine_command,
     evaluate_generation,
     play_arena,
-    play_gnugo,
 )
 from training.metrics import read_metrics
 from training.net import load_model, make_evaluator, net_from_config, save_model
@@ -99,14 +98,26 @@ def test_our_gtp_engine_answers_genmove_with_a_model(tiny_cfg, tmp_path):
 
 
 @pytest.mark.gnugo
-def test_a_full_game_against_gnugo_through_the_referee(tiny_cfg, tmp_path):
+def test_the_coach_evaluation_against_gnugo_is_judged_and_reaches_the_metrics(tiny_cfg, run_dir):
     require_tool("GNU Go", gnugo_path() is not None, "apt-get install gnugo")
-    _save_net(tiny_cfg, tmp_path / "m.pt", 1, seed=1)
-    result = play_gnugo(tiny_cfg, tmp_path / "m.pt", games=2, level=1, simulations=4)
-    assert result.games == 2
-    # an untrained 5x5 net at 4 simulations is no match for GNU Go; it must still finish games
-    print(f"untrained net vs GNU Go level 1 on 5x5: W{result.wins} D{result.draws} "
-          f"L{result.losses}")
+    cfg = override(tiny_cfg, {"evaluation.games": 0, "evaluation.gnugo_games": 2,
+                              "evaluation.gnugo_level": 1, "evaluation.simulations": 4})
+    _save_net(cfg, run_dir / "models" / "model_000000.pt", 0, seed=1)
+    _save_net(cfg, run_dir / "models" / "model_000001.pt", 1, seed=2)
+    result = evaluate_generation(cfg, run_dir, 1, device="cpu")
+    g = result.gnugo
+    assert g.games == 2 and g.level == 1
+    # the same runner as the strength tool: one opening with both colours, GNU Go judging
+    specs = [o.spec for o in g.outcomes]
+    assert [s.we_are_black for s in specs] == [True, False] and specs[0].opening == \
+        specs[1].opening and specs[0].seed != specs[1].seed
+    assert all(o.game.judgement for o in g.outcomes)
+    row = read_metrics(run_dir)[-1]
+    assert row["gnugo_games"] == 2 and row["gnugo_level"] == 1
+    assert row["gnugo_ci_low"] <= row["gnugo_score"] <= row["gnugo_ci_high"]
+    assert row["gnugo_disagreements"] == g.disagreements
+    assert "gnugo_ci_low" in (run_dir / "metrics.csv").read_text().splitlines()[0]
+    print(f"untrained net vs GNU Go level 1 on 5x5: W{g.wins} D{g.draws} L{g.losses}")
 
 
 def test_arena_cli_requires_a_subcommand():

@@ -9,6 +9,9 @@
    expected; the test asserts exact equality.
 2. GNU Go plays whole games against `python -m training.gtp` through `training.referee`,
    which checks every move against our reference rules and that the other side accepts it.
+3. GNU Go as the judge (`training.referee.judge_game`) of a hand-built settled position with a
+   dead stone, and `training.gnugo` series: colours, seeds and openings as promised, every
+   game judged.
 
 Default run: a few dozen games per size; `AZGO_DIFF_GAMES=1000 pytest tests/test_gnugo.py`
 plays that many per size up to 9x9 (a fifth on 13x13, a tenth on 19x19). In CI (CI=true) a
@@ -24,8 +27,9 @@ import pytest
 from training import fastgo
 from training.coords import BLACK, WHITE, from_gtp, to_gtp
 from training.go import Position
+from training import gnugo as series
 from training.gtp_client import GtpClient, find_gnugo
-from training.referee import play_game
+from training.referee import GameResult, judge_game, parse_score, play_game
 
 pytestmark = pytest.mark.gnugo
 
@@ -116,3 +120,86 @@ def test_gnugo_plays_a_full_game_against_our_gtp_engine(gnugo_path, size, gnugo_
             == game.result  # our final_score is the referee's Tromp-Taylor count
     print(f"{size}x{size} gnugo {'black' if gnugo_color == BLACK else 'white'}: "
           f"{len(game.moves)} moves, {game.end}, {game.result}, {game.engine_scores}")
+
+
+def settled_game(dead_white_stone: bool) -> list[str]:
+    """9x9: a black wall on column F and a white wall on G (black owns A-F, 54 points, white
+    G-J, 27), optionally with a lone white stone at B5 inside black's area, then two passes."""
+    moves = []
+    for row in range(1, 10):
+        moves += [f"F{row}", f"G{row}"]
+    if dead_white_stone:
+        moves += ["pass", "B5"]
+    return moves + ["pass", "pass"]
+
+
+def area_result(moves: list[str], size: int, komi: float) -> tuple[float, str]:
+    pos = Position(size, komi=komi, max_moves=4 * size * size)
+    for m in moves:
+        pos.play(from_gtp(m, size))
+    return pos.score(), pos.result()
+
+
+def test_judge_agrees_with_a_hand_built_settled_position(gnugo_path):
+    with gnugo(gnugo_path, level=10) as judge:
+        clean = judge_game(judge, 9, 7.5, settled_game(False))
+        dead = judge_game(judge, 9, 7.5, settled_game(True))
+    assert clean == "B+19.5"  # 54 - 27 - 7.5
+    assert area_result(settled_game(False), 9, 7.5) == (19.5, "B+19.5")
+    # The lone stone is dead: the judge removes it, the area count keeps it (and then the
+    # whole region A-E touches white: nobody's), and names the other winner.
+    assert dead == "B+19.5"
+    score, result = area_result(settled_game(True), 9, 7.5)
+    assert result == "W+26.5"  # black: 9 wall stones; white: 27 + 1
+    game = GameResult(size=9, komi=7.5, moves=settled_game(True), score=score, result=result,
+                      end="two passes", judgement=dead)
+    assert game.disagrees
+    assert parse_score(dead) == 19.5 and parse_score("W+0.5") == -0.5 and parse_score("0") == 0
+    for bad in ("B+R", "W+", "B+-3", "resign", "B+nan"):
+        with pytest.raises(ValueError):
+            parse_score(bad)
+
+
+def test_schedule_pairs_openings_alternates_colours_and_gives_distinct_seeds():
+    specs = series.schedule(10, 9, seed=4)
+    assert [s.we_are_black for s in specs] == [True, False] * 5
+    assert len({s.seed for s in specs}) == 10
+    for a, b in zip(specs[::2], specs[1::2]):
+        assert a.opening == b.opening  # each opening once with each colour
+    openings = {s.opening for s in specs}
+    assert len(openings) == 5  # and the pairs differ
+    for opening in openings:
+        assert len(opening) == series.OPENING_STONES and len(set(opening)) == len(opening)
+        for move in opening:  # off the first line
+            assert move[0] not in "AJ" and move[1:] not in ("1", "9"), opening
+    assert series.schedule(10, 9, seed=4) == specs  # reproducible
+    assert series.schedule(10, 9, seed=5) != specs
+
+
+def test_a_series_plays_the_schedule_and_gnugo_judges_every_game(gnugo_path):
+    """Our random GTP player against GNU Go level 1 on 7x7, two games at once."""
+    specs = series.schedule(4, 7, seed=1)
+    commands = []
+
+    def opponent(seed):
+        argv = series.gnugo_command(1, seed)
+        commands.append(argv)
+        return argv
+
+    ours = [sys.executable, "-m", "training.gtp", "--seed", "5"]
+    seen = []
+    outcomes = series.play_series(ours, opponent, specs, size=7, komi=7.5, jobs=2,
+                                  on_game=seen.append)
+    assert [o.spec for o in outcomes] == specs and len(seen) == 4
+    assert sorted(int(c[c.index("--seed") + 1]) for c in commands) == [1, 2, 3, 4]
+    for o in outcomes:
+        colour = "black" if o.spec.we_are_black else "white"
+        assert f"{colour} azgo" in o.game.engine_scores  # we played the colour we were given
+        assert tuple(o.game.moves[: len(o.spec.opening)]) == o.spec.opening
+        assert o.game.end in ("two passes", "move cap")
+        judged = parse_score(o.game.judgement)
+        assert o.points == (1 if (judged > 0) == o.spec.we_are_black else -1)
+        record = o.to_json()
+        assert record["judge"] == o.game.judgement and record["area"] == o.game.result
+    w, d, losses = series.tally(outcomes)
+    assert (w, d, losses) == (0, 0, 4), [o.describe() for o in outcomes]  # random vs GNU Go

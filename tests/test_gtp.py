@@ -171,3 +171,89 @@ def test_client_times_out_on_a_silent_engine_and_reports_a_dead_one():
     with pytest.raises(GtpEngineError):
         dead.send("name")
     dead.close()
+
+
+def test_absurd_komi_is_refused_and_the_random_engine_stays_up(engine):
+    engine.send("boardsize 5")
+    engine.send("komi 2.5")
+    for bad in ("nan", "inf", "-inf", "1e300", "400"):
+        with pytest.raises(GtpError, match="komi must be a finite number"):
+            engine.send(f"komi {bad}")
+    assert engine.send("final_score") == "W+2.5"  # the komi before the refusals
+    assert from_gtp(engine.send("genmove black"), 5) is not None
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from configs import load_config
+    from training.net import net_from_config, save_model
+
+    cfg = load_config(os.path.join(REPO, "configs", "tiny.yaml"))
+    path = tmp_path_factory.mktemp("model") / "model_000001.pt"
+    save_model(path, net_from_config(cfg.net, cfg.go.board_size), generation=1)
+    return str(path)
+
+
+def test_nan_komi_then_genmove_keeps_a_model_engine_up(tiny_model):
+    """`komi nan` used to reach the search's config check and kill the engine at genmove."""
+    with GtpClient(ENGINE + ["--model", tiny_model, "--simulations", "4"], cwd=REPO,
+                   timeout_s=120) as engine:
+        for bad in ("nan", "inf", "1e300"):
+            with pytest.raises(GtpError, match="komi"):
+                engine.send(f"komi {bad}")
+            assert from_gtp(engine.send("genmove black"), 5) is not None
+            assert engine.returncode is None
+        engine.send("komi 6.3")  # legal GTP, though no config would accept it
+        pos = Position(5, max_moves=10_000)
+        engine.send("clear_board")
+        for color in ("black", "white"):
+            pos.play(from_gtp(engine.send(f"genmove {color}"), 5))
+        assert engine.returncode is None
+
+
+def test_seconds_per_move_is_used_and_not_exceeded(tiny_model):
+    """Measured over the real engine: each genmove takes about the budget, searching many
+    chunks (not one fixed search), and never much longer."""
+    import time
+
+    budget = 0.4
+    with GtpClient(ENGINE + ["--model", tiny_model, "--seconds-per-move", str(budget)],
+                   cwd=REPO, timeout_s=120) as engine:
+        engine.send("boardsize 5")
+        times = []
+        for color in ("black", "white", "black", "white"):
+            t0 = time.perf_counter()
+            engine.send(f"genmove {color}")
+            times.append(time.perf_counter() - t0)
+    print(f"genmove seconds at a {budget} s budget: {[round(t, 3) for t in times]}")
+    assert all(0.6 * budget <= t <= budget + 0.25 for t in times), times
+
+
+def test_mcts_player_timed_search_runs_chunks_until_the_time_is_used(tiny_cfg):
+    import time
+
+    import numpy as np
+
+    from training.selfplay import MctsPlayer
+
+    def evaluate(planes, legal):  # uniform priors, a little work per call like a small net
+        time.sleep(0.001)
+        priors = legal.astype(np.float32)
+        return priors / priors.sum(1, keepdims=True), np.zeros(len(planes), np.float32)
+
+    player = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, history=tiny_cfg.net.history,
+                        seconds_per_move=0.25)
+    player.warm_up()
+    for _ in range(3):
+        t0 = time.perf_counter()
+        move = player.genmove([], 0.5)
+        took = time.perf_counter() - t0
+        assert 0 <= move <= 25
+        assert 0.15 <= took <= 0.25 + 0.1, took
+        assert player.last_simulations > 4 * MctsPlayer.CHUNK  # about 1 ms a simulation
+        assert player.last_seconds == pytest.approx(took, abs=0.02)
+    fixed = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 16, history=tiny_cfg.net.history)
+    fixed.genmove([], 0.5)
+    assert fixed.last_simulations == 16
+    with pytest.raises(ValueError, match="seconds_per_move"):
+        MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, history=2, seconds_per_move=0)

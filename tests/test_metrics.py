@@ -47,3 +47,14 @@ def test_damaged_metrics_file_is_reported_by_name(run_dir):
     (run_dir / "metrics.json").write_text("{not json")
     with pytest.raises(MetricsError, match="metrics.json"):
         record_metrics(run_dir, 1, loss=1.0)
+
+
+def test_progress_plot_gains_a_gnugo_panel_when_generations_played_it(run_dir):
+    from PIL import Image
+
+    record_metrics(run_dir, 1, loss=2.0, games_per_s=1.0)
+    plain = Image.open(plot_progress(run_dir)).size
+    record_metrics(run_dir, 2, loss=1.5, gnugo_level=1, gnugo_score=0.25, gnugo_ci_low=0.1,
+                   gnugo_ci_high=0.5)
+    with_gnugo = Image.open(plot_progress(run_dir)).size
+    assert with_gnugo[1] > plain[1]  # one more panel

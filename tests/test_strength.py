@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import REPO, gnugo_path, require_tool
 from training.go import area_score
 from training.net import net_from_config, save_model
 from training.strength import default_generations, play_vs_random
@@ -79,7 +79,8 @@ def test_cli_plays_the_table_and_writes_json_and_plot(tiny_cfg, run_dir):
     out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
                "--games", "4")
     assert out.returncode == 0, out.stderr
-    assert "gen    2  vs random" in out.stdout and "vs gen 0" in out.stdout
+    assert "gen    2       8 sims  vs random" in out.stdout and "vs gen 0" in out.stdout
+    assert "rating" not in out.stdout  # no GNU Go games, no anchored rating
     report = json.loads((run_dir / "strength.json").read_text())
     rows = report["rows"]
     assert [r["generation"] for r in rows] == [0, 1, 2]
@@ -102,3 +103,42 @@ def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir):
     assert out.returncode == 2 and "generation(s) [5]" in out.stderr
     out = _cli("--config", tiny, "--run-dir", str(run_dir), "--generations", "zero")
     assert out.returncode == 2 and "comma list" in out.stderr
+    for flag, value in (("--simulations", "0"), ("--seconds-per-move", "nan"),
+                        ("--gnugo", "one")):
+        out = _cli("--config", tiny, "--run-dir", str(run_dir), flag, value)
+        assert out.returncode == 2 and f"{flag} {value!r}" in out.stderr, out.stderr
+    out = _cli("--config", tiny, "--run-dir", str(run_dir), "--gnugo", "11")
+    assert out.returncode == 2 and "levels are 1..10" in out.stderr
+
+
+@pytest.mark.gnugo
+def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg, run_dir):
+    require_tool("GNU Go", gnugo_path() is not None, "apt-get install gnugo")
+    _fake_run(run_dir, tiny_cfg, [0, 1])
+    out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
+               "--generations", "1", "--games", "2", "--gnugo", "1,2", "--simulations", "4",
+               "--seconds-per-move", "0.02", "--jobs", "1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("vs gnugo 1: game") == 4  # progress: 2 games x 2 budgets
+    assert out.stdout.count("@ 0.02 s/move vs random: game") == 2  # judged too
+    report = json.loads((run_dir / "strength.json").read_text())
+    assert report["anchor"] == {"player": "gnugo 1", "elo": 0.0}
+    assert set(report["pool"]) == {"gnugo 1", "gnugo 2", "random"}
+    rows = report["rows"]
+    assert [(r["generation"], r["simulations"], r["seconds_per_move"]) for r in rows] == [
+        (1, 4, None), (1, None, 0.02)]
+    assert rows[1]["vs_gen0"] is None and sum(rows[1]["vs_random"]) == 2
+    for r in rows:
+        assert set(r["vs_gnugo"]) == {"1", "2"}
+        for level in ("1", "2"):
+            s = r["vs_gnugo"][level]
+            assert sum(s["wdl"]) == 2 and len(s["games"]) == 2
+            lo, hi = s["ci"]
+            assert 0 <= lo <= s["win_rate"] <= hi <= 1
+            assert [g["we"] for g in s["games"]] == ["black", "white"]
+            assert s["games"][0]["opening"] == s["games"][1]["opening"]
+            assert all(g["judge"] for g in s["games"])
+            assert s["disagreements"] == sum(g["disagree"] for g in s["games"])
+        assert r["rating_ci"][0] <= r["rating"] <= r["rating_ci"][1]
+        assert f"rating {r['rating']:+.0f}" in out.stdout
+    assert (run_dir / "strength.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

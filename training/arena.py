@@ -254,6 +254,7 @@ class NetPlayer:
         go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
         self.player = MctsPlayer(make_evaluator(net, device), go_cfg, cfg.mcts, simulations,
                                  history=net.history, seconds_per_move=seconds_per_move)
+        self.player.warm_up()
 
     def genmove(self, position: Any, color: int) -> int | None:
         """The most visited move for `color` after the position's moves."""

@@ -23,8 +23,8 @@ per-generation evaluation (`training.arena.play_gnugo`) use:
   Our Tromp-Taylor area count of the same position is kept beside the judgement, and a
   series reports how many games the two name different winners for.
 - **Parallel**: `jobs` games at once (threads, each driving its own engine processes: our
-  engine, reused from game to game, and that game's GNU Go), so the processes, not this one,
-  use the cores.
+  engine, reused from game to game through an `Engines` pool, and that game's GNU Go), so
+  the processes, not this one, use the cores.
 
 Vocabulary: an **outcome** is one finished game from our point of view (+1 won, 0 a tie,
 -1 lost). This module starts processes and talks GTP; it loads no model and imports no torch.
@@ -152,28 +152,57 @@ class Outcome:
                 f", {verdict}: {judged} after {len(g.moves)} moves ({g.end}){flag}")
 
 
-def play_series(ours: list[str], opponent: Callable[[int], list[str]], specs: Sequence[GameSpec],
-                *, size: int, komi: float, jobs: int = 1, timeout_s: float = 120.0,
-                on_game: Callable[[Outcome], None] | None = None,
+class Engines:
+    """Our GTP engine processes for a series, started as games need them and reused from game
+    to game (and from series to series while the pool is open); `close()` ends them."""
+
+    def __init__(self, argv: list[str], timeout_s: float = 120.0):
+        self.argv = argv
+        self.timeout_s = timeout_s
+        self._idle: queue.Queue[GtpClient] = queue.Queue()
+        self._started: list[GtpClient] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> GtpClient:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            engine = GtpClient(self.argv, timeout_s=self.timeout_s, name="azgo", cwd=str(REPO))
+            with self._lock:
+                self._started.append(engine)
+            return engine
+
+    def give_back(self, engine: GtpClient) -> None:
+        if engine.returncode is None:  # a dead engine is not handed out again
+            self._idle.put(engine)
+
+    def close(self) -> None:
+        for engine in self._started:
+            engine.close()
+
+    def __enter__(self) -> "Engines":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
+                specs: Sequence[GameSpec], *, size: int, komi: float, jobs: int = 1,
+                timeout_s: float = 120.0, on_game: Callable[[Outcome], None] | None = None,
                 judge_level: int = JUDGE_LEVEL) -> list[Outcome]:
-    """Play `specs` between our engine (`ours`, a GTP command) and `opponent(seed)`; return
-    the outcomes in the order of `specs`. `on_game` is called as each game finishes (from
-    the calling thread's point of view, under a lock: one call at a time)."""
+    """Play `specs` between our engine (`ours`: a GTP command, or an open `Engines` pool) and
+    `opponent(seed)`; return the outcomes in the order of `specs`. `on_game` is called as
+    each game finishes, one call at a time."""
     if not specs:
         return []
     judge_cmd = gnugo_command(judge_level)  # fails early, by name, without GNU Go
     jobs = max(1, min(jobs, len(specs)))
-    engines: queue.Queue[GtpClient] = queue.Queue()
-    started: list[GtpClient] = []
+    engines = ours if isinstance(ours, Engines) else Engines(ours, timeout_s)
     lock = threading.Lock()
 
     def one(spec: GameSpec) -> Outcome:
-        try:
-            engine = engines.get_nowait()
-        except queue.Empty:
-            engine = GtpClient(ours, timeout_s=timeout_s, name="azgo", cwd=str(REPO))
-            with lock:
-                started.append(engine)
+        engine = engines.take()
         try:
             argv = opponent(spec.seed)
             with GtpClient(argv, timeout_s=timeout_s, cwd=str(REPO),
@@ -182,7 +211,7 @@ def play_series(ours: list[str], opponent: Callable[[int], list[str]], specs: Se
                 black, white = (engine, other) if spec.we_are_black else (other, engine)
                 game = play_game(black, white, size, komi, opening=spec.opening, judge=judge)
         finally:
-            engines.put(engine)
+            engines.give_back(engine)
         outcome = Outcome(spec, game)
         if on_game is not None:
             with lock:
@@ -193,8 +222,8 @@ def play_series(ours: list[str], opponent: Callable[[int], list[str]], specs: Se
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             return list(pool.map(one, specs))
     finally:
-        for engine in started:
-            engine.close()
+        if engines is not ours:
+            engines.close()
 
 
 def tally(outcomes: Sequence[Outcome]) -> tuple[int, int, int]:

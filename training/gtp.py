@@ -292,4 +292,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the imported module's main, not this __main__ copy's: a player's GtpError (raised
+    # from training.gtp) must be the class the engine catches.
+    from training.gtp import main as module_main
+
+    module_main()

@@ -3,7 +3,9 @@
 Owns the three files in the run folder (see docs/DESIGN.md):
 - `metrics.json`: a list of rows, one per generation, sorted by generation;
 - `metrics.csv`: the same rows as a table (the union of all columns, empty where unknown);
-- `progress.png`: loss, Elo and games/s over generations (matplotlib, Agg backend).
+- `progress.png`: loss, Elo, the win rate against GNU Go (when `evaluation.gnugo_games` plays
+  it: `gnugo_score` with its Wilson interval `gnugo_ci_low`..`gnugo_ci_high`) and games/s over
+  generations (matplotlib, Agg backend).
 
 Vocabulary: a **row** is a dict of plain numbers/strings with an int `generation` key. Several
 parts add columns to the same generation's row (the trainer its losses, the arena its Elo, the
@@ -119,7 +121,8 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def plot_progress(run_dir: str | os.PathLike) -> Path:
-    """Draw progress.png from metrics.json: losses, Elo (with its CI) and games/s."""
+    """Draw progress.png from metrics.json: losses, Elo (with its CI), the win rate against
+    GNU Go (with its CI; a panel only when some generation played it) and games/s."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers; must come before pyplot
@@ -128,7 +131,9 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
 
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    gnugo = _series(rows, "gnugo_score")
+    panels = 4 if gnugo[0] else 3
+    fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
     ax = axes[0]
     for key, label in (
         ("loss", "train loss"),
@@ -154,7 +159,21 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
                 band, [lo[g] for g in band], [hi[g] for g in band], alpha=0.2, color="tab:green"
             )
     ax.set_ylabel("Elo (95% CI)")
-    ax = axes[2]
+    if gnugo[0]:
+        ax = axes[2]
+        xs, ys = gnugo
+        ax.plot(xs, [100 * y for y in ys], marker=".", color="tab:red")
+        lo = dict(zip(*_series(rows, "gnugo_ci_low")))
+        hi = dict(zip(*_series(rows, "gnugo_ci_high")))
+        band = [g for g in xs if g in lo and g in hi]
+        if band:
+            ax.fill_between(band, [100 * lo[g] for g in band], [100 * hi[g] for g in band],
+                            alpha=0.2, color="tab:red")
+        levels = sorted({r["gnugo_level"] for r in rows if isinstance(r.get("gnugo_level"), int)})
+        ax.set_ylim(0, 100)
+        ax.axhline(50, color="grey", lw=0.8, ls="--")
+        ax.set_ylabel(f"% won vs GNU Go {'/'.join(map(str, levels))}")
+    ax = axes[-1]
     xs, ys = _series(rows, "games_per_s")
     if xs:
         ax.plot(xs, ys, marker=".", color="tab:orange")

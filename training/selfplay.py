@@ -371,6 +371,11 @@ class MctsPlayer:
         self.last_simulations = 0
         self.last_seconds = 0.0
 
+    def warm_up(self) -> None:
+        """One tiny search, so that loading the compiled search code is not timed on move 1."""
+        self.mcts.reset_game(0)
+        self.mcts.search(self.evaluate, [0], simulations=1)
+
     def genmove(self, moves: Sequence[int], komi: float) -> int:
         """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
 

@@ -205,9 +205,9 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             row = Row(g, None, None, None, (0, 0, 0), budget.simulations,
                       budget.seconds_per_move)
             seed = cfg.run.seed * 1_000_003 + 7919 * (g + 1)
-            ours = gnugo.engine_command(model_path(run_dir, g), simulations=budget.simulations,
-                                        seconds_per_move=budget.seconds_per_move,
-                                        config=config_path)
+            ours = gnugo.Engines(gnugo.engine_command(
+                model_path(run_dir, g), simulations=budget.simulations,
+                seconds_per_move=budget.seconds_per_move, config=config_path))
 
             def series(name: str, opponent, n: int) -> list[gnugo.Outcome]:
                 def progress(outcome: gnugo.Outcome) -> None:
@@ -217,25 +217,27 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                 return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,
                                          komi=cfg.go.komi, jobs=jobs, on_game=progress)
 
-            if budget.simulations is not None:
-                rnd = play_vs_random(evaluator(g), cfg, games, seed,
-                                     simulations=budget.simulations)
-                row.vs_random = (rnd.wins, rnd.draws, rnd.losses)
-            else:
-                row.vs_random = gnugo.tally(series(RANDOM, gnugo.random_opponent(), games))
-            row.random_ci = tuple(_summary(*row.vs_random)["ci"])
-            if g != 0 and budget.simulations is not None:
-                m = play_arena(evaluator(g), evaluator(0), games, cfg, seed,
-                               simulations=budget.simulations)
-                e = m.estimate()
-                row.vs_gen0, row.vs_gen0_elo = (m.wins, m.draws, m.losses), e.elo
-                row.vs_gen0_ci = (e.ci_low, e.ci_high)
-            for level in gnugo_levels:
-                outcomes = series(gnugo_name(level), gnugo.gnugo_opponent(level), gnugo_games)
-                summary = _summary(*gnugo.tally(outcomes))
-                summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
-                summary["games"] = [o.to_json() for o in outcomes]
-                row.vs_gnugo[str(level)] = summary
+            with ours:
+                if budget.simulations is not None:
+                    rnd = play_vs_random(evaluator(g), cfg, games, seed,
+                                         simulations=budget.simulations)
+                    row.vs_random = (rnd.wins, rnd.draws, rnd.losses)
+                else:
+                    row.vs_random = gnugo.tally(series(RANDOM, gnugo.random_opponent(), games))
+                row.random_ci = tuple(_summary(*row.vs_random)["ci"])
+                if g != 0 and budget.simulations is not None:
+                    m = play_arena(evaluator(g), evaluator(0), games, cfg, seed,
+                                   simulations=budget.simulations)
+                    e = m.estimate()
+                    row.vs_gen0, row.vs_gen0_elo = (m.wins, m.draws, m.losses), e.elo
+                    row.vs_gen0_ci = (e.ci_low, e.ci_high)
+                for level in gnugo_levels:
+                    outcomes = series(gnugo_name(level), gnugo.gnugo_opponent(level),
+                                      gnugo_games)
+                    summary = _summary(*gnugo.tally(outcomes))
+                    summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
+                    summary["games"] = [o.to_json() for o in outcomes]
+                    row.vs_gnugo[str(level)] = summary
             log(format_row(row))
             rows.append(row)
     rate(rows)
