@@ -1,10 +1,13 @@
 """Self-play: many games at once through batched search, finished games as GameRecords.
 
 Owns:
-- `SelfPlay`: `parallel_games` slots, each holding one game in progress; a `step()` plays one
-  move in every game (one search of `mcts.simulations` new simulations each, all games'
-  leaves evaluated together, one network call per search step), and a finished game is
-  returned as a `training.records.GameRecord` while a new game starts in its slot.
+- `SelfPlay`: `parallel_games` slots, each holding one game in progress, searched together
+  (all games' leaves evaluated together, one network call per search step). A game whose
+  search ends plays its move and starts its next search at once, so every step keeps every
+  game in the batch even when searches differ in length (playout cap randomization, a
+  fresh root's extra evaluation); `step()` runs search steps until every game has played at
+  least one move. A finished game is returned as a `training.records.GameRecord` while a
+  new game starts in its slot.
 - `play_match`: games between two evaluators (the arena), batched the same way.
 - `MctsPlayer`: search one position for the GTP engine.
 
@@ -13,9 +16,25 @@ a game's *seed* (derived from the base seed and the game's number) seeds its own
 Generator, which draws its root noise, its sampled moves and whether its resignation is
 disabled, so a game does not depend on which other games share its batches.
 
-Policy targets are the root visit counts of every move (`GameRecord.visits`), never the move
-played. The first `temperature_moves` moves of a game are drawn in proportion to visits, then
-the most visited move is played. A game resigns when its root value (side to move's view)
+Policy targets (`GameRecord.visits`) are what the search learned, never the move played:
+the root visit counts (`mcts.algorithm: puct`), or the improved policy
+softmax(logits + sigma(completed Q)) as round(p * `records.POLICY_SCALE`), the move played
+at least 1 (`gumbel`). Moves to play: PUCT draws the first `temperature_moves` moves of a
+game in proportion to visits, then plays the most visited move. Gumbel plays the move its
+search chose: among the moves sequential halving kept, the largest g + logit + sigma(Q),
+with the root's Gumbel noise g in the first `temperature_moves` moves (a sample, close to
+one from the improved policy) and g = 0 after them (the search's best). Self-play searches
+always draw g (Gumbel's exploration of the targets; it replaces Dirichlet noise), so
+`temperature_moves` only decides whether the noise also picks the move.
+
+Playout cap randomization (KataGo; `mcts.full_search_fraction` < 1): each move is, by the
+game's generator, a full search (`mcts.simulations`, root noise, a policy target) with that
+probability, else a fast search (`mcts.fast_simulations`, no root noise except Gumbel's in
+the first `temperature_moves` moves, where it varies the openings); `GameRecord.full_search`
+marks the moves whose targets the trainer learns the policy from (every move trains the
+value). The tree is reused across both kinds as usual.
+
+A game resigns when its root value (side to move's view)
 falls below `resign_threshold`; in `resign_disabled_fraction` of games resignation is off and
 the record notes the colour that would have resigned (`would_resign_as`), so the share of
 such games that colour went on to win is the false-resignation rate.
@@ -43,8 +62,8 @@ import numpy as np
 
 from training import fastgo
 from training.coords import BLACK
-from training.mcts import Evaluate, Mcts, choose_moves
-from training.records import GameRecord
+from training.mcts import Evaluate, Mcts
+from training.records import POLICY_SCALE, GameRecord
 
 if TYPE_CHECKING:
     from configs import GoConfig, MctsConfig, SelfPlayConfig
@@ -70,6 +89,24 @@ class _Game:
     moves: list[int] = field(default_factory=list)
     visits: list[np.ndarray] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
+    full: list[bool] = field(default_factory=list)
+    searching_full: bool = True
+    """The search in progress is a full one (its move's target trains the policy)."""
+
+
+def policy_rows(mcts: Mcts, games: np.ndarray, moves: np.ndarray) -> np.ndarray:
+    """uint16 [len(games), A + 1]: the stored policy targets of finished searches.
+
+    PUCT: the root visit counts (at most 65535). Gumbel: the improved policy as
+    round(p * POLICY_SCALE), the move played at least 1 (a batch's check that the target
+    does not disagree with the move; a shift of at most 1 / POLICY_SCALE).
+    """
+    if not mcts.is_gumbel:
+        return np.minimum(mcts.root_visits(games), 65535).astype(np.uint16)
+    rows = np.rint(mcts.policy_targets(games) * POLICY_SCALE).astype(np.uint16)
+    at = np.arange(len(games))
+    rows[at, moves] = np.maximum(rows[at, moves], 1)
+    return rows
 
 
 class SelfPlay:
@@ -112,7 +149,9 @@ class SelfPlay:
         self.games_started = 0
         self.games_finished = 0
         self.moves_played = 0
+        self.full_searches = 0  # moves whose search was a full one (policy targets)
         self._pending: list[GameRecord] = []
+        self._searching = np.zeros(self.n_slots, bool)  # a search of this slot is under way
         self._slots: list[_Game] = [self._new_game(g) for g in range(self.n_slots)]
 
     def set_evaluator(self, evaluate: Evaluate, generation: int) -> None:
@@ -126,42 +165,79 @@ class SelfPlay:
         rng = np.random.default_rng(seed)
         disabled = bool(rng.random() < self.cfg.resign_disabled_fraction)
         self.mcts.reset_game(slot, komi=self.go_cfg.komi)
+        self._searching[slot] = False
         return _Game(seed=seed, rng=rng, generation=self.generation, resign_disabled=disabled)
 
     def step(self) -> list[GameRecord]:
-        """One move in every game (one search each); returns the games that finished."""
-        slots = np.arange(self.n_slots)
+        """Search steps until every game has played at least one move (a game whose search
+        ends plays and starts its next search at once); returns the games that finished."""
+        finished: list[GameRecord] = []
+        moved = np.zeros(self.n_slots, bool)
+        while not moved.all():
+            idle = np.flatnonzero(~self._searching)
+            if len(idle):
+                self._start_searches(idle)
+            self.mcts.step([self.evaluate])
+            done = np.flatnonzero(self._searching & ~self.mcts.searching())
+            if len(done):
+                self._searching[done] = False
+                moved[done] = True
+                finished += self._play_searched(done)
+        return finished
+
+    def _start_searches(self, slots: np.ndarray) -> None:
+        """Start the next move's search in `slots`: full or fast (playout cap
+        randomization, drawn from the game's generator), with or without root noise."""
+        cfg = self.mcts_cfg
+        fraction = cfg.full_search_fraction
+        sims = np.empty(len(slots), np.int64)
+        rngs: list[np.random.Generator | None] = []
+        for i, g in enumerate(slots.tolist()):
+            game = self._slots[g]
+            full = fraction >= 1.0 or bool(game.rng.random() < fraction)
+            game.searching_full = full
+            sims[i] = self.mcts.simulations if full else cfg.fast_simulations
+            opening = len(game.moves) < self.cfg.temperature_moves
+            noisy = full or (self.mcts.is_gumbel and opening)
+            rngs.append(game.rng if noisy else None)
+        self.mcts.start_search(slots, rngs, sims)
+        self._searching[slots] = True
+
+    def _play_searched(self, slots: np.ndarray) -> list[GameRecord]:
+        """Resign, or play the searched move, in each of `slots`; the finished games."""
         games = self._slots
-        visits = self.mcts.search(self.evaluate, slots, rngs=[s.rng for s in games])
         values = self.mcts.root_values(slots)
         threshold = self.cfg.resign_threshold
         finished: list[GameRecord] = []
         playing = []
-        for g, game in enumerate(games):
-            if threshold > -1.0 and values[g] < threshold:
+        for i, g in enumerate(slots.tolist()):
+            game = games[g]
+            if threshold > -1.0 and values[i] < threshold:
                 color = self.mcts.to_play(g)
                 if not game.resign_disabled:
                     finished.append(self._finish(g, resigned_by=color))
                     continue
                 if game.would_resign_as == 0:
                     game.would_resign_as = color
-            playing.append(g)
-        if playing:
-            idx = np.asarray(playing, np.int64)
-            sample = np.array(
-                [len(games[g].moves) < self.cfg.temperature_moves for g in playing], bool
-            )
-            moves = choose_moves(visits[idx], [games[g].rng for g in playing], sample)
-            for g, move in zip(playing, moves):
-                game = games[g]
-                game.moves.append(int(move))
-                game.visits.append(np.minimum(visits[g], 65535).astype(np.uint16))
-                game.values.append(float(values[g]))
-            self.mcts.play(idx, moves)
-            self.moves_played += len(playing)
-            for g in playing:
-                if self.mcts.is_over(g):
-                    finished.append(self._finish(g, resigned_by=0))
+            playing.append((g, float(values[i])))
+        if not playing:
+            return finished
+        idx = np.asarray([g for g, _ in playing], np.int64)
+        sample = np.array([len(games[g].moves) < self.cfg.temperature_moves for g in idx], bool)
+        moves = self.mcts.select_moves(idx, [games[g].rng for g in idx], sample)
+        rows = policy_rows(self.mcts, idx, moves)
+        for (g, value), move, row in zip(playing, moves, rows):
+            game = games[g]
+            game.moves.append(int(move))
+            game.visits.append(row)
+            game.values.append(value)
+            game.full.append(game.searching_full)
+            self.full_searches += game.searching_full
+        self.mcts.play(idx, moves)
+        self.moves_played += len(playing)
+        for g in idx.tolist():
+            if self.mcts.is_over(g):
+                finished.append(self._finish(g, resigned_by=0))
         return finished
 
     def _finish(self, slot: int, resigned_by: int) -> GameRecord:
@@ -191,6 +267,7 @@ class SelfPlay:
             seed=game.seed,
             simulations=self.mcts.simulations,
             values=np.asarray(game.values, np.float16),
+            full_search=np.asarray(game.full, np.bool_),
         )
         self.games_finished += 1
         log.debug(
@@ -259,9 +336,11 @@ def play_match(
     """Play n_games between two evaluators, all at once; returns (record, a_was_black).
 
     Colours alternate (A is black in games 0, 2, 4, ...). Each move is a fresh search by the
-    side to move's evaluator (no tree reuse, no root noise); the first `opening_moves` moves
-    are drawn in proportion to visits from the game's own seed, so the games differ, then
-    the most visited move is played. No resignation: games are played out and scored.
+    side to move's evaluator (no tree reuse); the first `opening_moves` moves are drawn from
+    the game's own seed, so the games differ (PUCT: in proportion to visits, no root noise;
+    Gumbel: the search's choice with Gumbel noise), then the search's best move is played
+    (the most visited; Gumbel: its choice with g = 0). No resignation: games are played out
+    and scored.
     `early_pass` False: neither side passes first while a real move is left (`training.mcts`).
     """
     if n_games <= 0:
@@ -284,13 +363,17 @@ def play_match(
         games = np.flatnonzero(active)
         to_play = mcts.boards.info[:n_games, fastgo.TO_PLAY]
         owner = np.where((to_play == BLACK) == a_black, 0, 1)
-        v = mcts.search([evaluate_a, evaluate_b], games, owner=owner)
-        vals = mcts.root_values(games)
         sample = np.array([len(moves[g]) < opening_moves for g in games], bool)
-        chosen = choose_moves(v, [rngs[g] for g in games], sample)
+        noise = None
+        if mcts.is_gumbel:  # Gumbel samples through its root noise, PUCT by its visits
+            noise = [rngs[g] if s else None for g, s in zip(games, sample)]
+        mcts.search([evaluate_a, evaluate_b], games, rngs=noise, owner=owner)
+        vals = mcts.root_values(games)
+        chosen = mcts.select_moves(games, [rngs[g] for g in games], sample)
+        rows = policy_rows(mcts, games, chosen)
         for i, g in enumerate(games):
             moves[g].append(int(chosen[i]))
-            visits[g].append(np.minimum(v[i], 65535).astype(np.uint16))
+            visits[g].append(rows[i])
             values[g].append(float(vals[i]))
         mcts.play(games, chosen)
         for g in games:
@@ -386,10 +469,10 @@ class MctsPlayer:
         if self.mcts.is_over(0):
             return self.size * self.size
         if self.seconds_per_move is None:
-            visits = self.mcts.search(self.evaluate, [0])[0]
+            self.mcts.search(self.evaluate, [0])
             self.last_simulations = self.max_simulations
         else:
-            visits = self._timed_search(start + self.seconds_per_move)
+            self._timed_search(start + self.seconds_per_move)
         self.last_value = float(self.mcts.root_values([0])[0])
         self.last_seconds = time.perf_counter() - start
         return int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
