@@ -5,7 +5,10 @@ synthetic samples, a 9x9 6-block 64-filter net (configs/gpu.yaml's) unless told 
 for one process and for two DDP processes over Gloo on the CPU (torchrun, one thread each),
 and, where CUDA is present, one GPU with and without mixed precision. Steady-state figures:
 the first `--warmup-steps` steps of each run are left out. The last line is one JSON object
-with `samples_per_s_1` and `samples_per_s_ddp2` (and `samples_per_s_gpu*` on a GPU).
+with `samples_per_s_1` and `samples_per_s_ddp2` (and `samples_per_s_gpu*` on a GPU). The
+config's net (global pooling and the auxiliary heads, as set there) is compared in the same
+run with the plain AlphaZero net on one thread (`samples_per_s_1_thread_plain`: no
+pooling, policy and value heads only).
 
 Beside self-play (`--beside-selfplay N`): samples/s of one trainer process alone, then with N
 real self-play processes on the same cores (each in its own session, as local mode starts
@@ -151,6 +154,11 @@ def bench_training(args: argparse.Namespace) -> dict:
         tmp = Path(tmp)
         cfg_path = tmp / "config.yaml"
         cfg_path.write_text(dump_config(cfg))
+        plain_path = tmp / "plain.yaml"
+        plain_path.write_text(dump_config(override(cfg, {
+            "net.global_pooling": False, "net.ownership_head": False, "net.score_head": False,
+            "net.opponent_policy_head": False,
+        })))
         samples = tmp / "samples.npz"
         count = max(args.batch_size * 8, 2048)
         synthetic_samples(count, cfg.go.board_size, cfg.net.history, seed=0).save(samples)
@@ -161,6 +169,8 @@ def bench_training(args: argparse.Namespace) -> dict:
         runs = [
             ("samples_per_s_1", "CPU, 1 process", one, [], {**cpu_env}),
             ("samples_per_s_1_thread", "CPU, 1 process, 1 thread", one, [],
+             {**cpu_env, "OMP_NUM_THREADS": "1"}),
+            ("samples_per_s_1_thread_plain", "CPU, 1 process, 1 thread, plain net", one, [],
              {**cpu_env, "OMP_NUM_THREADS": "1"}),
             ("samples_per_s_ddp2", "CPU, 2 DDP processes (gloo), 1 thread each", ddp2, [],
              {**cpu_env, "OMP_NUM_THREADS": "1"}),
@@ -175,7 +185,8 @@ def bench_training(args: argparse.Namespace) -> dict:
                 runs.append(("samples_per_s_gpu_ddp2", "2 GPUs, DDP (nccl)", ddp2, [], {}))
         for key, label, prefix, extra, env in runs:
             t0 = time.perf_counter()
-            summary = _run_trainer(prefix, cfg_path, tmp / key, samples, steps, extra, env)
+            path = plain_path if key.endswith("_plain") else cfg_path
+            summary = _run_trainer(prefix, path, tmp / key, samples, steps, extra, env)
             wall = time.perf_counter() - t0
             rate = _steady_samples_per_s(summary, args.batch_size, args.warmup_steps)
             results[key] = rate
@@ -188,6 +199,8 @@ def bench_training(args: argparse.Namespace) -> dict:
     print(f"|{'-' * 48}|{'-' * 12}|{'-' * 8}|{'-' * 8}|")
     for label, rate, loss, wall in rows:
         print(f"| {label:<46} | {rate:>10,.0f} | {loss:>6.3f} | {wall:>6.1f} |")
+    print(f"This config's net over the plain net (1 thread): "
+          f"{results['samples_per_s_1_thread'] / results['samples_per_s_1_thread_plain']:.2f}x")
     if "samples_per_s_ddp2" in results:
         print(f"DDP speed-up over one process: "
               f"{results['samples_per_s_ddp2'] / results['samples_per_s_1']:.2f}x")
@@ -212,7 +225,8 @@ def _time_evaluator(evaluate, planes: np.ndarray, legal: np.ndarray, min_time_s:
 def bench_inference(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    net = PolicyValueNet(args.board_size, args.blocks, args.filters, args.history, 64).eval()
+    net = PolicyValueNet(args.board_size, args.blocks, args.filters, args.history, 64,
+                         global_pooling=args.global_pooling).eval()
     n, c = args.board_size, 2 * args.history + 1
     rng = np.random.default_rng(0)
     table: dict[str, dict[int, float]] = {}
@@ -231,7 +245,8 @@ def bench_inference(args: argparse.Namespace) -> dict:
             table[mode][batch] = _time_evaluator(evaluate, planes, legal, args.min_time_s)
             print(f"  {mode} batch {batch}: {table[mode][batch]:,.0f} positions/s",
                   file=sys.stderr)
-    print(f"\nInference positions/s, {n}x{n} {args.blocks}x{args.filters} net, "
+    print(f"\nInference positions/s, {n}x{n} {args.blocks}x{args.filters} net"
+          f"{' with global pooling' if args.global_pooling else ''}, "
           f"{args.threads} thread(s), make_evaluator (softmax over legal moves included)")
     head = "".join(f" | {b:>8}" for b in args.batches)
     print(f"| {'mode':<8}{head} | prep s |")
@@ -264,6 +279,8 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=["eager", "trace", "compile"],
                     choices=["eager", "trace", "compile"])
     ap.add_argument("--threads", type=int, default=1, help="inference: torch threads")
+    ap.add_argument("--global-pooling", action="store_true",
+                    help="inference: a net with global pooling (training heads never run)")
     ap.add_argument("--min-time-s", type=float, default=0.5, help="inference: per window")
     args = ap.parse_args()
     if args.inference:

@@ -23,6 +23,12 @@ micro-batch halves the micro-batch and accumulates twice as many. Checkpoints ho
 optimizer, schedule, step, generation, data position and every rank's RNG state, are written
 atomically and resume exactly (the next step's loss is the same).
 
+Losses: policy cross-entropy + value MSE, plus the net's training-only heads where it has them
+(KataGo's auxiliary targets, `TARGETS`): ownership (cross-entropy per point, mean), score
+(Huber on margin / N) and the opponent's reply (cross-entropy), each masked per sample and
+weighted by `training.ownership_weight`, `score_weight`, `opponent_policy_weight`. `loss` in
+results and metrics stays policy + value, so that runs with and without the heads compare.
+
 Files (rank 0, then a barrier): checkpoints/checkpoint_<gen:06d>.pt, models/model_<gen:06d>.pt
 (net.save_model) and one metrics row (training.metrics).
 
