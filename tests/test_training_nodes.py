@@ -177,6 +177,20 @@ def _status_nodes(coach) -> str:
     return parse_status_text(render_status(coach.snapshot())).training_nodes
 
 
+def _start_round(coach, timeout_s: float = 120) -> None:
+    """`coach._start_round()` and the loop passes until the round runs: the nodes are
+    started by a job off the coach's loop."""
+    import time
+
+    t0 = time.monotonic()
+    coach._start_round()
+    while coach.round is None:
+        assert coach._node_start is not None, "the round was not started (see the log)"
+        assert time.monotonic() - t0 < timeout_s, "the nodes did not start in time"
+        time.sleep(0.2)
+        coach._advance_training()
+
+
 def _wait_round(coach, timeout_s: float) -> float:
     """Drive the coach's round until the trainer exited; returns the seconds it took."""
     import time
@@ -198,7 +212,7 @@ def test_the_coach_trains_a_round_with_a_node_over_ssh(work, node_host):
     coach, node_root = _coach(work, node_host, "ssh_round", {})
     try:
         assert coach.snapshot().training_nodes == "node1 Idle"
-        coach._start_round()
+        _start_round(coach)
         assert coach._round_nodes == ["node1"]
         assert _status_nodes(coach) == "node1 Training"
         seconds = _wait_round(coach, 150)
@@ -232,7 +246,7 @@ def test_a_killed_node_fails_the_round_and_the_next_one_runs_without_it(work, no
                                "training.steps_per_generation": 100000})
     nodes = coach.training_nodes
     try:
-        coach._start_round()
+        _start_round(coach)
         assert coach._round_nodes == ["node1"]
         log_path = coach.run_dir / "logs" / "trainer_000002.log"
         t0 = time.monotonic()
@@ -254,7 +268,7 @@ def test_a_killed_node_fails_the_round_and_the_next_one_runs_without_it(work, no
         # the coach carries on: the retried round runs on the main node alone
         coach.cfg = override(coach.cfg, {"training.steps_per_generation": 3})
         coach.run_config_path.write_text(dump_config(coach.cfg))
-        coach._start_round()
+        _start_round(coach)
         assert coach._round_nodes == []
         _wait_round(coach, 120)
     finally:
