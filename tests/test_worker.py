@@ -211,3 +211,35 @@ def test_second_daemon_on_one_worker_folder_is_refused_naming_the_first(cfg, run
     assert not (folder / "worker_state.json").exists(), "the refused daemon reserved a number"
     first.release_folder()
     Worker(cfg, "w1", folder).release_folder()  # free again once the first lets go
+
+
+def test_disk_filled_by_someone_else_shows_error_even_from_the_heartbeat_thread(cfg, tmp_path):
+    """The heartbeat thread, not a batch write, is the first to meet the full disk (here: no
+    model yet, so no batch is written at all). Its reserve-backed write must say Error: an
+    "Active" heartbeat written with the reserve's space left nothing to report the full disk
+    with, and the worker read Active forever (the disk-full test's 120 s timeout under load)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    try:
+        worker = Worker(cfg, "w1", folder)  # no model: it waits (Syncing), heartbeat beats
+        t = threading.Thread(target=worker.run, daemon=True)
+        t.start()
+        try:
+            _wait(lambda: _heartbeat(folder).get("state") == "Syncing", 30, "a first heartbeat")
+            with open(folder / "filler", "wb", buffering=0) as f:  # someone fills the disk
+                try:
+                    while True:
+                        f.write(b"\0" * 4096)
+                except OSError:
+                    pass
+            _wait(lambda: _heartbeat(folder).get("state") == "Error", 10, "Error on a full disk")
+            assert "space" in _heartbeat(folder)["last_error"]
+        finally:
+            worker.stop()
+            t.join(timeout=30)
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

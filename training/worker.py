@@ -69,7 +69,9 @@ STATE_NAME = "worker_state.json"
 LOCK_NAME = "worker.lock"
 EXIT_FOLDER_BUSY = 3
 # Space kept aside on the worker's disk so that a full disk can still be reported: on ENOSPC
-# the heartbeat gives this file up and writes the Error state in its place.
+# the heartbeat (whichever thread writes it) switches to Error, gives this file up and writes
+# the Error state in its place; no batch is written while the reserve cannot be re-made, so
+# the space it frees is never eaten by batches before the Error is on disk.
 RESERVE_NAME = ".disk_reserve"
 RESERVE_BYTES = 64 * 1024
 _BATCH_SUFFIX = ".npz.zst"
@@ -420,6 +422,11 @@ class Worker:
         kept) when the disk refuses, e.g. when it is full."""
         records = self._pending[:count]
         generation = min(int(getattr(r, "generation", self.generation)) for r in records)
+        if not self._make_disk_reserve():
+            self._report_error(f"cannot write a batch to {self.outbox}: no space left on "
+                               f"device (not even the {RESERVE_BYTES // 1024} KB reserve); "
+                               "retrying")
+            return False
         try:
             if self._reserved is None:
                 self._reserved = self._reserve_seq()
@@ -507,20 +514,31 @@ class Worker:
             return 0.0, 0.0
         return (self.games_done - g0) / dt, (self.positions_done - p0) / dt
 
-    def _write_heartbeat(self) -> None:
+    def _write_heartbeat_file(self) -> None:
         hb = self.heartbeat()
         extra = {"discarded_games": self.discarded_games, "batches_written":
                  self.batches_written, "next_seq": self._next_seq, "device": self.device}
-        payload = {**hb.to_dict(), **extra}
+        write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
+
+    def _write_heartbeat(self) -> None:
         try:
             try:
-                write_json_atomic(self.heartbeat_path, payload)
+                self._write_heartbeat_file()
             except OSError as e:
                 reserve = self.folder / RESERVE_NAME
                 if e.errno != errno.ENOSPC or not reserve.exists():
                     raise
-                reserve.unlink()  # the disk is full: the reserve makes room to say so
-                write_json_atomic(self.heartbeat_path, payload)
+                # The disk is full. Whatever this thread was about to say, the heartbeat
+                # written with the reserve's space says Error: spending it on "Active" would
+                # leave nothing to report the full disk with (the main loop writes no batch
+                # until the reserve is back).
+                with self._lock:
+                    if not self.last_error.startswith("cannot write"):
+                        self.last_error = (f"cannot write to {self.folder}: no space left on "
+                                           "device; retrying")
+                    self.state = WorkerState.ERROR
+                reserve.unlink(missing_ok=True)
+                self._write_heartbeat_file()
         except OSError as e:  # a full disk must not kill the daemon; the next beat retries
             if not self._heartbeat_failing:  # once per streak: the log may be on that disk
                 log.warning("heartbeat not written (retrying quietly): %s", e)
@@ -530,16 +548,20 @@ class Worker:
             log.info("heartbeat written again")
         self._heartbeat_failing = False
 
-    def _make_disk_reserve(self) -> None:
-        """(Re)create the reserve file if it is missing; best effort."""
+    def _make_disk_reserve(self) -> bool:
+        """(Re)create the reserve file if it is missing; True when it is there."""
         reserve = self.folder / RESERVE_NAME
         if reserve.exists():
-            return
+            return True
         try:
             with open(reserve, "wb") as f:
                 f.write(b"\0" * RESERVE_BYTES)
+                f.flush()
+                os.fsync(f.fileno())  # tmpfs and others may refuse only at write-back
         except OSError:
             reserve.unlink(missing_ok=True)
+            return False
+        return True
 
 
 def _derive_seed(base: int, name: str) -> int:
