@@ -185,3 +185,15 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     assert rows["worker2"].games == 10 and "2 batches rejected" in rows["worker2"].last_error
     # the games each daemon finished (its heartbeat) beside the games collected
     assert rows["worker1"].games == 0 and rows["worker1"].played == 7
+
+
+def test_a_worker_over_its_rejection_budget_reads_error_with_the_reason(tiny_cfg, run_dir):
+    coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
+    assert hasattr(coach.collector, "over_budget"), "the collector reports rejection budgets"
+    coach.collector.over_budget["worker2"] = "\x1b[31m50 files rejected\x1b[0m: collection stopped"
+    coach._observe()
+    assert coach.states == {"worker1": WorkerState.ACTIVE, "worker2": WorkerState.ERROR}
+    coach._write_status()
+    rows = {r.name: r for r in parse_status_text((run_dir / "status.txt").read_text()).workers}
+    assert rows["worker2"].state == WorkerState.ERROR
+    assert rows["worker2"].last_error.startswith("50 files rejected: collection stopped")

@@ -1,0 +1,151 @@
+"""training.fleet with the SSH fleet against a real loopback sshd and a fake worker daemon
+(tests/sshd.py): what a host gets at start (`--min-seq` from the coach's ledger, a config
+without the other machines), and a supervisor stuck past its deadline abandoned, its
+connection closed, and a fresh one carrying on."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from configs import load_config, override
+from tests.conftest import REPO
+from tests.sshd import daemon_command, sshd_server, write_fake_daemon  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.ssh
+
+
+def _cfg(srv, tmp: Path, **dist):
+    """configs/tiny.yaml with worker1 on the loopback sshd and worker2 a host that is never
+    contacted (its host, user and key must not reach worker1)."""
+    workers = [
+        {"host": srv.addr, "port": srv.port, "user": srv.user, "name": "worker1",
+         "key_path": str(srv.client_key), "gpu_id": -1, "remote_dir": str(tmp / "host1")},
+        {"host": "secret-host.example", "user": "secretuser", "name": "worker2",
+         "key_path": "/secret/keys/id_worker2", "gpu_id": -1},
+    ]
+    values = {"run.dir": str(tmp / "run"), "logging.dir": str(tmp / "logs"),
+              "distributed.enabled": True, "distributed.workers": workers,
+              "distributed.worker_weights": {"worker2": 2.0},
+              "distributed.known_hosts": str(srv.known_hosts), "distributed.deploy": False,
+              "distributed.python": sys.executable, "distributed.connect_timeout_s": 3,
+              "distributed.retries": 1, "distributed.backoff_base_s": 0.2,
+              "distributed.backoff_max_s": 1, "distributed.poll_interval_s": 0.2,
+              "distributed.heartbeat_interval_s": 0.2, "distributed.stop_grace_s": 1,
+              **{f"distributed.{k}": v for k, v in dist.items()}}
+    return override(load_config(REPO / "configs" / "tiny.yaml"), values)
+
+
+def _heartbeat(tmp: Path) -> dict:
+    try:
+        return json.loads((tmp / "host1" / "workers" / "worker1" / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s: {what}"
+        time.sleep(0.1)
+
+
+def test_ssh_worker_starts_with_the_ledgers_min_seq_and_a_config_without_other_hosts(
+        sshd_server, tmp_path):
+    from training.ssh_workers import SSHFleet
+
+    cfg = _cfg(sshd_server, tmp_path)
+    (tmp_path / "run").mkdir()
+    fleet = SSHFleet(cfg, tmp_path / "run", tmp_path / "run" / "config.yaml",
+                     next_seq={"worker1": 42, "worker2": 7}.get,
+                     start_command=daemon_command(write_fake_daemon(tmp_path)))
+    backend = fleet.backend("worker1")
+    try:
+        backend.prepare()  # preflight, then the run's config
+        backend.start(fleet.next_seq("worker1"))
+        _wait(lambda: _heartbeat(tmp_path).get("argv"), 30, "the daemon's first heartbeat")
+        argv = _heartbeat(tmp_path)["argv"]
+        assert argv[argv.index("--min-seq") + 1] == "42", argv
+    finally:
+        backend.stop()
+        fleet.close()
+    pushed = (tmp_path / "host1" / "config.yaml").read_text()
+    for secret in ("secret-host.example", "secretuser", "/secret/keys", "worker2",
+                   str(sshd_server.client_key)):
+        assert secret not in pushed, secret
+    worker_cfg = load_config(tmp_path / "host1" / "config.yaml")
+    assert worker_cfg.distributed.workers == () and worker_cfg.go == cfg.go
+    assert worker_cfg.distributed.batch_size == cfg.distributed.batch_size
+
+
+def test_a_stuck_supervisor_is_abandoned_and_a_fresh_one_carries_on(sshd_server, tmp_path):
+    """The worker's SSH session is frozen (SIGSTOP of its sshd process): every operation on
+    that connection blocks. With a deadline shorter than the connector's own timeouts
+    (transfer_timeout_s 60 s), the watchdog closes the connection and a new supervisor reads
+    heartbeats over a new one."""
+    import os
+    import signal
+
+    from training.fleet import Fleet
+    from training.ssh_workers import SSHBackend, SSHFleet, write_worker_config
+
+    class _ShortDeadline(SSHBackend):
+        def deadline_s(self, op: str) -> float:
+            return 3.0 if op == "read heartbeat" else super().deadline_s(op)
+
+        def fresh(self) -> SSHBackend:
+            return _ShortDeadline(self.cfg, self.spec, self.config_file, stats=self.stats,
+                                  start_command=self.start_command)
+
+    class _Fleet(SSHFleet):
+        def backends_for(self, cfg):
+            write_worker_config(cfg, self.config_file)
+            return [_ShortDeadline(cfg, s, self.config_file, stats=self.stats,
+                                   start_command=self.start_command)
+                    for s in cfg.distributed.workers[:1]]
+
+    cfg = _cfg(sshd_server, tmp_path, transfer_timeout_s=60, command_timeout_s=60)
+    (tmp_path / "run").mkdir()
+    fleet: Fleet = _Fleet(cfg, tmp_path / "run", tmp_path / "run" / "config.yaml",
+                          start_command=daemon_command(write_fake_daemon(tmp_path)))
+    member = fleet.members["worker1"]
+    fleet.start(collector=None)
+    frozen = None
+    try:
+        _wait(lambda: member.heartbeat is not None, 60, "the first heartbeat")
+        old_sup, old_backend = fleet._sups["worker1"], fleet.backend("worker1")
+        session = int(old_backend.connector.run("worker1", "echo $PPID").stdout)
+        os.kill(session, signal.SIGSTOP)
+        frozen = session
+        t0 = time.monotonic()
+        stop = threading.Event()
+
+        def watch() -> None:  # what the coach's loop does every pass
+            while not stop.is_set():
+                fleet.watchdog()
+                time.sleep(0.2)
+
+        threading.Thread(target=watch, daemon=True).start()
+        try:
+            _wait(lambda: fleet._sups["worker1"] is not old_sup, 20, "the supervisor replaced")
+            replaced_s = time.monotonic() - t0
+            assert "stuck" in member.error and "read heartbeat" in member.error, member.error
+            seen = member.heartbeat.time
+            _wait(lambda: member.heartbeat.time > seen, 20, "heartbeats over a new connection")
+            recovered_s = time.monotonic() - t0
+            _wait(lambda: not old_sup.thread.is_alive(), 20, "the stuck thread to exit")
+        finally:
+            stop.set()
+    finally:
+        if frozen is not None:
+            os.kill(frozen, signal.SIGCONT)
+        fleet.stop_all(timeout_s=20)
+        fleet.close()
+    assert replaced_s < 3.0 + 2.0
+    print(f"frozen session: supervisor replaced after {replaced_s:.1f}s (deadline 3 s), "
+          f"heartbeats again after {recovered_s:.1f}s; error shown: {member.error}")
