@@ -508,7 +508,8 @@ def test_shell_metacharacters_in_remote_dir_are_harmless(evil_dir, sshd_server, 
     assert not marker.exists(), "an injected command ran"
 
 
-@pytest.mark.parametrize("name", ["w1;rm -rf ~", "$(id)", "w 1", "w1/../x", "w\n1", "`x`"])
+@pytest.mark.parametrize("name", ["w1;rm -rf ~", "$(id)", "w 1", "w1/../x", "w\n1", "`x`",
+                                  "wörker", "w.1", "-w1", "_w1", "x" * 65])
 def test_shell_metacharacters_in_worker_name_are_refused(name, tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("distributed:\n  workers:\n    - {host: h, user: u, name: %s}\n"
@@ -516,6 +517,16 @@ def test_shell_metacharacters_in_worker_name_are_refused(name, tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     assert "name" in str(err.value) and str(cfg) in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["w1", "gpu-box_2", "A", "x" * 64, "0node"])
+def test_every_worker_name_the_config_accepts_makes_valid_batch_names(name, tmp_path):
+    """One rule: a worker the config accepts never crash-loops on its own batch names."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("distributed:\n  workers:\n    - {host: h, user: u, name: %s}\n"
+                   % json.dumps(name))
+    spec = load_config(cfg).distributed.workers[0]
+    assert records.parse_batch_name(records.batch_name(spec.name, 3, 7)).worker == name
 
 
 # ----------------------------------------------------------------------------- configs
@@ -1037,3 +1048,76 @@ def test_deploy_archive_holds_only_tracked_files(tmp_path):
     with tarfile.open(archive) as tar:
         names = tar.getnames()
     assert names == ["proj-0.1/pkg/__init__.py"], names
+
+
+# concurrent supervisors
+
+
+def test_concurrent_collect_calls_ingest_every_batch_exactly_once(run_dir, tmp_path):
+    """One supervisor thread per worker (and a second, racing caller for each): downloads and
+    validation run in parallel, yet every batch has exactly one ledger line and one file."""
+    workers = [f"w{i}" for i in range(1, 7)]
+    boxes = {}
+    expected = set()
+    for i, w in enumerate(workers):
+        boxes[w] = tmp_path / w / "outbox"
+        boxes[w].mkdir(parents=True)
+        for seq in range(4):
+            expected.add(_good(boxes[w], seq, worker=w, seed=10 * i + seq))
+    col = _collector(run_dir)
+    barrier = threading.Barrier(2 * len(workers))
+    errors = []
+
+    def supervise(w: str) -> None:
+        try:
+            barrier.wait()
+            for _ in range(3):
+                col.collect(w, LocalSource(boxes[w]))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=supervise, args=(w,)) for w in workers for _ in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    names = [e["name"] for e in _ledger(run_dir)]
+    assert sorted(names) == sorted(expected), "a batch was lost or written twice"
+    assert set(os.listdir(run_dir / "replay")) == expected
+    assert list((run_dir / "incoming").iterdir()) == []
+    assert all(col.tally[w].batches == 4 for w in workers)
+    assert _collector(run_dir).tally == col.tally
+
+
+def test_download_and_replay_rename_are_fsynced_before_the_ledger_line_and_the_delete(
+        run_dir, outbox, monkeypatch):
+    """The order that makes a crash at any point safe: the downloaded bytes are on disk, then
+    the rename into replay/ is, then the ledger line, and only then the worker's copy goes.
+    (os.fsync is wrapped to record what it syncs; every call still goes through.)"""
+    name = _good(outbox, 0)
+    events: list[tuple[str, str]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    class Recording(LocalSource):
+        def delete(self, n: str) -> None:
+            events.append(("delete", n))
+            super().delete(n)
+
+    col = _collector(run_dir)
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert col.collect(WORKER, Recording(outbox)).ingested == [name]
+    monkeypatch.undo()
+
+    def first(kind: str, end: str) -> int:
+        return next(i for i, (k, p) in enumerate(events) if k == kind and p.endswith(end))
+
+    download = first("fsync", f"incoming/{name}.partial")
+    replay = first("fsync", "/replay")
+    ledger = first("fsync", "ledger.jsonl")
+    delete = first("delete", name)
+    assert download < replay < ledger < delete, events
