@@ -611,7 +611,7 @@ from distributed.transfer import (  # noqa: E402
     VerifyError,
     copy_file,
 )
-from training.collector import SLOW_FETCH_TRIES, BatchRefused  # noqa: E402
+from training.collector import SLOW_FETCH_TRIES  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -930,7 +930,7 @@ def test_rejection_budget_stops_collecting_from_that_worker_and_says_why(run_dir
     assert col.collect("w2", LocalSource(box2)).ingested == [good2], "w2 must not be affected"
     col.resume(WORKER)
     assert len(col.collect(WORKER, src).rejected) == 5
-    print(f"hostile case=rejection_budget rejected=5 then_stopped=1 listed_after_stop=0")
+    print("hostile case=rejection_budget rejected=5 then_stopped=1 listed_after_stop=0")
 
 
 def test_5000_junk_files_are_handled_a_bounded_number_per_pass(run_dir, outbox):
