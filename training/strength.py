@@ -145,7 +145,8 @@ def play_vs_random(evaluate: Evaluate, cfg: Config, games: int, seed: int, *,
         moves = np.empty(len(live), np.int64)
         order = np.concatenate([ours, theirs])
         if len(ours):
-            moves[: len(ours)] = np.argmax(mcts.search(evaluate, ours), axis=1)
+            mcts.search(evaluate, ours)
+            moves[: len(ours)] = mcts.select_moves(ours)  # Gumbel: its choice
         for i, g in enumerate(theirs, start=len(ours)):
             moves[i] = randoms[g].genmove(positions[g], positions[g].to_play)
         mcts.play(order, moves)
