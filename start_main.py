@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     run_dir = Path(cfg.run.dir)
-    from training.coach import RunFolderBusy, RunLock
+    from training.run_lock import RunFolderBusy, RunLock
 
     if run_dir.exists():  # before --fresh moves it aside under a running coach
         try:

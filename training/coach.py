@@ -50,7 +50,6 @@ trainer subprocess and `net` do the torch work).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import math
@@ -79,6 +78,7 @@ from distributed.transfer import TransferStats, write_atomic
 from training import model_store
 from training.collector import Collector, validate_with_records
 from training.fleet import Fleet, Job
+from training.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
 from training.signals import die_with_parent, on_stop_signals
 
 log = logging.getLogger(__name__)
@@ -100,45 +100,6 @@ class _Round:
     train_s: float = 0.0
     evaluation: threading.Thread | None = None  # arena/gating, off the coach's loop
     promote: list = field(default_factory=list)  # the evaluation thread's verdict
-
-
-class RunFolderBusy(Exception):
-    """Another coach runs on this run folder; the message names its pid."""
-
-
-class RunLock:
-    """`run_dir/coach.lock`: an exclusive fcntl lock held while a coach runs, with its pid
-    inside (the lock, not the file, is what counts: a crashed coach leaves no stale lock)."""
-
-    NAME = "coach.lock"
-
-    def __init__(self, run_dir: str | os.PathLike):
-        self.path = Path(run_dir) / self.NAME
-        self._fd: int | None = None
-
-    def acquire(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                holder = os.read(fd, 200).decode(errors="replace").split()
-            finally:
-                os.close(fd)
-            pid = holder[0] if holder else "unknown"
-            raise RunFolderBusy(
-                f"{self.path.parent}: a coach is already running on this run folder (pid "
-                f"{pid}); stop it first (kill -TERM {pid}) or use another --run-dir") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return self
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the lock
-            self._fd = None
 
 
 @dataclass
@@ -472,6 +433,8 @@ class Coach:
             if action == "restart" and name in self.fleet.names():
                 log.info("restart of %s requested from the command line", name)
                 self.fleet.request_restart(name)  # its supervisor restarts it
+                if hasattr(self.collector, "resume"):
+                    self.collector.resume(name)  # a fresh rejection budget after the fix
             else:
                 log.warning("request %s %s ignored: no such worker", action, name)
 

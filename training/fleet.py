@@ -145,7 +145,6 @@ class Member:
     quota: int | None = None  # games it may still deliver this generation (None: no cap)
     games_baseline: int = 0  # games_collected when the current generation's count began
     speed: float = 0.0  # smoothed games/s
-    rejected_over_budget: str = ""  # the collector's verdict, once
     restart_requested: threading.Event = field(default_factory=threading.Event)
     collect_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -215,6 +214,8 @@ class Supervisor:
             self.member.busy = None
 
     def _failed(self, what: str, err: Exception) -> None:
+        if self.abandoned:
+            return  # replaced: the member is the new supervisor's now
         m, dist = self.member, self.fleet.cfg.distributed
         reason = printable(f"{what}: {type(err).__name__}: {err}")
         m.backoff_s = backoff_s(m.backoff_s, dist.backoff_base_s, dist.backoff_max_s)
@@ -226,6 +227,8 @@ class Supervisor:
                 "worker %s: %s; retrying in %.1fs", m.name, reason, m.backoff_s)
 
     def _unreachable(self, what: str, err: Exception) -> None:
+        if self.abandoned:
+            return
         m, dist = self.member, self.fleet.cfg.distributed
         m.error = printable(f"{what}: {type(err).__name__}: {err}")
         self._down_s = backoff_s(self._down_s, dist.backoff_base_s, dist.backoff_max_s)
@@ -243,6 +246,8 @@ class Supervisor:
             except _Abandoned:
                 return
             except Exception as e:  # noqa: BLE001 - the supervisor's loop boundary
+                if self.abandoned:
+                    return
                 log.exception("worker %s: supervisor pass failed", self.member.name)
                 self._failed("supervisor", e)
             wake.wait(self.fleet.cfg.distributed.poll_interval_s)
@@ -374,6 +379,8 @@ class Supervisor:
             res = self.fleet.collector.collect(m.name, source, max_games=quota,
                                                current_generation=self.fleet.generation)
         except (SourceError, Unreachable) as e:
+            if self.abandoned:
+                return
             m.error = printable(f"collect: {e}")
             log.warning("worker %s: collecting failed, will retry: %s", m.name, m.error)
             return
@@ -512,12 +519,14 @@ class Fleet:
 
     def stop_all(self, timeout_s: float | None = None) -> None:
         """Stop the supervisors, then every daemon in parallel; returns within `timeout_s`
-        (default: the longest stop deadline) whatever the hosts do."""
+        (default: one stop attempt's timeouts) whatever the hosts do."""
         self.stopping.set()
         for ev in list(self.wake.values()):
             ev.set()
+        end = time.monotonic() + 2.0  # a pass in progress finishes its operation
         for sup in self._sups.values():
-            sup.thread.join(timeout=1.0)
+            if sup.thread.is_alive():
+                sup.thread.join(timeout=max(0.0, end - time.monotonic()))
         jobs = []
         for name, sup in self._sups.items():
             backend = sup.backend if not sup.thread.is_alive() else sup.backend.fresh()
@@ -525,7 +534,10 @@ class Fleet:
                                  name=f"stop-{name}", daemon=True)
             t.start()
             jobs.append((t, backend.deadline_s("stop")))
-        limit = timeout_s if timeout_s is not None else max((d for _, d in jobs), default=0)
+        d = self.cfg.distributed
+        one_try = d.connect_timeout_s + d.command_timeout_s + d.stop_grace_s + 5.0
+        limit = timeout_s if timeout_s is not None else min(
+            max((dl for _, dl in jobs), default=0.0), one_try)
         end = time.monotonic() + limit
         for t, _ in jobs:
             t.join(timeout=max(0.0, end - time.monotonic()))
