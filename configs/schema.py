@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -30,7 +29,13 @@ DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "config.yaml"
 WORKER_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
 """The one rule for a worker's (and a training node's) name: it is part of every batch file
 name (`training.records.batch_name`), of remote paths and of log names."""
-_WORKER_NAME_RE = re.compile(WORKER_NAME_PATTERN)
+
+
+def is_worker_name(name: str) -> bool:
+    """`name` matches WORKER_NAME_PATTERN (ASCII letters and digits, then also '-' and '_';
+    at most 64 characters)."""
+    return (0 < len(name) <= 64 and name.isascii() and name[0].isalnum()
+            and all(c.isalnum() or c in "-_" for c in name))
 
 
 class ConfigError(ValueError):
@@ -355,7 +360,7 @@ class WorkerSpec:
         _range(self, "port", 1, 65535)
         _range(self, "gpu_id", -1, 1024)
         _check(
-            not self.name or _WORKER_NAME_RE.fullmatch(self.name) is not None,
+            not self.name or is_worker_name(self.name),
             "name",
             "must start with an ASCII letter or digit and hold only ASCII letters, digits, "
             f"'-' and '_' (at most 64; it is part of batch file names), got {self.name!r}",
