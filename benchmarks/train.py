@@ -16,6 +16,11 @@ them) at equal priority, then at `training.local_workers.WORKER_NICE` (`start_wo
 --nice`). The JSON has `samples_per_s_alone`, `samples_per_s_beside_nice0` and
 `samples_per_s_beside_niced`.
 
+Cost of the net's options (`--heads-cost`): in one process and one thread, training steps of
+the config's net (global pooling, auxiliary heads and their losses) and of the plain AlphaZero
+net alternate, so that a busy machine slows both alike; the JSON has `samples_per_s_config`,
+`samples_per_s_plain` and `inference_positions_per_s_{config,plain}` (batch 64, trace).
+
 Inference (`--inference`): positions/s of `training.net.make_evaluator` by batch size for
 eager PyTorch, a frozen TorchScript trace and torch.compile, one thread; the last line is a
 JSON object with every figure and the best form per batch size.
@@ -23,6 +28,7 @@ JSON object with every figure and the best form per batch size.
 Usage (after `pip install -e .`, which makes the project importable from anywhere):
     python benchmarks/train.py [--steps 30] [--batch-size 256] [--blocks 6 --filters 64]
     python benchmarks/train.py --beside-selfplay 2 --blocks 4 --filters 32 --steps 10
+    python benchmarks/train.py --heads-cost --blocks 4 --filters 32 [--rounds 10]
     python benchmarks/train.py --inference [--batches 1 8 32 64 128] [--modes eager trace]
 Timings are only meaningful on a quiet machine (other processes take cores).
 """
@@ -208,12 +214,61 @@ def bench_training(args: argparse.Namespace) -> dict:
         k: round(v, 1) for k, v in results.items()}}
 
 
-def _time_evaluator(evaluate, planes: np.ndarray, legal: np.ndarray, min_time_s: float
-                    ) -> float:
+def bench_heads_cost(args: argparse.Namespace) -> dict:
+    """Training and inference speed of the config's net against the plain net, interleaved."""
+    from training.net import net_from_config
+    from training.trainer import _losses, loss_weights
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    cfg = override(load_config(args.config), {
+        "go.board_size": args.board_size, "net.blocks": args.blocks,
+        "net.filters": args.filters})
+    plain_cfg = override(cfg, {"net.global_pooling": False, "net.ownership_head": False,
+                               "net.score_head": False, "net.opponent_policy_head": False})
+    nets = {"config": net_from_config(cfg.net, cfg.go.board_size).train(),
+            "plain": net_from_config(plain_cfg.net, cfg.go.board_size).train()}
+    data = synthetic_samples(args.batch_size, cfg.go.board_size, cfg.net.history, seed=0)
+    batch = {k: torch.from_numpy(v) for k, v in data.samples(np.arange(len(data))).items()}
+    weights = loss_weights(cfg.training)
+    opts = {k: torch.optim.SGD(n.parameters(), lr=1e-3, momentum=0.9) for k, n in nets.items()}
+    step_s: dict[str, list[float]] = {k: [] for k in nets}
+    for _ in range(args.rounds):
+        for key, net in nets.items():
+            t0 = time.perf_counter()
+            for _ in range(3):
+                opts[key].zero_grad(set_to_none=True)
+                p, v, _, aux = _losses(net, batch, None, "cpu")
+                (p + v + sum(weights[k] * t for k, t in aux.items())).backward()
+                opts[key].step()
+            step_s[key].append((time.perf_counter() - t0) / 3)
+    evaluators = {k: make_evaluator(n, "cpu") for k, n in nets.items()}
+    planes = batch["planes"][:64].numpy()
+    legal = np.ones((len(planes), planes.shape[-1] ** 2 + 1), bool)
+    infer = {k: 0.0 for k in nets}
+    for _ in range(args.rounds):
+        for key, evaluate in evaluators.items():
+            infer[key] = max(infer[key], _time_evaluator(evaluate, planes, legal, 0.1, 1))
+    train = {k: args.batch_size / float(np.median(v)) for k, v in step_s.items()}
+    print(f"\nThis config's net ({cfg.net}) against the plain net, 1 thread, interleaved "
+          f"x{args.rounds}:")
+    for key in nets:
+        print(f"  {key:<7} training {train[key]:>7,.0f} samples/s   inference (batch 64, "
+              f"{evaluators[key].mode}) {infer[key]:>7,.0f} positions/s")
+    print(f"  ratio   training {train['config'] / train['plain']:.2f}x   inference "
+          f"{infer['config'] / infer['plain']:.2f}x")
+    return {"net": f"{cfg.go.board_size}x{cfg.go.board_size} {args.blocks}x{args.filters}",
+            "batch_size": args.batch_size, "rounds": args.rounds,
+            **{f"samples_per_s_{k}": round(v, 1) for k, v in train.items()},
+            **{f"inference_positions_per_s_{k}": round(v) for k, v in infer.items()}}
+
+
+def _time_evaluator(evaluate, planes: np.ndarray, legal: np.ndarray, min_time_s: float,
+                    windows: int = 3) -> float:
     for _ in range(3):
         evaluate(planes, legal)
     best = 0.0
-    for _ in range(3):
+    for _ in range(windows):
         count, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < min_time_s:
             evaluate(planes, legal)
@@ -273,6 +328,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20, help="training: timed steps per run")
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--inference", action="store_true", help="measure inference instead")
+    ap.add_argument("--heads-cost", action="store_true",
+                    help="the config's net against the plain net, interleaved in one process")
+    ap.add_argument("--rounds", type=int, default=10, help="--heads-cost: alternations")
     ap.add_argument("--beside-selfplay", type=int, default=0, metavar="N",
                     help="trainer alone vs beside N self-play processes (nice 0, niced)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
@@ -285,6 +343,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.inference:
         summary = bench_inference(args)
+    elif args.heads_cost:
+        summary = bench_heads_cost(args)
     elif args.beside_selfplay:
         summary = bench_beside_selfplay(args)
     else:
