@@ -411,8 +411,10 @@ class MctsPlayer:
     The budget per move is `simulations`, or with `seconds_per_move` a time: the search runs
     in chunks of simulations on the same tree until the next chunk would pass the time (at
     most `max_simulations`, which also sizes the tree). Chunks go through the public
-    `Mcts.search`, so every search mode of `mcts_cfg` works; `last_simulations` and
-    `last_seconds` tell what the last move used.
+    `Mcts.search`, so every search mode of `mcts_cfg` works: with Gumbel each chunk is a
+    sequential halving of its own (at least `gumbel_max_considered` simulations, so that it
+    considers as many root moves as a fixed search would) over the Q values of all the chunks
+    before it. `last_simulations` and `last_seconds` tell what the last move used.
 
     `early_pass` False (default): never pass first while a real move is left, as in self-play
     (the net never learned what follows its own early pass; against players that never pass
@@ -446,6 +448,9 @@ class MctsPlayer:
             self.max_simulations = simulations or mcts_cfg.simulations
         else:
             self.max_simulations = max_simulations or self.MAX_TIMED_SIMULATIONS
+        self.chunk = self.CHUNK
+        if mcts_cfg.algorithm == "gumbel":
+            self.chunk = max(self.CHUNK, mcts_cfg.gumbel_max_considered)
         self.mcts = Mcts(
             1, go_cfg, mcts_cfg, history=history, batch_size=1,
             simulations=self.max_simulations, reuse_tree=False, early_pass=early_pass,
@@ -455,9 +460,12 @@ class MctsPlayer:
         self.last_seconds = 0.0
 
     def warm_up(self) -> None:
-        """One tiny search, so that loading the compiled search code is not timed on move 1."""
+        """Two small searches on one tree (a fresh root, then an expanded one, as a timed search
+        does), so that loading the compiled search code is not timed on move 1."""
         self.mcts.reset_game(0)
-        self.mcts.search(self.evaluate, [0], simulations=1)
+        for _ in range(2):
+            self.mcts.search(self.evaluate, [0], simulations=min(self.chunk,
+                                                                 self.max_simulations))
 
     def genmove(self, moves: Sequence[int], komi: float) -> int:
         """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
@@ -474,10 +482,11 @@ class MctsPlayer:
         else:
             self._timed_search(start + self.seconds_per_move)
         self.last_value = float(self.mcts.root_values([0])[0])
+        move = int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
         self.last_seconds = time.perf_counter() - start
-        return int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
+        return move
 
-    def _timed_search(self, deadline: float) -> np.ndarray:
+    def _timed_search(self, deadline: float) -> None:
         """Chunks of simulations on one tree until the next chunk would end past `deadline`.
 
         The first chunk always runs (a move needs a search); a later one only when the chunk
@@ -485,11 +494,11 @@ class MctsPlayer:
         """
         done = 0
         while True:
-            chunk = min(self.CHUNK, self.max_simulations - done)
+            chunk = min(self.chunk, self.max_simulations - done)
             t0 = time.perf_counter()
-            visits = self.mcts.search(self.evaluate, [0], simulations=chunk)[0]
+            self.mcts.search(self.evaluate, [0], simulations=chunk)
             now = time.perf_counter()
             done += chunk
             if done >= self.max_simulations or now + (now - t0) > deadline:
                 self.last_simulations = done
-                return visits
+                return
