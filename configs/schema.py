@@ -362,8 +362,8 @@ class WorkerSpec:
         _check(
             not self.name or is_worker_name(self.name),
             "name",
-            "must start with an ASCII letter or digit and hold only ASCII letters, digits, "
-            f"'-' and '_' (at most 64; it is part of batch file names), got {self.name!r}",
+            "may hold only letters, digits, '-' and '_' (ASCII, starting with a letter or "
+            f"digit, at most 64: it is part of batch file names), got {self.name!r}",
         )
 
 
