@@ -354,6 +354,7 @@ def _all_gather_floats(values: list[float], ctx: "DistContext") -> list[list[flo
     dist.all_gather(out, mine)
     return [t.tolist() for t in out]
 
+
 RELAY_CHUNK_BYTES = 32 << 20
 
 
