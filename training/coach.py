@@ -164,6 +164,8 @@ class Coach:
         self._round_nodes: list[str] = []  # extra nodes of the running round
         self._node_start: Job | None = None  # the training nodes being started for a round
         self._lock: RunLock | None = None
+        self._watching = False  # a watchdog observer watches the config file
+        self._config_mtime: int | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -210,27 +212,9 @@ class Coach:
                             next_seq=self.collector.next_seq)
         from training.local_workers import LocalFleet
 
-        return LocalFleet(self.cfg, self.run_dir, self.run_config_path, self._local_devices,
+        return LocalFleet(self.cfg, self.run_dir, self.run_config_path,
                           next_seq=self.collector.next_seq, worker_class=self.worker_class,
                           stats=self.stats)
-
-    def _local_devices(self, cfg: Config) -> list[str]:
-        sp = cfg.self_play
-        n_gpus = 0
-        if not sp.cpu_only:
-            import torch
-
-            n_gpus = torch.cuda.device_count()
-        try:
-            from training.placement import plan_workers
-        except ImportError:  # HACK(coach): until placement.py lands
-            return ["cpu"] * sp.workers if n_gpus == 0 else [
-                f"cuda:{i % n_gpus}" for i in range(sp.workers)]
-        devices, messages = plan_workers(sp.workers, sp.workers_per_gpu, sp.cpu_only, n_gpus)
-        for m in messages:
-            log.warning("%s", m)
-            print(m, file=sys.stderr)
-        return list(devices)
 
     # ------------------------------------------------------------------ the loop
 
@@ -329,6 +313,7 @@ class Coach:
         Nothing here waits on a host: supervisors and jobs do that in their threads."""
         try:
             self._handle_requests()
+            self._poll_config()
             if self._config_changed.is_set():
                 self._reload_config()
             self.fleet.watchdog()
@@ -439,6 +424,9 @@ class Coach:
                 log.warning("request %s %s ignored: no such worker", action, name)
 
     def _watch_config(self) -> Any:
+        """A watchdog observer on the config file, or None: then `_poll_config` compares its
+        modification time every pass (no watchdog, or no inotify instance left)."""
+        self._config_mtime = self._mtime(self.config_path)
         try:
             from watchdog.events import FileSystemEventHandler
             from watchdog.observers import Observer
@@ -457,9 +445,31 @@ class Coach:
 
         observer = Observer()
         observer.daemon = True
-        observer.schedule(_Handler(), str(target.parent), recursive=False)
-        observer.start()
+        try:
+            observer.schedule(_Handler(), str(target.parent), recursive=False)
+            observer.start()
+        except OSError as e:  # e.g. "inotify instance limit reached"
+            log.warning("cannot watch %s (%s); checking its modification time every poll "
+                        "instead", target, e)
+            return None
+        self._watching = True
         return observer
+
+    @staticmethod
+    def _mtime(path: Path | None) -> int | None:
+        try:
+            return path.stat().st_mtime_ns if path is not None else None
+        except OSError:
+            return None
+
+    def _poll_config(self) -> None:
+        """Without an observer: a changed modification time means the config was edited."""
+        if not self.watch_config or self._watching:
+            return
+        mtime = self._mtime(self.config_path)
+        if mtime != self._config_mtime:
+            self._config_mtime = mtime
+            self._config_changed.set()
 
     def _reload_config(self) -> None:
         self._config_changed.clear()

@@ -43,6 +43,24 @@ cores: the trainer at 0.13x of its speed alone beside equal-priority self-play, 
 niced self-play) and self-play fills the idle time."""
 
 
+def plan_devices(cfg: Config) -> list[str]:
+    """One device per local worker ("cpu", "cuda:0", ...) by `placement.plan_workers`; its
+    warnings (more workers than GPUs allow, ...) are logged and printed."""
+    sp = cfg.self_play
+    n_gpus = 0
+    if not sp.cpu_only:
+        import torch
+
+        n_gpus = torch.cuda.device_count()
+    from training.placement import plan_workers
+
+    devices, messages = plan_workers(sp.workers, sp.workers_per_gpu, sp.cpu_only, n_gpus)
+    for m in messages:
+        log.warning("%s", m)
+        print(m, file=sys.stderr)
+    return list(devices)
+
+
 def _pid_is_worker(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -183,7 +201,7 @@ class LocalFleet(Fleet):
     """Worker daemons as local subprocesses, named worker1..N, one per device."""
 
     def __init__(self, cfg: Config, run_dir: str | os.PathLike, config_file: str | os.PathLike,
-                 devices: Callable[[Config], list[str]], *,
+                 devices: Callable[[Config], list[str]] = plan_devices, *,
                  next_seq: Callable[[str], int] = lambda name: 0,
                  worker_class: str | None = None, stats=None):
         self.run_dir = Path(run_dir)
