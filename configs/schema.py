@@ -143,6 +143,9 @@ class MctsConfig:
     """Gumbel: sigma(q) = (gumbel_c_visit + max child visits) * gumbel_c_scale * q."""
     gumbel_c_scale: float = 1.0
     """Gumbel: scale of the normalised completed Q in sigma (see gumbel_c_visit)."""
+    gumbel_q_normalization: str = "bounds"
+    """Gumbel: Q to [0, 1] by the value bounds, (Q + 1) / 2, or minmax over a node's children
+    (mctx's rescale: even a tiny Q difference then spans the whole scale)."""
     full_search_fraction: float = 1.0
     """Playout cap randomization (KataGo): share of self-play moves searched with
     `simulations` and trained as policy targets; the others get `fast_simulations`, no
@@ -160,6 +163,7 @@ class MctsConfig:
         _range(self, "gumbel_max_considered", 1, 1000)
         _range(self, "gumbel_c_visit", 0.0, 100_000.0)
         _range(self, "gumbel_c_scale", 0.0, 1000.0)
+        _choice(self, "gumbel_q_normalization", ("bounds", "minmax"))
         _check(
             0.0 < self.full_search_fraction <= 1.0,
             "full_search_fraction",

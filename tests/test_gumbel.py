@@ -22,6 +22,7 @@ A = N * N
 HISTORY = 2
 GO = GoConfig(board_size=N, komi=0.5)
 GUMBEL = MctsConfig(algorithm="gumbel", simulations=16, reuse_tree=True)
+MINMAX = dataclasses.replace(GUMBEL, gumbel_q_normalization="minmax")
 
 
 def schedule(m: int, n: int) -> list[int]:
@@ -100,28 +101,39 @@ def hand_tree(cfg: MctsConfig) -> Mcts:
 # mixed value = (raw + sum N * sum_visited(P Q) / sum_visited(P)) / (sum N + 1)
 #             = (0.2 + 3 * (0.5 * 0.5 + 0.3 * -0.5) / 0.8) / 4 = 0.14375
 MIXED = 0.14375
-NORMALISED = np.array([1.0, 0.0, (MIXED + 0.5) / 1.0])  # (q - min) / (max - min)
+COMPLETED = np.array([0.5, -0.5, MIXED])
+BY_BOUNDS = (COMPLETED + 1) / 2  # [0.75, 0.25, 0.571875]
+BY_MINMAX = np.array([1.0, 0.0, (MIXED + 0.5) / 1.0])  # (Q - min) / (max - min)
 
 
-def test_completed_q_of_an_unvisited_child_is_the_mixed_value():
-    mcts = hand_tree(GUMBEL)  # c_visit 50, c_scale 1
+@pytest.mark.parametrize("minmax,normalised", [(False, BY_BOUNDS), (True, BY_MINMAX)])
+def test_completed_q_of_an_unvisited_child_is_the_mixed_value(minmax, normalised):
+    mcts = hand_tree(GUMBEL)
     sigma = np.zeros(3, np.float32)
-    _completed_sigma(mcts.tree, 0, 0, np.float32(50.0), np.float32(1.0), sigma)
+    _completed_sigma(mcts.tree, 0, 0, np.float32(50.0), np.float32(1.0), minmax, sigma)
     # sigma = (c_visit + max N) * c_scale * normalised completed Q
-    np.testing.assert_allclose(sigma, (50 + 2) * 1.0 * NORMALISED, rtol=1e-5)
-    assert sigma[2] == pytest.approx(52 * 0.64375, rel=1e-5)
+    np.testing.assert_allclose(sigma, (50 + 2) * 1.0 * normalised, rtol=1e-5)
+    assert sigma[2] == pytest.approx(52 * (0.571875 if not minmax else 0.64375), rel=1e-5)
 
 
-def test_improved_policy_equals_the_hand_computed_one():
-    cfg = dataclasses.replace(GUMBEL, gumbel_c_visit=1.0, gumbel_c_scale=0.1)
-    mcts = hand_tree(cfg)
-    sigma = (1 + 2) * 0.1 * NORMALISED  # [0.3, 0, 0.193125]
+@pytest.mark.parametrize("cfg,normalised,first", [(GUMBEL, BY_BOUNDS, 0.52753),
+                                                  (MINMAX, BY_MINMAX, 0.55434)])
+def test_improved_policy_equals_the_hand_computed_one(cfg, normalised, first):
+    mcts = hand_tree(dataclasses.replace(cfg, gumbel_c_visit=1.0, gumbel_c_scale=0.1))
+    sigma = (1 + 2) * 0.1 * normalised  # bounds: [0.225, 0.075, 0.1715625]
     weights = np.array([0.5, 0.3, 0.2]) * np.exp(sigma)  # softmax(log prior + sigma)
-    expected = weights / weights.sum()  # about [0.5543, 0.2464, 0.1993]
+    expected = weights / weights.sum()
     target = mcts.policy_targets([0])[0]
     np.testing.assert_allclose(target[:3], expected, rtol=1e-5)
     assert target[3:].sum() == 0
-    assert expected[0] == pytest.approx(0.55434, abs=1e-4)
+    assert expected[0] == pytest.approx(first, abs=1e-4)
+
+
+def test_the_default_c_visit_sharpens_the_target_with_the_value_gap():
+    # c_visit 50, c_scale 1, bounds: sigma differs by 52 * (0.75 - 0.571875) = 9.26 between
+    # the best child and the unvisited one: nearly all mass on the best
+    target = hand_tree(GUMBEL).policy_targets([0])[0]
+    assert target[0] > 0.999 and target[1] < 1e-9
 
 
 def test_with_equal_values_the_improved_policy_is_the_prior():
@@ -154,7 +166,7 @@ def test_non_root_visits_come_to_follow_the_improved_policy():
     t.value_sum[0, 1:4] = 0.0
     picks = []
     for _ in range(100):
-        child = _pick_child_gumbel(t, 0, 0, np.float32(50.0), np.float32(1.0))
+        child = _pick_child_gumbel(t, 0, 0, np.float32(50.0), np.float32(1.0), False)
         t.visits[0, child] += 1
         picks.append(child - 1)
     # scores pi - N / (1 + sum N): [.5, .3, .2], [0, .3, .2], [.17, -.03, .2], [.25, .05, -.05]

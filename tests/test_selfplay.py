@@ -205,3 +205,70 @@ def test_the_benchmark_measures_a_tiny_setting():
         assert 4 <= sp["evals_per_move"] <= 5  # 4 simulations, plus a fresh root's evaluation
     finally:
         torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------ Gumbel
+
+
+def gumbel_cfg(cfg, **extra):
+    return override(cfg, {"mcts.algorithm": "gumbel", **extra})
+
+
+def mild(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`hashed` priors with values in [-0.05, 0.05]: close values, a soft improved policy."""
+    priors, values = hashed(planes, legal)
+    return priors, values * np.float32(0.05)
+
+
+def test_gumbel_self_play_stores_the_improved_policy_and_passes_the_batch_checks(tiny_cfg):
+    from training.records import POLICY_SCALE, BatchMeta, decode_batch, encode_batch
+    from distributed.transfer import compress_bytes
+
+    cfg = gumbel_cfg(tiny_cfg, **{"self_play.resign_threshold": -1.0})
+    sp = SelfPlay(mild, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=3)
+    records = sp.play(max_games=6)
+    for r in records:
+        replay(r, cfg.go.move_cap)
+        sums = r.visits.sum(axis=1, dtype=np.int64)
+        # round(p * POLICY_SCALE) per move: the sum is POLICY_SCALE up to rounding
+        assert (np.abs(sums - POLICY_SCALE) <= cfg.go.board_size**2 + 1).all()
+        assert (r.visits[np.arange(r.num_moves), r.moves] >= 1).all()
+        # the improved policy keeps mass on the legal moves the 8 simulations never visited:
+        # on the empty board every point (self-play does not pass first)
+        assert np.count_nonzero(r.visits[0]) == cfg.go.board_size**2 > cfg.mcts.simulations
+    raw = encode_batch(records, BatchMeta.from_records("w1", records))
+    back = decode_batch(compress_bytes(raw)).records  # the reference replay and range checks
+    for a, b in zip(records, back):
+        np.testing.assert_array_equal(a.visits, b.visits)
+
+
+def test_gumbel_self_play_samples_only_in_the_temperature_moves(tiny_cfg):
+    # after temperature_moves the move is the search's choice without noise: two games with
+    # different seeds can differ early (noise) but a position decides the move later on
+    cfg = gumbel_cfg(tiny_cfg, **{"self_play.temperature_moves": 0,
+                                  "self_play.resign_threshold": -1.0})
+    sp = SelfPlay(hashed, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=1)
+    a = sp.play(max_games=4)
+    openings = {tuple(r.moves[:2]) for r in a}
+    cfg8 = override(cfg, {"self_play.temperature_moves": 8})
+    b = SelfPlay(hashed, cfg8.go, cfg8.mcts, cfg8.self_play, history=2, seed=1).play(4)
+    assert len({tuple(r.moves[:2]) for r in b}) > len(openings)
+
+
+def test_gumbel_match_games_differ_by_their_opening_seed(tiny_cfg):
+    cfg = gumbel_cfg(tiny_cfg)
+    results = play_match(hashed, hashed, 4, cfg.go, cfg.mcts, seed=2, history=2)
+    assert len({tuple(r.moves[:4]) for r, _ in results}) > 1
+    again = play_match(hashed, hashed, 4, cfg.go, cfg.mcts, seed=2, history=2,
+                       opening_moves=0)
+    assert len({tuple(r.moves) for r, _ in again}) == 1  # no noise: one game, four times
+    for record, _ in results:
+        assert replay(record, cfg.go.move_cap).is_over()
+
+
+def test_gumbel_mcts_player_finds_the_winning_point_with_few_simulations(tiny_cfg):
+    point = from_gtp("C3", 5)
+    cfg = gumbel_cfg(tiny_cfg, **{"mcts.gumbel_max_considered": 32})
+    player = MctsPlayer(winning_point(point), cfg.go, cfg.mcts, 26, history=2)
+    assert player.genmove([], komi=0.5) == point  # 26 simulations: every move once
+    assert player.genmove([25, 25], komi=0.5) == 25

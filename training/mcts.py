@@ -47,8 +47,9 @@ Gumbel MuZero (`mcts.algorithm: gumbel`; Danihelka et al. 2022, as DeepMind's mc
     completed Q   a visited child's Q; an unvisited one's is the node's mixed value
             (v + sum N * sum_visited(P Q) / sum_visited(P)) / (sum N + 1), v the net's value
             of the node (`Tree.raw_value`).
-    sigma   (gumbel_c_visit + max N) * gumbel_c_scale * completed Q min-max normalised over
-            the children to [0, 1].
+    sigma   (gumbel_c_visit + max N) * gumbel_c_scale * q, q the completed Q normalised to
+            [0, 1]: (Q + 1) / 2 by the value bounds (`gumbel_q_normalization: bounds`), or
+            min-max over the node's children (`minmax`, mctx's `rescale_values`).
     pi'     the improved policy softmax(logit + sigma), over the node's children.
   At the root, sequential halving: m = min(legal moves, gumbel_max_considered, simulations);
   simulation i (of this search) goes to the child with the largest g + logit + sigma among
@@ -244,13 +245,14 @@ def _logit(p):
 
 
 @njit(cache=True)
-def _completed_sigma(t, g, node, c_visit, c_scale, out):
+def _completed_sigma(t, g, node, c_visit, c_scale, minmax, out):
     """out[i] := sigma(completed Q) of the i-th child of `node` (Gumbel MuZero's transform).
 
     Completed Q: a visited child's Q (W / N, from `node`'s side to move's view); an unvisited
     one's is the mixed value (raw + sum N * sum_visited(P * Q) / sum_visited(P)) / (sum N + 1),
-    raw = the net's value of `node`. Then min-max normalised over the children to [0, 1] and
-    scaled: sigma = (c_visit + max N) * c_scale * q.
+    raw = the net's value of `node`. Then normalised to q in [0, 1], by the value bounds,
+    q = (Q + 1) / 2, or (`minmax`, mctx's rescale) by the children's smallest and largest,
+    and scaled: sigma = (c_visit + max N) * c_scale * q.
     """
     first = t.first_child[g, node]
     k = t.n_children[g, node]
@@ -270,26 +272,27 @@ def _completed_sigma(t, g, node, c_visit, c_scale, out):
     mixed = t.raw_value[g, node]
     if sum_n > 0:
         mixed = (mixed + sum_n * weighted_q / sum_p) / (sum_n + 1)
-    lo = np.inf
-    hi = -np.inf
+    lo = np.inf if minmax else -1.0
+    hi = -np.inf if minmax else 1.0
     for i in range(k):
         c = first + i
         n = t.visits[g, c]
         q = t.value_sum[g, c] / n if n > 0 else mixed
         out[i] = q
-        lo = min(lo, q)
-        hi = max(hi, q)
+        if minmax:
+            lo = min(lo, q)
+            hi = max(hi, q)
     scale = (c_visit + max_n) * c_scale / max(hi - lo, 1e-8)
     for i in range(k):
         out[i] = scale * (out[i] - lo)
 
 
 @njit(cache=True)
-def _improved_policy(t, g, node, c_visit, c_scale, out):
+def _improved_policy(t, g, node, c_visit, c_scale, minmax, out):
     """out[i] := softmax(logits + sigma(completed Q)) over the children of `node`."""
     k = t.n_children[g, node]
     first = t.first_child[g, node]
-    _completed_sigma(t, g, node, c_visit, c_scale, out)
+    _completed_sigma(t, g, node, c_visit, c_scale, minmax, out)
     top = -np.inf
     for i in range(k):
         out[i] += _logit(t.prior[g, first + i])
@@ -303,13 +306,13 @@ def _improved_policy(t, g, node, c_visit, c_scale, out):
 
 
 @njit(cache=True)
-def _pick_child_gumbel(t, g, node, c_visit, c_scale):
+def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
     """Below the root: argmax of pi'(a) - N(a) / (1 + sum N), pi' the improved policy
     (mctx's deterministic non-root selection: visits come to follow pi')."""
     first = t.first_child[g, node]
     k = t.n_children[g, node]
     pi = t.scratch[g]
-    _improved_policy(t, g, node, c_visit, c_scale, pi)
+    _improved_policy(t, g, node, c_visit, c_scale, minmax, pi)
     sum_n = 0
     for i in range(k):
         sum_n += t.visits[g, first + i]
@@ -339,17 +342,17 @@ def _start_halving(t, g, max_considered):
 
 
 @njit(cache=True)
-def _root_scores(t, g, c_visit, c_scale, with_noise, out):
+def _root_scores(t, g, c_visit, c_scale, minmax, with_noise, out):
     """out[i] := g_i + logit_i + sigma_i of the i-th root child (g_i = 0 without noise)."""
     first = t.first_child[g, 0]
-    _completed_sigma(t, g, 0, c_visit, c_scale, out)
+    _completed_sigma(t, g, 0, c_visit, c_scale, minmax, out)
     for i in range(t.n_children[g, 0]):
         out[i] = max(-1e9, out[i] + _logit(t.prior[g, first + i])
                      + (t.gumbel[g, i] if with_noise else 0.0))
 
 
 @njit(cache=True)
-def _pick_root_gumbel(t, g, c_visit, c_scale):
+def _pick_root_gumbel(t, g, c_visit, c_scale, minmax):
     """At the root: among the children with exactly the schedule's visit count for this
     simulation (new visits of this search), the one with the largest g + logit + sigma.
     Phase one (count 0) thus visits the Gumbel-top-m children, the later phases halve them."""
@@ -357,7 +360,7 @@ def _pick_root_gumbel(t, g, c_visit, c_scale):
     k = t.n_children[g, 0]
     want = t.schedule[g, t.sims_done[g]]
     score = t.scratch[g]
-    _root_scores(t, g, c_visit, c_scale, True, score)
+    _root_scores(t, g, c_visit, c_scale, minmax, True, score)
     best = -1
     best_score = -np.inf
     for i in range(k):
@@ -373,7 +376,7 @@ def _pick_root_gumbel(t, g, c_visit, c_scale):
 
 
 @njit(cache=True)
-def _root_action(t, g, c_visit, c_scale, with_noise):
+def _root_action(t, g, c_visit, c_scale, minmax, with_noise):
     """The move a Gumbel search chose: among the root children with the most new visits
     (those sequential halving kept), the largest (g +) logit + sigma(completed Q)."""
     first = t.first_child[g, 0]
@@ -381,7 +384,7 @@ def _root_action(t, g, c_visit, c_scale, with_noise):
     if first == UNEXPANDED or k == 0:
         return -1
     score = t.scratch[g]
-    _root_scores(t, g, c_visit, c_scale, with_noise, score)
+    _root_scores(t, g, c_visit, c_scale, minmax, with_noise, score)
     most = -1
     for i in range(k):
         most = max(most, t.visits[g, first + i] - t.root_base[g, i])
@@ -395,13 +398,13 @@ def _root_action(t, g, c_visit, c_scale, with_noise):
 
 
 @njit(cache=True)
-def _all_root_actions(t, games, c_visit, c_scale, with_noise, out):
+def _all_root_actions(t, games, c_visit, c_scale, minmax, with_noise, out):
     for i in range(games.shape[0]):
-        out[i] = _root_action(t, games[i], c_visit, c_scale, with_noise[i])
+        out[i] = _root_action(t, games[i], c_visit, c_scale, minmax, with_noise[i])
 
 
 @njit(cache=True)
-def _all_root_policies(t, games, c_visit, c_scale, out):
+def _all_root_policies(t, games, c_visit, c_scale, minmax, out):
     """out[i] := the improved policy of game games[i]'s root, by move (0 off its children)."""
     for j in range(games.shape[0]):
         g = games[j]
@@ -410,7 +413,7 @@ def _all_root_policies(t, games, c_visit, c_scale, out):
         if first == UNEXPANDED:
             continue
         pi = t.scratch[g]
-        _improved_policy(t, g, 0, c_visit, c_scale, pi)
+        _improved_policy(t, g, 0, c_visit, c_scale, minmax, pi)
         for i in range(t.n_children[g, 0]):
             out[j, t.move[g, first + i]] = pi[i]
 
@@ -458,7 +461,7 @@ def _drop_early_pass(b, g, legal):
 
 @njit(cache=True)
 def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, early_pass,
-            gumbel, c_visit, c_scale, max_considered):
+            gumbel, c_visit, c_scale, minmax, max_considered):
     """Pick one leaf in every searching game; write its planes and legal moves to a slot.
 
     Game g's root position is row g of `b`; row G + g (scratch) is overwritten with the leaf
@@ -482,9 +485,9 @@ def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, earl
             elif node == 0:
                 if not t.halving_ready[g]:
                     _start_halving(t, g, max_considered)
-                node = _pick_root_gumbel(t, g, c_visit, c_scale)
+                node = _pick_root_gumbel(t, g, c_visit, c_scale, minmax)
             else:
-                node = _pick_child_gumbel(t, g, node, c_visit, c_scale)
+                node = _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax)
             ok = fastgo.play(b, leaf_row, t.move[g, node])
             assert ok
             t.path[g, depth] = node
@@ -709,6 +712,7 @@ class Mcts:
         self.reuse_tree = mcts_cfg.reuse_tree if reuse_tree is None else reuse_tree
         self.early_pass = early_pass
         self.is_gumbel = mcts_cfg.algorithm == "gumbel"
+        self._minmax = mcts_cfg.gumbel_q_normalization == "minmax"
         move_cap = go_cfg.move_cap
         # rows [0, G): the root positions; rows [G, 2G): scratch rows for the leaves
         self.boards = fastgo.new_boards(2 * n_games, n, go_cfg.komi, move_cap, history)
@@ -830,6 +834,7 @@ class Mcts:
             self.is_gumbel,
             np.float32(self.cfg.gumbel_c_visit),
             np.float32(self.cfg.gumbel_c_scale),
+            self._minmax,
             self.cfg.gumbel_max_considered,
         )
         if n == 0:
@@ -922,7 +927,7 @@ class Mcts:
             out = np.zeros((len(games), self.n_moves), np.float32)
             _all_root_policies(
                 self.tree, games, np.float32(self.cfg.gumbel_c_visit),
-                np.float32(self.cfg.gumbel_c_scale), out,
+                np.float32(self.cfg.gumbel_c_scale), self._minmax, out,
             )
             return out
         visits = self.root_visits(games).astype(np.float32)
@@ -955,7 +960,8 @@ class Mcts:
         out = np.empty(len(games), np.int64)
         _all_root_actions(
             self.tree, games, np.float32(self.cfg.gumbel_c_visit),
-            np.float32(self.cfg.gumbel_c_scale), np.ascontiguousarray(sample), out,
+            np.float32(self.cfg.gumbel_c_scale), self._minmax, np.ascontiguousarray(sample),
+            out,
         )
         assert (out >= 0).all(), "a search must expand the root before it chooses a move"
         return out
