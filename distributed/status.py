@@ -13,7 +13,7 @@ Vocabulary:
     with one row per worker. `render_status` and `parse_status_text` are inverses (up to
     the rounding shown), so tests and tools read the file back.
 
-It must not: open connections, decide states by itself beyond `state_from_heartbeat`, or know
+It must not: open connections, decide states by itself beyond `HeartbeatTracker`, or know
 about Go or torch. All writes go through `transfer.write_atomic`.
 """
 
@@ -165,25 +165,13 @@ def _kind(mode: int) -> str:
     return stat.filemode(mode)
 
 
-def state_from_heartbeat(
-    hb: Heartbeat | None, *, now: float | None = None, offline_after_s: float = 15.0
-) -> WorkerState:
-    """The state to show for a worker: Offline without a heartbeat or with a stale one."""
-    if hb is None:
-        return WorkerState.OFFLINE
-    now = time.time() if now is None else now
-    if now - hb.time > offline_after_s:
-        return WorkerState.OFFLINE
-    return hb.state
-
-
 class HeartbeatTracker:
     """Ages heartbeats by the reader's clock, immune to skew between the hosts' clocks.
 
-    `state_from_heartbeat` compares the worker's `time` with the coach's clock, which is wrong
-    by the clock difference between the hosts. This remembers, per worker, when (by the coach's
-    clock) its heartbeat last changed: a worker is Offline when it is unreachable (`hb` None) or
-    its heartbeat has not changed for `offline_after_s`.
+    The worker's own `time` is never compared with the coach's clock (they differ by the
+    clock difference between the hosts). This remembers, per worker, when (by the coach's
+    clock) its heartbeat last changed: a worker is Offline when none was ever read (`hb`
+    None) or its heartbeat has not changed for `offline_after_s`. The coach's one ageing rule.
     """
 
     def __init__(self, offline_after_s: float):

@@ -26,7 +26,7 @@ from distributed.ssh_connector import (
     SSHConnector,
     UnknownWorkerError,
 )
-from distributed.status import WorkerState, state_from_heartbeat
+from distributed.status import HeartbeatTracker, WorkerState
 from distributed.transfer import TransferError, VerifyError, sha256_file
 from tests.sshd import (  # noqa: F401 - sshd_server is a fixture
     SSHServer,
@@ -186,7 +186,7 @@ def test_daemon_lifecycle_start_is_running_heartbeat_stop(sshd_server, tmp_path)
                 assert time.monotonic() < deadline, "no heartbeat within 10 s"
                 time.sleep(0.1)
         assert hb.pid == pid and hb.name == "worker1"
-        assert state_from_heartbeat(hb, offline_after_s=5) is WorkerState.ACTIVE
+        assert HeartbeatTracker(5).observe("worker1", hb)[0] is WorkerState.ACTIVE
         # own session: the daemon is its session leader, so the SSH session ending
         # could not take it down
         assert os.getsid(pid) == pid

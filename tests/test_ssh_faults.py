@@ -18,7 +18,7 @@ import pytest
 
 from configs import WorkerSpec
 from distributed.ssh_connector import ConnectError, SSHConnector
-from distributed.status import Heartbeat, WorkerState, state_from_heartbeat
+from distributed.status import Heartbeat, HeartbeatTracker, WorkerState
 from distributed.transfer import TransferError, sha256_file
 from tests.sshd import (  # noqa: F401 - netns_hosts is a fixture
     NetnsHosts,
@@ -207,8 +207,9 @@ def test_killed_sshd_makes_that_worker_offline_only(netns_hosts, tmp_path):
         t0 = time.perf_counter()
         hbs = c.read_heartbeats()
         dt = time.perf_counter() - t0
-        states = {n: state_from_heartbeat(h if isinstance(h, Heartbeat) else None,
-                                          offline_after_s=3.0) for n, h in hbs.items()}
+        tracker = HeartbeatTracker(offline_after_s=3.0)
+        states = {n: tracker.observe(n, h if isinstance(h, Heartbeat) else None)[0]
+                  for n, h in hbs.items()}
         assert states == {"worker1": WorkerState.ACTIVE, "worker2": WorkerState.OFFLINE,
                           "worker3": WorkerState.ACTIVE}, hbs
         assert isinstance(hbs["worker2"], (ConnectError, TransferError))

@@ -20,7 +20,6 @@ from distributed.status import (
     read_heartbeat,
     read_status,
     render_status,
-    state_from_heartbeat,
     write_heartbeat,
     write_status,
 )
@@ -137,13 +136,6 @@ def test_heartbeat_round_trip_and_unknown_keys(tmp_path):
         parse_heartbeat(b"{not json")
     with pytest.raises(StatusFormatError):
         parse_heartbeat('{"name": "w", "state": "Sleeping", "pid": 1}')
-
-
-def test_state_from_heartbeat_goes_offline_when_stale():
-    hb = Heartbeat("w", WorkerState.ACTIVE, 1, time=1000.0)
-    assert state_from_heartbeat(hb, now=1010.0, offline_after_s=15) is WorkerState.ACTIVE
-    assert state_from_heartbeat(hb, now=1016.0, offline_after_s=15) is WorkerState.OFFLINE
-    assert state_from_heartbeat(None) is WorkerState.OFFLINE
 
 
 def test_heartbeat_tracker_ignores_clock_skew():
