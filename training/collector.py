@@ -228,7 +228,7 @@ class Collector:
         for line_no, line in enumerate(self._ledger_lines(), 1):
             try:
                 entry = json.loads(line)
-                self._count(entry)
+                self._count(entry, in_place=True)
             except (ValueError, KeyError, TypeError, RecursionError):
                 # a line torn by a crash mid-append; the reconcile below re-adds its batch
                 log.warning("%s line %d unreadable, skipped", self.ledger_path, line_no)
@@ -279,12 +279,24 @@ class Collector:
             return []
         return [ln for ln in text.splitlines() if ln.strip()]
 
-    def _count(self, entry: dict) -> None:
+    def _count(self, entry: dict, *, in_place: bool = False) -> None:
+        """Add a ledger entry to `entries` and `tally`. Outside start-up the dicts are
+        replaced, not changed (copy on write): another thread iterating `entries` or `tally`
+        (the coach's status table) holds a dict that never changes under it."""
         name = entry["name"]
         if name in self.entries:
             return
-        self.entries[name] = entry
-        t = self.tally.setdefault(entry["worker"], WorkerTally())
+        if in_place:
+            self.entries[name] = entry
+        else:
+            self.entries = {**self.entries, name: entry}
+        if entry["worker"] not in self.tally:
+            new = WorkerTally()
+            if in_place:
+                self.tally[entry["worker"]] = new
+            else:
+                self.tally = {**self.tally, entry["worker"]: new}
+        t = self.tally[entry["worker"]]
         if entry["status"] == "ingested":
             t.batches += 1
             t.games += int(entry.get("games", 0))
