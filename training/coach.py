@@ -443,9 +443,9 @@ class Coach:
                     if p and Path(p).resolve() == target:
                         flag.set()
 
-        observer = Observer()
-        observer.daemon = True
         try:
+            observer = Observer()
+            observer.daemon = True
             observer.schedule(_Handler(), str(target.parent), recursive=False)
             observer.start()
         except OSError as e:  # e.g. "inotify instance limit reached"
