@@ -312,7 +312,8 @@ class Supervisor:
             return False
         if m.fault.startswith("bad heartbeat"):
             m.fault = ""
-        self._down_s = 0.0
+        if self._down_s:  # reachable again: the outage's error is over
+            m.error, self._down_s = "", 0.0
         if hb is not None:
             if hb.time != self._hb_time:
                 self._hb_time, self._hb_changed = hb.time, time.monotonic()
