@@ -190,7 +190,8 @@ class SelfPlayConfig:
     batch_size: int = 64
     """Most positions per network call."""
     temperature_moves: int = 8
-    """Moves played in proportion to visit counts; after that, the most visited move."""
+    """Moves sampled (puct: in proportion to visits; gumbel: the search's choice with its root
+    noise); after that, the search's best move (the most visited; gumbel: without noise)."""
     resign_threshold: float = -0.9
     """Resign when the root value stays below this; -1 disables resignation."""
     resign_disabled_fraction: float = 0.1
