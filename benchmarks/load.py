@@ -501,8 +501,10 @@ def _f(x: Any, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _late(x: float | None) -> str:
-    return "not collected in the window" if x is None else f"{x:.2f}s"
+def _late(x: float | None, short: bool = False) -> str:
+    if x is None:
+        return "> window" if short else "not collected in the window"
+    return f"{x:.2f}s"
 
 
 def _ratio(a: Any, b: Any) -> float | None:
@@ -608,8 +610,8 @@ def plot(runs: dict[str, dict], path: Path, title: str) -> None:
         lat, n = r["latencies_s"], len(r["latencies_s"]) + r["late_batches"]
         if lat:
             a.plot(lat, [(i + 1) / n for i in range(len(lat))], color=colors.get(key),
-                   label=f"{key}: p50 {_late(r['latency_p50_s'])}, "
-                         f"p95 {_late(r['latency_p95_s'])}")
+                   label=f"{key}: p50 {_late(r['latency_p50_s'], short=True)}, "
+                         f"p95 {_late(r['latency_p95_s'], short=True)}")
     a.set_xscale("log")
     a.set_xlabel("seconds, batch written -> ingested")
     a.set_ylabel("fraction of batches (the rest: not collected in the window)")
@@ -638,6 +640,7 @@ def plot(runs: dict[str, dict], path: Path, title: str) -> None:
     a2 = a.twinx()
     a2.plot(range(len(keys)), [runs[k]["coach_rss_mb_per_worker"] or 0 for k in keys], "ko-")
     a2.set_ylabel("coach RSS MB per worker (dots)")
+    a2.set_ylim(bottom=0)
     a.set_title("coach cost per worker")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
