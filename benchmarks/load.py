@@ -25,14 +25,18 @@ Figures per run (printed, in the JSON and in the plot):
     that reads Offline for it (None: never within `--detect-timeout-s`);
   - collection latency of the healthy workers (neither cut nor slowed), batch renamed into the
     worker's outbox -> its ledger line, for batches written from `--cut-after-s` into the
-    window on, p50/p95/max, and their longest collection gap (the longest time any healthy
-    worker went without an ingested batch); ratios fault run / baseline;
+    window on: p50/p95 with the batches not collected by the window's end counted as later
+    than any (`latency_figures`), and the longest time one healthy worker went without an
+    ingested batch; ratios fault run / baseline;
   - the coach's CPU (user+system seconds of its process over the window, % of one core) and
-    memory (VmRSS, median over the window), in total and per worker;
+    memory (VmRSS, median over the window), in total and per worker; with the scale run, the
+    RSS and CPU each worker beyond the baseline's adds;
+  - how many workers read Active during the window (the window starts when all do, or after
+    `--startup-timeout-s`: a coach that cannot bring them all up is measured all the same);
   - exactly-once: duplicates and rejections in the final ledger, written batches never
     ingested (after the faults are lifted and the coach stopped).
 
-    python3 benchmarks/load.py                                  # ~12 minutes on 2 cores
+    python3 benchmarks/load.py                                  # 15 to 25 minutes
     python3 benchmarks/load.py --seconds 60 --skip scale         # baseline and faults only
     python3 benchmarks/load.py --json load.json --plot docs/img/load.png
 
@@ -443,8 +447,10 @@ def run_cluster(plan: Plan, state: Path, base_config: Path | None = None,
     names = [e["name"] for e in final]
     ingested = {e["name"] for e in final if e.get("status") == "ingested"}
     gaps = watcher.gaps(t0, t1)
-    active = [sum(v == "Active" for v in st.values()) for t, st in watcher.snapshot()
-              if t0 <= t <= t1] or [0]
+    shown = watcher.snapshot()  # what status.txt showed at t0 and at each rewrite until t1
+    before = [st for t, st in shown if t < t0][-1:]
+    active = [sum(v == "Active" for v in st.values())
+              for st in before + [st for t, st in shown if t0 <= t <= t1]] or [0]
     cpu_pct = 100 * (cpu1 - cpu0) / (t1 - t0)
     q = max(1, len(rss) // 4)
     rss_med = statistics.median(rss) if rss else None
