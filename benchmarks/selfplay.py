@@ -9,11 +9,17 @@ For each setting (board, net, simulations, games in flight) it measures, in one 
 - self-play: `SelfPlay` with `parallel_games` games and one network call per search step
   (the evaluator of `net.make_evaluator`, the one the workers use), timed over whole moves
   after a warm-up: moves/s, the share of the wall time spent outside evaluate()
-  (search, rules, features, Python), and ratio = moves/s / limit.
+  (search, rules, features, Python), and ratio = moves/s / limit, where the limit in moves/s
+  is the positions/s limit over the mean simulations per move.
+
+Each setting runs for each search in --searches: `puct` (AlphaZero), `gumbel` (Gumbel MuZero,
+the same simulations) and `gumbel-pcr` / `puct-pcr` (playout cap randomization: a quarter of
+the moves get the simulations, the rest a quarter of them), each against the same limit.
 
 Then games per hour per core for 9x9 (moves/s * 3600 / moves per game, the game length
-measured by the same random net at a few simulations): 1 process with 1 thread, 2 processes
-with 1 thread each (side by side, one per core), and 1 process with 2 threads.
+measured by the same random net at a few simulations with the same search): 1 process with 1
+thread for every search, and for the first search 2 processes with 1 thread each (side by
+side, one per core) and 1 process with 2 threads.
 
 Nets have random weights (the speed does not depend on them; the game length a little).
 Timings are only meaningful on a quiet machine: the figures of a busy one are lower.
@@ -22,7 +28,7 @@ The last line is one JSON object with `moves_per_s`, `limit_moves_per_s`, `ratio
 and `games_per_hour_per_core`.
 
 Usage: python benchmarks/selfplay.py [--quick] [--seconds 15] [--sizes 9 7 19]
-       [--device cpu] [--no-processes] [--cache-stats]
+       [--searches puct gumbel gumbel-pcr] [--device cpu] [--no-processes] [--cache-stats]
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from training.net import PolicyValueNet, compile_for_inference, make_evaluator, 
 from training.selfplay import SelfPlay
 
 HISTORY = 8
+SEARCHES = ("puct", "gumbel", "gumbel-pcr", "puct-pcr")
+PCR_FRACTION = 0.25
 
 
 @dataclass(frozen=True)
@@ -53,20 +61,37 @@ class Setting:
     simulations: int
     parallel_games: int
     seconds: float
+    search: str = "puct"
 
     @property
     def name(self) -> str:
-        return f"{self.size}x{self.size} {self.blocks}x{self.filters} {self.simulations} sims"
+        return (f"{self.size}x{self.size} {self.blocks}x{self.filters} {self.simulations} sims "
+                f"{self.search}")
+
+    @property
+    def fast_simulations(self) -> int:
+        return max(1, self.simulations // 4)
+
+    def mcts_config(self) -> MctsConfig:
+        """The search of this setting (see the module docstring)."""
+        pcr = self.search.endswith("-pcr")
+        return MctsConfig(
+            simulations=self.simulations,
+            algorithm="gumbel" if self.search.startswith("gumbel") else "puct",
+            full_search_fraction=PCR_FRACTION if pcr else 1.0,
+            fast_simulations=self.fast_simulations,
+        )
 
 
-def default_settings(seconds: float, quick: bool, sizes: list[int]) -> list[Setting]:
+def default_settings(seconds: float, quick: bool, sizes: list[int],
+                     searches: tuple[str, ...] = ("puct",)) -> list[Setting]:
     table = {
         9: Setting(9, 6, 64, 100, 128, seconds),
         7: Setting(7, 6, 64, 100, 128, seconds / 2),
         # 19x19 with a larger net: fewer simulations and games, or one move takes minutes
         19: Setting(19, 10, 128, 32 if not quick else 16, 16, seconds / 2),
     }
-    out = [table[s] for s in sizes]
+    out = [replace(table[s], search=search) for s in sizes for search in searches]
     if quick:
         out = [replace(s, parallel_games=min(s.parallel_games, 64)) for s in out]
     return out
@@ -113,25 +138,28 @@ class Timed:
         self.evaluate = evaluate
         self.seconds = 0.0
         self.positions = 0
+        self.calls = 0
 
     def __call__(self, planes, legal):
         start = time.perf_counter()
         out = self.evaluate(planes, legal)
         self.seconds += time.perf_counter() - start
         self.positions += len(planes)
+        self.calls += 1
         return out
 
 
 def selfplay_speed(s: Setting, evaluate, seed: int = 0) -> dict:
     """Moves/s of SelfPlay, timed over whole moves of all games for at least s.seconds."""
     go = GoConfig(board_size=s.size, komi=7.5 if s.size >= 9 else 0.5)
-    mcts = MctsConfig(simulations=s.simulations)
+    mcts = s.mcts_config()
     sp_cfg = SelfPlayConfig(
         parallel_games=s.parallel_games, batch_size=s.parallel_games, resign_threshold=-1.0
     )
     # warm-up on a small copy: numba cache load, the network's first calls at this batch size
     warm = replace(sp_cfg, parallel_games=2, batch_size=2)
-    SelfPlay(evaluate, go, replace(mcts, simulations=2), warm, history=HISTORY).step()
+    warm_mcts = replace(mcts, simulations=2, fast_simulations=1)
+    SelfPlay(evaluate, go, warm_mcts, warm, history=HISTORY).step()
     evaluate(*_random_batch(s.parallel_games, s.size))
     timed = Timed(evaluate)
     sp = SelfPlay(timed, go, mcts, sp_cfg, history=HISTORY, seed=seed)
@@ -142,10 +170,21 @@ def selfplay_speed(s: Setting, evaluate, seed: int = 0) -> dict:
         if elapsed >= s.seconds:
             break
     moves = sp.moves_played
+    # With searches of different lengths (playout caps) step() ends with many searches half
+    # done: count each as the share of its simulations done, or fast moves would be favoured
+    tree = sp.mcts.tree
+    done = float(np.sum(tree.sims_done / np.maximum(tree.sims_target, 1)))
+    equivalent = moves + done
+    cfg = s.mcts_config()
+    f = cfg.full_search_fraction  # the expected simulations per move, not this window's draw
+    sims_per_move = f * s.simulations + (1 - f) * cfg.fast_simulations
     return {
-        "moves_per_s": moves / elapsed,
+        "moves_per_s": equivalent / elapsed,
+        "simulations_per_move": sims_per_move,
+        "full_search_share": sp.full_searches / max(moves, 1),
         "outside_net_share": 1.0 - timed.seconds / elapsed,
-        "evals_per_move": timed.positions / max(moves, 1),
+        "evals_per_move": timed.positions / max(equivalent, 1),
+        "mean_batch": timed.positions / max(timed.calls, 1),
         # the network's own speed inside self-play: compare with the limit (a gap here is
         # the machine, e.g. other processes, not the search)
         "net_positions_per_s_in_selfplay": timed.positions / max(timed.seconds, 1e-9),
@@ -161,10 +200,12 @@ def _random_batch(batch: int, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def game_length(s: Setting, evaluate, games: int) -> float:
-    """Mean moves per game of the same net at 4 simulations (game length, not speed)."""
+    """Mean moves per game of the same net at 4 simulations with the setting's algorithm
+    (game length, not speed)."""
     go = GoConfig(board_size=s.size, komi=7.5)
     sp_cfg = SelfPlayConfig(parallel_games=games, batch_size=games)
-    sp = SelfPlay(evaluate, go, MctsConfig(simulations=4), sp_cfg, history=HISTORY, seed=1)
+    mcts = replace(s.mcts_config(), simulations=4, full_search_fraction=1.0)
+    sp = SelfPlay(evaluate, go, mcts, sp_cfg, history=HISTORY, seed=1)
     records = sp.play(max_games=games)
     return float(np.mean([r.num_moves for r in records]))
 
@@ -172,17 +213,19 @@ def game_length(s: Setting, evaluate, games: int) -> float:
 def child_main(args: argparse.Namespace) -> None:
     """One process of the games-per-hour figure: print moves/s as JSON."""
     torch.set_num_threads(args.threads)
-    s = Setting(9, 6, 64, 100, args.parallel, args.seconds)
+    s = Setting(9, 6, 64, 100, args.parallel, args.seconds, args.search)
     device = resolve_device(args.device)
     evaluate = make_evaluator(make_net(s, device), device)
     print(json.dumps(selfplay_speed(s, evaluate, seed=args.child_seed)))
 
 
-def run_children(args: argparse.Namespace, processes: int, threads: int, seconds: float) -> float:
+def run_children(args: argparse.Namespace, processes: int, threads: int, seconds: float,
+                 search: str = "puct") -> float:
     """Total moves/s of `processes` side-by-side benchmark processes of `threads` threads."""
     cmd = [
         sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads),
         "--seconds", str(seconds), "--parallel", str(args.parallel), "--device", args.device,
+        "--search", search,
     ]
     procs = [
         subprocess.Popen(cmd + ["--child-seed", str(i)], stdout=subprocess.PIPE, text=True)
@@ -232,6 +275,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="short timings (about a minute)")
     p.add_argument("--seconds", type=float, default=15.0, help="timed self-play per setting")
     p.add_argument("--sizes", type=int, nargs="+", default=[9, 7, 19], choices=[7, 9, 19])
+    p.add_argument("--searches", nargs="+", default=["puct", "gumbel", "gumbel-pcr"],
+                   choices=SEARCHES, help="searches to time at each size (the first is the "
+                   "reference of the summary line)")
     p.add_argument("--batches", type=int, nargs="+", default=[32, 64, 128, 256])
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0 ...")
     p.add_argument("--threads", type=int, default=1, help="torch threads of this process")
@@ -242,6 +288,7 @@ def main() -> None:
     p.add_argument("--parallel", type=int, default=128, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child-seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--search", default="puct", choices=SEARCHES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         child_main(args)
@@ -252,7 +299,7 @@ def main() -> None:
     print(f"device={device} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()}")
 
     rows = []
-    for s in default_settings(seconds, args.quick, args.sizes):
+    for s in default_settings(seconds, args.quick, args.sizes, tuple(args.searches)):
         net = make_net(s, device)
         fn = compile_for_inference(net, device, "trace")
         window = min(0.5, seconds / 16)
@@ -263,10 +310,11 @@ def main() -> None:
         sp = selfplay_speed(s, evaluate)
         # once more after self-play, at the best batch size: the limit is the best seen
         limit = max(limit, network_limit(fn, net, device, [best_batch], window)[0])
-        limit_moves = limit / s.simulations
+        limit_moves = limit / sp["simulations_per_move"]
         row = {
             "setting": s.name,
             "size": s.size,
+            "search": s.search,
             "simulations": s.simulations,
             "parallel_games": s.parallel_games,
             "limit_positions_per_s": limit,
@@ -280,29 +328,34 @@ def main() -> None:
             f"  {s.name:28s} games={s.parallel_games:4d}  net limit {limit:8.1f} pos/s "
             f"(batch {best_batch:3d}) = {limit_moves:7.2f} moves/s   self-play "
             f"{sp['moves_per_s']:7.2f} moves/s  ratio {row['ratio']:.2f}  outside net "
-            f"{sp['outside_net_share']:.1%}  evals/move {sp['evals_per_move']:.1f}  net inside "
+            f"{sp['outside_net_share']:.1%}  evals/move {sp['evals_per_move']:.1f}  batch "
+            f"{sp['mean_batch']:.0f}  net inside "
             f"self-play {sp['net_positions_per_s_in_selfplay']:.1f} pos/s",
             flush=True,
         )
 
     per_core: dict[str, float] = {}
+    by_search: dict[str, dict] = {}
     if 9 in args.sizes:
-        nine = next(r for r in rows if r["size"] == 9)
-        s9 = next(s for s in default_settings(seconds, args.quick, [9]))
-        length = game_length(s9, make_evaluator(make_net(s9, device), device), 16)
-        per_core["moves_per_game"] = length
-        per_core["1_process_1_thread"] = nine["moves_per_s"] * 3600 / length
-        if not args.no_processes and device.type == "cpu":
-            child_s = seconds / 2
-            args.parallel = nine["parallel_games"]
-            two = run_children(args, 2, 1, child_s)
-            per_core["2_processes_1_thread"] = two * 3600 / length / 2
-            one_two = run_children(args, 1, 2, child_s)
-            per_core["1_process_2_threads"] = one_two * 3600 / length / 2
-        print(f"\n9x9 games per hour per core ({length:.0f} moves per game, random net):")
-        for k, v in per_core.items():
-            if k != "moves_per_game":
-                print(f"  {k:24s} {v:8.0f}")
+        print("\n9x9 games per hour per core (moves per game of the random net, same search):")
+        for s9 in default_settings(seconds, args.quick, [9], tuple(args.searches)):
+            nine = next(r for r in rows if r["size"] == 9 and r["search"] == s9.search)
+            length = game_length(s9, make_evaluator(make_net(s9, device), device), 16)
+            figures = {"moves_per_game": length,
+                       "1_process_1_thread": nine["moves_per_s"] * 3600 / length}
+            if s9.search == args.searches[0] and not args.no_processes and device.type == "cpu":
+                child_s = seconds / 2
+                args.parallel = nine["parallel_games"]
+                two = run_children(args, 2, 1, child_s, s9.search)
+                figures["2_processes_1_thread"] = two * 3600 / length / 2
+                one_two = run_children(args, 1, 2, child_s, s9.search)
+                figures["1_process_2_threads"] = one_two * 3600 / length / 2
+            by_search[s9.search] = {"ratio": nine["ratio"], **figures}
+            if s9.search == args.searches[0]:
+                per_core = figures
+            print(f"  {s9.search:12s} ({length:.0f} moves per game, ratio {nine['ratio']:.2f})"
+                  + "".join(f"  {k} {v:.0f}" for k, v in figures.items()
+                            if k != "moves_per_game"))
 
     extra = {}
     if args.cache_stats:
@@ -310,14 +363,14 @@ def main() -> None:
         extra["cache"] = cache_stats(make_evaluator(net9, device), seconds)
         print(f"\nevaluation cache: {extra['cache']}")
 
-    print("\n| setting | games | limit pos/s | limit moves/s | self-play moves/s | ratio | "
-          "outside net |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| setting | games | sims/move | limit pos/s | limit moves/s | self-play moves/s | "
+          "ratio | outside net |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['setting']} | {r['parallel_games']} | {r['limit_positions_per_s']:.0f} | "
-            f"{r['limit_moves_per_s']:.2f} | {r['moves_per_s']:.2f} | {r['ratio']:.2f} | "
-            f"{r['outside_net_share']:.1%} |"
+            f"| {r['setting']} | {r['parallel_games']} | {r['simulations_per_move']:.1f} | "
+            f"{r['limit_positions_per_s']:.0f} | {r['limit_moves_per_s']:.2f} | "
+            f"{r['moves_per_s']:.2f} | {r['ratio']:.2f} | {r['outside_net_share']:.1%} |"
         )
     main_row = next((r for r in rows if r["size"] == 9), rows[0])
     print(json.dumps({
@@ -330,6 +383,8 @@ def main() -> None:
         "settings": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                      for r in rows],
         "games_per_hour_per_core": {k: round(v, 1) for k, v in per_core.items()},
+        "searches": {name: {k: round(v, 3) for k, v in figs.items()}
+                     for name, figs in by_search.items()},
         **extra,
     }))
 
