@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distributed.transfer import write_atomic, write_json_atomic
+from distributed.transfer import file_kind, write_atomic, write_json_atomic
 
 HEARTBEAT_NAME = "status.json"
 DEFAULT_STATUS_PATH = Path(__file__).resolve().parent / "status.txt"  # distributed/status.txt
@@ -138,7 +138,7 @@ def read_heartbeat(path: str | os.PathLike, max_bytes: int = HEARTBEAT_MAX_BYTES
     name = Path(path).name  # short: the reason shows in one status.txt cell
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
-        raise StatusFormatError(f"{name} is not a regular file ({_kind(st.st_mode)})")
+        raise StatusFormatError(f"{name} is not a regular file ({file_kind(st.st_mode)})")
     if st.st_size > max_bytes:
         raise StatusFormatError(f"{name} is {st.st_size} bytes, over {max_bytes}")
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -154,15 +154,6 @@ def read_heartbeat(path: str | os.PathLike, max_bytes: int = HEARTBEAT_MAX_BYTES
     if len(data) > max_bytes:
         raise StatusFormatError(f"{name} grew over {max_bytes} bytes while read")
     return parse_heartbeat(data)
-
-
-def _kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return stat.filemode(mode)
 
 
 class HeartbeatTracker:

@@ -73,7 +73,8 @@ class DeadlineError(TransferError):
     help."""
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words (for an error message)."""
     for test, kind in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
@@ -90,7 +91,8 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable (a no-op where the file system refuses)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -122,7 +124,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, *, indent: int | None = 2) -> None:
@@ -249,7 +251,7 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, max_bytes: int,
     except OSError as e:
         raise TransferError(f"{src}: cannot stat: {e}") from e
     if not stat.S_ISREG(st.st_mode):
-        raise VerifyError(f"{src} is {_file_kind(st.st_mode)}, refused without reading")
+        raise VerifyError(f"{src} is {file_kind(st.st_mode)}, refused without reading")
     if st.st_size > max_bytes:
         raise VerifyError(f"{src} is {st.st_size} bytes, over the limit {max_bytes}")
     try:
@@ -485,7 +487,7 @@ def get_file(
     try:
         st = sftp.lstat(remote_path)
         if st.st_mode is not None and not stat.S_ISREG(st.st_mode):
-            raise VerifyError(f"{where}: {remote_path} is {_file_kind(st.st_mode)}, refused "
+            raise VerifyError(f"{where}: {remote_path} is {file_kind(st.st_mode)}, refused "
                               "without reading")
         remote_size = int(st.st_size or 0)
         if max_bytes is not None and remote_size > max_bytes:

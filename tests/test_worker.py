@@ -18,7 +18,8 @@ from distributed.status import WorkerState, read_heartbeat
 from tests.conftest import REPO
 from training import model_store
 from training.records import read_batch
-from training.worker import Worker, outbox_batches, parse_batch_file_name
+from training.records import batch_name_or_none
+from training.worker import Worker, outbox_batches
 
 
 def _publish(cfg, folder: Path, generation: int, seed: int = 0) -> model_store.Manifest:
@@ -63,7 +64,7 @@ def test_worker_writes_valid_batches_and_continues_sequence_after_restart(cfg, r
     first = Worker(cfg, "w1", folder).run(max_games=25)
     assert first.games >= 25 and first.generation == 0  # a step may finish several games
     names = outbox_batches(folder / "outbox")
-    seqs = [parse_batch_file_name(n)[2] for n in names]
+    seqs = [batch_name_or_none(n)[2] for n in names]
     assert seqs == list(range(len(names))) and len(names) == first.batches
     # full batches of batch_size=10, then the finished games flushed at the stop
     games = [len(read_batch(folder / "outbox" / n)[1]) for n in names]
@@ -73,7 +74,7 @@ def test_worker_writes_valid_batches_and_continues_sequence_after_restart(cfg, r
     for n in names:
         (folder / "outbox" / n).unlink()
     Worker(cfg, "w1", folder).run(max_games=10)
-    assert parse_batch_file_name(outbox_batches(folder / "outbox")[0])[2] == len(names)
+    assert batch_name_or_none(outbox_batches(folder / "outbox")[0])[2] == len(names)
     hb = read_heartbeat(folder / "status.json")
     assert hb.state == WorkerState.OFFLINE and hb.games_done >= 10 and hb.generation == 0
 

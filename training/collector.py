@@ -61,7 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from training.worker import parse_batch_file_name
+from distributed.transfer import fsync_dir
+from training.records import batch_name_or_none
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +309,7 @@ class Collector:
     def _entry(self, name: str, path: Path | None, status: str, reason: str | None) -> dict:
         from distributed.transfer import sha256_file
 
-        parsed = parse_batch_file_name(name)
+        parsed = batch_name_or_none(name)
         worker, gen, seq = parsed if parsed else ("?", -1, -1)
         is_file = path is not None and path.is_file()
         entry = {"name": name, "worker": worker, "generation": gen, "seq": seq,
@@ -331,7 +332,7 @@ class Collector:
     def is_known(self, name: str) -> bool:
         """The batch `name` was ingested or rejected under its owner (its worker's copy may
         only be deleted)."""
-        parsed = parse_batch_file_name(name)
+        parsed = batch_name_or_none(name)
         with self._lock:
             entry = self.entries.get(name)
             if entry is not None and parsed is not None and entry.get("worker") == parsed[0]:
@@ -359,7 +360,7 @@ class Collector:
         """Where the bytes of `name`, rejected from `worker`, are kept (`.reason.txt` beside):
         `quarantine/<name>` for the worker's own batch names, else
         `quarantine/foreign/<worker>/<digest>.bin`."""
-        parsed = parse_batch_file_name(name) if _is_bare_name(name) else None
+        parsed = batch_name_or_none(name) if _is_bare_name(name) else None
         if parsed is not None and parsed[0] == worker:
             return self.quarantine_dir / name
         return (self.quarantine_dir / "foreign" / _safe_worker(worker)
@@ -389,7 +390,7 @@ class Collector:
             owned: list[tuple[int, str]] = []
             foreign: list[str] = []
             for name in source.list_batches():
-                parsed = parse_batch_file_name(name) if _is_bare_name(name) else None
+                parsed = batch_name_or_none(name) if _is_bare_name(name) else None
                 if parsed is not None and parsed[0] == worker:
                     owned.append((parsed[2], name))
                 else:
@@ -448,7 +449,7 @@ class Collector:
         with self._lock:
             entry = self._entry(name, incoming, "ingested", None)
             os.replace(incoming, self.replay_dir / name)
-            _fsync_dir(self.replay_dir)  # the rename is durable before the ledger says so
+            fsync_dir(self.replay_dir)  # the rename is durable before the ledger says so
             entry.update(games=info.games, positions=info.positions,
                          generation_mean=_mean(info.generations),
                          coach_generation=current_generation)
@@ -478,7 +479,7 @@ class Collector:
                          f"{name!r}: not a plain file name (it has a folder part)", None,
                          result)
             return False
-        what = ("a batch name of another worker" if parse_batch_file_name(name) else
+        what = ("a batch name of another worker" if batch_name_or_none(name) else
                 "not a batch name")
         reason = f"{name!r}: {what}, not a batch name of worker {worker!r}"
         local = self.incoming_dir / f"foreign-{_digest(worker, name)}"
@@ -574,16 +575,6 @@ def _safe_worker(worker: str) -> str:
 def _printable(text: str) -> str:
     """`text` without control characters (a reason ends up in logs and status tables)."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on a folder; the rename is still atomic
-    finally:
-        os.close(fd)
 
 
 def _folder_bytes(folder: Path) -> int:

@@ -204,6 +204,14 @@ def parse_batch_name(name: str) -> BatchName:
     return BatchName(m["worker"], int(m["gen"]), int(m["seq"]))
 
 
+def batch_name_or_none(name: str) -> BatchName | None:
+    """(worker, generation, seq) of a batch file name, or None for anything else."""
+    try:
+        return parse_batch_name(name)
+    except ValueError:
+        return None
+
+
 # ------------------------------------------------------------------------------------ write
 
 _GAME_DTYPES = {

@@ -101,16 +101,6 @@ def batch_file_name(worker: str, generation: int, seq: int) -> str:
     return batch_name(worker, generation, seq)
 
 
-def parse_batch_file_name(name: str) -> tuple[str, int, int] | None:
-    """(worker, generation, seq) of a batch file name, or None for anything else."""
-    from training.records import parse_batch_name
-
-    try:
-        return tuple(parse_batch_name(name))  # type: ignore[return-value]
-    except ValueError:
-        return None
-
-
 def outbox_batches(outbox: str | os.PathLike) -> list[str]:
     """Names of complete batch files in an outbox (temporary and partial names skipped)."""
     try:
@@ -462,8 +452,10 @@ class Worker:
                 seq = max(seq, int(json.loads(path.read_text())["next_seq"]))
             except (OSError, ValueError, KeyError, TypeError) as e:
                 log.warning("%s unreadable (%s); continuing from the outbox", path, e)
+        from training.records import batch_name_or_none
+
         for name in outbox_batches(self.outbox):
-            parsed = parse_batch_file_name(name)
+            parsed = batch_name_or_none(name)
             if parsed and parsed[0] == self.name:
                 seq = max(seq, parsed[2] + 1)
         return seq
