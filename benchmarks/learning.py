@@ -33,14 +33,13 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from configs import load_config
+from training import rating
+from training.arena import play_arena, play_gnugo
+from training.model_store import list_models
+from training.net import load_model, make_evaluator
 
-from configs import load_config  # noqa: E402
-from training import rating  # noqa: E402
-from training.arena import play_arena, play_gnugo  # noqa: E402
-from training.model_store import list_models  # noqa: E402
-from training.net import load_model, make_evaluator  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, object]]:

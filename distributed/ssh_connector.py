@@ -502,11 +502,11 @@ class SSHConnector:
                     out.add(chan.recv(1 << 16))
                 while chan.recv_stderr_ready():
                     err.add(chan.recv_stderr(1 << 16))
-                if chan.exit_status_ready():
-                    while chan.recv_ready():
-                        out.add(chan.recv(1 << 16))
-                    while chan.recv_stderr_ready():
-                        err.add(chan.recv_stderr(1 << 16))
+                # sshd may send the exit status before the last of the output (it reaps the
+                # child before draining its pipe): done only at both the status and EOF
+                if (chan.exit_status_ready() and (chan.eof_received or chan.closed)
+                        and not chan.recv_ready()
+                        and not chan.recv_stderr_ready()):
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -518,6 +518,8 @@ class SSHConnector:
                     raise ConnectionError("connection lost while the command ran")
                 if chan.eof_received:  # output done; the exit status is on its way
                     chan.status_event.wait(min(remaining, 0.1))
+                elif chan.exit_status_ready():  # the status came first: the output follows
+                    time.sleep(min(remaining, 0.005))
                 else:
                     select.select([chan], [], [], min(remaining, 0.1))
             code = chan.recv_exit_status()

@@ -461,11 +461,15 @@ class MctsPlayer:
 
     def warm_up(self) -> None:
         """Two small searches on one tree (a fresh root, then an expanded one, as a timed search
-        does), so that loading the compiled search code is not timed on move 1."""
-        self.mcts.reset_game(0)
+        does), then what genmove reads after its search, so that compiling or loading the
+        search code is not timed on move 1."""
+        self.mcts.reset_game(0, [0], komi=0.5)  # a position after one move, as genmove sets
         for _ in range(2):
             self.mcts.search(self.evaluate, [0], simulations=min(self.chunk,
                                                                  self.max_simulations))
+        self.mcts.root_values([0])
+        self.mcts.select_moves([0])
+        self.mcts.reset_game(0)
 
     def genmove(self, moves: Sequence[int], komi: float) -> int:
         """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
