@@ -133,7 +133,7 @@ class MctsConfig:
     """Unvisited children start at the parent's value minus this (first-play urgency)."""
     reuse_tree: bool = True
     """Keep the chosen child's subtree for the next move."""
-    algorithm: str = "puct"
+    algorithm: str = "gumbel"
     """Search: puct (AlphaZero: PUCT, Dirichlet root noise, visit-count policy targets) or
     gumbel (Gumbel MuZero: Gumbel-top-k root sampling, sequential halving, improved-policy
     targets; c_puct, fpu_reduction and dirichlet_* are then unused)."""
@@ -146,7 +146,7 @@ class MctsConfig:
     gumbel_q_normalization: str = "bounds"
     """Gumbel: Q to [0, 1] by the value bounds, (Q + 1) / 2, or minmax over a node's children
     (mctx's rescale: even a tiny Q difference then spans the whole scale)."""
-    full_search_fraction: float = 1.0
+    full_search_fraction: float = 0.25
     """Playout cap randomization (KataGo): share of self-play moves searched with
     `simulations` and trained as policy targets; the others get `fast_simulations`, no
     root noise, and train only the value. 1 = every move a full search."""

@@ -149,3 +149,62 @@ def test_a_stuck_supervisor_is_abandoned_and_a_fresh_one_carries_on(sshd_server,
     assert replaced_s < 3.0 + 2.0
     print(f"frozen session: supervisor replaced after {replaced_s:.1f}s (deadline 3 s), "
           f"heartbeats again after {recovered_s:.1f}s; error shown: {member.error}")
+
+
+def test_bring_ups_run_at_most_the_bound_at_once(tmp_path, monkeypatch):
+    """Forty workers started together: never more than MAX_CONCURRENT_BRING_UPS bring-ups
+    at once (a fleet of hundreds must not open hundreds of sessions in the same second), and
+    every worker is still brought up."""
+    from training import fleet as fleet_mod
+    from training.collector import Collector, LocalSource, validate_with_records
+
+    monkeypatch.setattr(fleet_mod, "MAX_CONCURRENT_BRING_UPS", 3)
+    lock = threading.Lock()
+    now_running, peak, started = [0], [0], []
+
+    class SlowStart(fleet_mod.Backend):
+        """A machine whose daemon takes 0.1 s to start and then plays nothing."""
+
+        def __init__(self, name: str):
+            self.name = name
+            (tmp_path / name).mkdir()
+
+        def start(self, min_seq: int) -> int:
+            with lock:
+                now_running[0] += 1
+                peak[0] = max(peak[0], now_running[0])
+            time.sleep(0.1)
+            with lock:
+                now_running[0] -= 1
+                started.append(self.name)
+            return 1
+
+        def is_running(self) -> bool:
+            return True
+
+        def stop(self) -> None:
+            pass
+
+        def read_heartbeat(self):
+            return None
+
+        def push_model(self, models_dir, manifest) -> None:
+            pass
+
+        def source(self):
+            return LocalSource(tmp_path / self.name)
+
+    class Forty(fleet_mod.Fleet):
+        def backends_for(self, cfg):
+            return [SlowStart(f"w{i}") for i in range(40)]
+
+    cfg = override(load_config(REPO / "configs" / "tiny.yaml"),
+                   {"run.dir": str(tmp_path / "run"), "distributed.poll_interval_s": 0.05})
+    fleet = Forty(cfg)
+    collector = Collector(tmp_path / "run", validate_with_records(5, 0.5))
+    fleet.start(collector)
+    try:
+        _wait(lambda: len(started) == 40, 30, "all 40 workers brought up")
+    finally:
+        fleet.stop_all(timeout_s=5)
+    assert peak[0] == 3, f"at most 3 bring-ups at once, saw {peak[0]}"

@@ -21,7 +21,8 @@ N = 5
 A = N * N
 HISTORY = 2
 GO = GoConfig(board_size=N, komi=0.5)
-GUMBEL = MctsConfig(algorithm="gumbel", simulations=16, reuse_tree=True)
+GUMBEL = MctsConfig(algorithm="gumbel", simulations=16, reuse_tree=True,
+                    full_search_fraction=1.0)
 MINMAX = dataclasses.replace(GUMBEL, gumbel_q_normalization="minmax")
 
 
@@ -299,7 +300,7 @@ def test_searches_of_different_lengths_in_one_batch():
 
 
 def test_puct_select_moves_is_the_most_visited_or_a_visit_sample():
-    mcts = Mcts(2, GO, MctsConfig(simulations=32), history=HISTORY)
+    mcts = Mcts(2, GO, MctsConfig(algorithm="puct", simulations=32), history=HISTORY)
     visits = mcts.search(hashed)
     np.testing.assert_array_equal(mcts.select_moves([0, 1]), visits.argmax(1))
     np.testing.assert_allclose(mcts.policy_targets([0])[0], visits[0] / 32)

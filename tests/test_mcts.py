@@ -20,7 +20,7 @@ N = 5
 A = N * N
 HISTORY = 2
 GO = GoConfig(board_size=N, komi=0.5)
-MCTS = MctsConfig(simulations=32, reuse_tree=True)
+MCTS = MctsConfig(algorithm="puct", simulations=32, reuse_tree=True, full_search_fraction=1.0)
 
 
 def uniform(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

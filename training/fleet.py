@@ -49,6 +49,11 @@ from training.model_store import Manifest
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# Bring-ups (prepare + start: SSH handshakes, a deploy, a preflight that imports torch on the
+# host) run at most this many at once, so that a fleet of hundreds starting together does not
+# open hundreds of sessions in the same second; the others wait their turn, one poll at a time.
+MAX_CONCURRENT_BRING_UPS = 16
+
 
 def backoff_s(previous_s: float, base_s: float, cap_s: float) -> float:
     """The next wait after a failure: `base_s`, then doubling, at most `cap_s`."""
@@ -282,6 +287,8 @@ class Supervisor:
 
     def _bring_up(self) -> bool:
         m, b = self.member, self.backend
+        if not self.fleet.bring_ups.acquire(timeout=self.fleet.cfg.distributed.poll_interval_s):
+            return False  # others are being brought up: try again next pass
         try:
             if not m.prepared:
                 self.op("prepare", b.prepare)
@@ -292,6 +299,8 @@ class Supervisor:
                 m.prepared = False  # preflight and config again next time
             self._failed("bring-up", e)
             return False
+        finally:
+            self.fleet.bring_ups.release()
         m.started, m.running, m.fault, m.error = True, True, "", ""
         self._hb_changed = self._up_since = time.monotonic()
         log.info("worker %s: daemon up, pid %s", m.name, pid)
@@ -414,6 +423,7 @@ class Fleet:
         self.generation = 0  # the coach's current generation (stamped on ingested batches)
         self.target: Target | None = None
         self.stopping = threading.Event()
+        self.bring_ups = threading.BoundedSemaphore(MAX_CONCURRENT_BRING_UPS)
         self.members: dict[str, Member] = {}
         self.wake: dict[str, threading.Event] = {}
         self._sups: dict[str, Supervisor] = {}
