@@ -307,12 +307,12 @@ class Worker:
                 if str(getattr(event, "dest_path", "") or event.src_path).endswith(".json"):
                     changed.set()
 
-        observer = Observer()
-        observer.daemon = True
-        observer.schedule(_Handler(), str(self.models_dir), recursive=False)
-        try:
+        try:  # making, scheduling or starting it can each meet the inotify limits
+            observer = Observer()
+            observer.daemon = True
+            observer.schedule(_Handler(), str(self.models_dir), recursive=False)
             observer.start()
-        except OSError as e:  # e.g. inotify watch limit: fall back to polling
+        except OSError as e:  # e.g. no inotify instance or watch left: fall back to polling
             log.warning("cannot watch %s (%s); polling for models instead", self.models_dir, e)
             return None
         return observer
