@@ -36,7 +36,7 @@ import yaml
 from configs import load_config
 from training import rating
 from training.arena import play_arena, play_gnugo
-from training.model_store import list_models
+from training.model_store import list_models, model_stem
 from training.net import load_model, make_evaluator
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def newest(run_dir: Path) -> int:
 
 
 def model_file(run_dir: Path, generation: int) -> Path:
-    return run_dir / "models" / f"model_{generation:06d}.pt"
+    return run_dir / "models" / f"{model_stem(generation)}.pt"
 
 
 def games_in(run_dir: Path) -> int:

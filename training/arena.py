@@ -37,6 +37,7 @@ import torch
 
 from configs import Config, GoConfig, dump_config, load_config
 from training import elo, gnugo, metrics, rating
+from training.model_store import model_stem
 from training.net import load_model, make_evaluator
 from training.selfplay import MctsPlayer, play_match
 
@@ -164,10 +165,10 @@ def evaluate_generation(cfg: Config, run_dir: str | os.PathLike, generation: int
     device = device or _device()
     opponent = _opponent(models_dir, generation)
     result = ArenaResult(generation=generation, opponent=opponent)
-    new_path = models_dir / f"model_{generation:06d}.pt"
+    new_path = models_dir / f"{model_stem(generation)}.pt"
     if opponent is not None and ev.games > 0:
         new_net, _ = load_model(new_path, device)
-        old_net, _ = load_model(models_dir / f"model_{opponent:06d}.pt", device)
+        old_net, _ = load_model(models_dir / f"{model_stem(opponent)}.pt", device)
         batch = max(cfg.self_play.batch_size, ev.games)
         evaluate_new = make_evaluator(new_net, device, max_batch=batch)
         evaluate_old = make_evaluator(old_net, device, max_batch=batch)

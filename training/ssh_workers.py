@@ -46,7 +46,7 @@ from distributed.status import Heartbeat, StatusFormatError
 from distributed.transfer import TransferError, TransferStats, VerifyError, write_atomic
 from training.collector import SourceError
 from training.fleet import Backend, Fleet, Unreachable, WorkerFault
-from training.model_store import Manifest
+from training.model_store import Manifest, model_stem
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class SSHBackend(Backend):
                                    posixpath.join(models, local))
             old = manifest.generation - 2
             if old >= 0:
-                stem = f"model_{old:06d}"
+                stem = model_stem(old)
                 for suffix in (".json", ".pt.zst"):  # manifest first: never a dangling one
                     self.connector.remove(self.name, posixpath.join(models, stem + suffix))
 

@@ -65,6 +65,7 @@ from torch.utils.data import DistributedSampler
 from configs import Config, ConfigError, load_config, override, to_dict
 from training import metrics
 from training.logsetup import configure_logging
+from training.model_store import model_stem
 from training.net import (
     ModelError,
     load_payload,
@@ -683,7 +684,7 @@ def _seed_everything(seed: int) -> None:
 
 
 def model_path(run_dir: Path, generation: int) -> Path:
-    return run_dir / "models" / f"model_{generation:06d}.pt"
+    return run_dir / "models" / f"{model_stem(generation)}.pt"
 
 
 def checkpoint_path(run_dir: Path, generation: int) -> Path:
