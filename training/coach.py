@@ -100,6 +100,7 @@ class _Round:
     train_s: float = 0.0
     evaluation: threading.Thread | None = None  # arena/gating, off the coach's loop
     promote: list = field(default_factory=list)  # the evaluation thread's verdict
+    published: bool = False  # without gating the model goes out before its evaluation
 
 
 @dataclass
@@ -645,6 +646,10 @@ class Coach:
         self.last_loss = _trainer_loss(text, self.last_loss)
         log.info("trained generation %d in %.1fs: loss=%s", rnd.generation, rnd.train_s,
                  self.last_loss)
+        if self.cfg.evaluation.gating == "none":  # the arena only rates: workers need not wait
+            self._publish(rnd.generation)
+            self._push(rnd.generation)
+            rnd.published = True
         rnd.evaluation = threading.Thread(
             target=lambda: rnd.promote.append(self._evaluate(rnd.generation)),
             name=f"evaluate-{rnd.generation}", daemon=True)
@@ -658,7 +663,7 @@ class Coach:
         log.info("generation %d %s", rnd.generation,
                  "promoted" if promote else "not promoted (gating); workers keep "
                  f"generation {self.generation}")
-        if promote:
+        if promote and not rnd.published:
             self._publish(rnd.generation)
             self._push(rnd.generation)
         self._record_progress(rnd.generation, rnd.train_s)
