@@ -9,8 +9,8 @@ Vocabulary:
     batch files (a local folder in local mode, SFTP in distributed mode). A source fetches
     regular files only, capped while reading and within a deadline; a file it refuses as
     such raises `BatchRefused`, one too slow to read `FetchTooSlow`.
-  - ledger: `run_dir/ledger.jsonl`, one JSON line per ingested or rejected batch (name,
-    worker, generation, games, positions, sha256, status, time).
+  - ledger: `run_dir/ledger.jsonl` (`RunDir.ledger`), one JSON line per ingested or
+    rejected batch (name, worker, generation, games, positions, sha256, status, time).
   - foreign name: anything a worker lists that is not a batch name it owns (another worker's
     batch name, junk, a name with a folder part). It is rejected under the LISTING worker's
     name and ledger key `foreign:<worker>:<repr(name)>`, its bytes (if any are kept) go to
@@ -42,6 +42,9 @@ next pass), at most `max_parallel_validations` batches are validated at once (me
 rejected files' bytes are kept in `quarantine/` only while it holds less than
 `quarantine_max_bytes` (the reason file is always kept).
 
+Paths: the run folder's `replay/`, `incoming/`, `quarantine/` and `ledger.jsonl` are spelled by
+`training.run_dir.RunDir`.
+
 Threads: `collect` may be called concurrently for different workers (one supervisor thread
 each). Download and validation run outside the lock; the ledger append and the renames into
 `replay/` and `quarantine/` run under one lock; calls for one worker are serialized.
@@ -62,18 +65,21 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from distributed.transfer import fsync_dir
-from training.records import batch_name_or_none
+from training.records import BATCH_SUFFIX, DEFAULT_MAX_BYTES, batch_name_or_none
+from training.run_dir import LEDGER_NAME, RunDir  # noqa: F401 - LEDGER_NAME kept importable here
 
 log = logging.getLogger(__name__)
 
-LEDGER_NAME = "ledger.jsonl"
-MAX_BATCH_BYTES = 256 << 20
-"""The largest batch file a source fetches (compressed; 100 19x19 games are ~3 MB)."""
+MAX_BATCH_BYTES = DEFAULT_MAX_BYTES
+"""The largest batch file a source fetches (compressed; 100 19x19 games are ~3 MB): the cap on
+a batch's decompressed size (`records.DEFAULT_MAX_BYTES`), which its compressed file stays
+below."""
 FETCH_TIMEOUT_S = 120.0
 """A local fetch's deadline (SFTP fetches use `distributed.transfer_timeout_s`)."""
 DEFAULT_MAX_REJECTED = 20
 DEFAULT_NAMES_PER_PASS = 64
 DEFAULT_QUARANTINE_MAX_BYTES = 256 << 20
+"""Bytes of rejected files kept in `quarantine/` (a disk budget, not a file size)."""
 DECOMPRESS_TIMEOUT_S = 20.0
 """A batch whose zstd layer takes longer than this to decompress is rejected (a bomb)."""
 SLOW_FETCH_TRIES = 3
@@ -200,11 +206,12 @@ class Collector:
                  names_per_pass: int = DEFAULT_NAMES_PER_PASS,
                  quarantine_max_bytes: int = DEFAULT_QUARANTINE_MAX_BYTES,
                  max_parallel_validations: int = 2):
-        self.run_dir = Path(run_dir)
-        self.replay_dir = self.run_dir / "replay"
-        self.quarantine_dir = self.run_dir / "quarantine"
-        self.incoming_dir = self.run_dir / "incoming"
-        self.ledger_path = self.run_dir / LEDGER_NAME
+        paths = RunDir(run_dir)
+        self.run_dir = paths.root
+        self.replay_dir = paths.replay
+        self.quarantine_dir = paths.quarantine
+        self.incoming_dir = paths.incoming
+        self.ledger_path = paths.ledger
         for d in (self.replay_dir, self.quarantine_dir, self.incoming_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.validate = validate
@@ -237,7 +244,7 @@ class Collector:
             leftover.unlink(missing_ok=True)
         for folder, status in ((self.replay_dir, "ingested"), (self.quarantine_dir, "rejected")):
             for name in sorted(os.listdir(folder)):
-                if name in self.entries or not name.endswith(".npz.zst"):
+                if name in self.entries or not name.endswith(BATCH_SUFFIX):
                     continue
                 log.warning("%s/%s is not in the ledger (coach stopped mid-ingest); adding it",
                             folder.name, name)
@@ -505,7 +512,7 @@ class Collector:
                 source: BatchSource | None, result: CollectResult) -> None:
         """Count a rejected file against `worker`: its bytes to quarantine while within the
         budget, its reason file, the ledger line, then the worker's copy deleted."""
-        reason = _printable(reason)[:_REASON_MAX_CHARS]
+        reason = _escaped(reason)[:_REASON_MAX_CHARS]
         target = self.quarantine_path(worker, name)
         folder, stem = target.parent, target.name
         with self._lock:
@@ -572,8 +579,15 @@ def _safe_worker(worker: str) -> str:
     return worker if _is_bare_name(worker) and len(worker) <= 64 else _digest(worker, "")
 
 
-def _printable(text: str) -> str:
-    """`text` without control characters (a reason ends up in logs and status tables)."""
+def _escaped(text: str) -> str:
+    """`text` with every non-printable character written as its escape (`\\n`, `\\x1b`).
+
+    Not `distributed.status.printable`, on purpose: a reason goes to the ledger and to
+    `<name>.reason.txt`, the record of why a file was refused, so no character of it is
+    dropped (an escape sequence stays visible as `\\x1b[...`, a newline as `\\n`); the
+    caller caps its length. `printable` is for one cell of `status.txt`: it drops escape
+    sequences, shows other control characters as '?' and cuts the text to one short line.
+    """
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
