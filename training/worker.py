@@ -1,7 +1,7 @@
 """The self-play worker daemon: newest model -> self-play -> outbox batches + heartbeat.
 
-A `Worker` owns one worker folder (`runs/main/workers/<name>` in local mode, the worker's
-`remote_dir` on a host):
+A `Worker` owns one worker folder (`runs/main/workers/<name>` in local mode, `RunDir.worker`;
+`<remote_dir>/workers/<name>` on a host, `distributed.remote.WorkerPaths.worker_dir`):
 
     models/model_<gen>.pt.zst + model_<gen>.json   pushed by the coach (manifest written last)
     cache/model_<gen>.pt                           the verified, decompressed model in use
@@ -61,6 +61,8 @@ from distributed.transfer import write_json_atomic
 from training import model_store
 from training.logsetup import configure_logging
 from training.model_store import Manifest, ModelStoreError
+from training.records import BATCH_SUFFIX, batch_name, batch_name_or_none
+from training.run_dir import RunDir
 from training.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,6 @@ EXIT_FOLDER_BUSY = 3
 # the space it frees is never eaten by batches before the Error is on disk.
 RESERVE_NAME = ".disk_reserve"
 RESERVE_BYTES = 64 * 1024
-_BATCH_SUFFIX = ".npz.zst"
 # how often the model folder is re-scanned even without a watchdog event (a missed inotify
 # event, or a file system without it, must not leave a worker on an old model forever)
 _POLL_MODELS_S = 30.0
@@ -96,8 +97,6 @@ class WorkerSummary:
 
 def batch_file_name(worker: str, generation: int, seq: int) -> str:
     """`<worker>_<gen:06d>_<seq:08d>.npz.zst` (the records module owns the format)."""
-    from training.records import batch_name
-
     return batch_name(worker, generation, seq)
 
 
@@ -107,7 +106,7 @@ def outbox_batches(outbox: str | os.PathLike) -> list[str]:
         names = os.listdir(outbox)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if not n.startswith(".") and n.endswith(_BATCH_SUFFIX))
+    return sorted(n for n in names if not n.startswith(".") and n.endswith(BATCH_SUFFIX))
 
 
 class Worker:
@@ -452,8 +451,6 @@ class Worker:
                 seq = max(seq, int(json.loads(path.read_text())["next_seq"]))
             except (OSError, ValueError, KeyError, TypeError) as e:
                 log.warning("%s unreadable (%s); continuing from the outbox", path, e)
-        from training.records import batch_name_or_none
-
         for name in outbox_batches(self.outbox):
             parsed = batch_name_or_none(name)
             if parsed and parsed[0] == self.name:
@@ -643,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    folder = Path(args.dir or Path(cfg.run.dir) / "workers" / args.name)
+    folder = Path(args.dir or RunDir(cfg.run.dir).worker(args.name))
     log_dir = Path(args.log_dir) if args.log_dir else folder / "logs"
     log_file = None if args.log_to_stderr_only else log_dir / f"worker_{args.name}.log"
     configure_logging(log_file, cfg.logging.level)
