@@ -27,16 +27,14 @@ from training.records import (
     GameRecord,
     batch_name,
     encode_batch,
-    from_sgf,
     load_batch,
     parse_batch_name,
     random_record,
     read_batch,
     replay_boards,
-    result_text,
-    to_sgf,
     write_batch,
 )
+from training.sgf import from_sgf, result_text, to_sgf
 
 N = 5
 KOMI = 0.5

@@ -1,4 +1,4 @@
-"""Finished self-play games: `GameRecord`, game batch files, and SGF export.
+"""Finished self-play games: `GameRecord` and game batch files (SGF: `training.sgf`).
 
 Vocabulary (see `training.coords`): N is the board size, A = N*N points, a move is a flat index
 ``row * N + col`` (row 0 = top) or PASS = ``A``; a policy vector has P = A + 1 entries, pass
@@ -61,6 +61,7 @@ from distributed.transfer import (
 from configs.schema import WORKER_NAME_PATTERN
 from training.coords import BLACK, MAX_SIZE, MIN_SIZE, WHITE
 from training.go import IllegalMove, Position
+from training.sgf import result_text, to_sgf
 
 log = logging.getLogger(__name__)
 
@@ -690,110 +691,6 @@ def random_record(
         simulations=simulations,
         values=rng.uniform(-1, 1, size=t).astype(np.float16),
     )
-
-
-# -------------------------------------------------------------------------------------- SGF
-
-
-class SgfGame(NamedTuple):
-    board_size: int
-    komi: float
-    moves: np.ndarray
-    """int16 [T], our flat indices, PASS = N*N."""
-
-
-def result_text(record: GameRecord) -> str:
-    """SGF/GTP result: "B+3.5", "W+R", "0" for a draw."""
-    if record.result == 0:
-        return "0"
-    winner = "B" if record.result == BLACK else "W"
-    if record.resigned or not math.isfinite(record.score):
-        return f"{winner}+R"
-    return f"{winner}+{abs(record.score):g}"
-
-
-def _sgf_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("]", "\\]")
-
-
-def _sgf_point(move: int, n: int) -> str:
-    """Our flat index -> SGF point "cr" (column letter first, row 'a' = top), "" for pass."""
-    if move == n * n:
-        return ""
-    row, col = divmod(int(move), n)
-    return "abcdefghijklmnopqrs"[col] + "abcdefghijklmnopqrs"[row]
-
-
-def to_sgf(
-    record: GameRecord,
-    *,
-    player_black: str = "azgo",
-    player_white: str = "azgo",
-    comment: str = "",
-) -> str:
-    """One game as SGF FF[4] text (pass as B[] / W[]; the generation in the root comment)."""
-    n = record.board_size
-    notes = [f"generation {record.generation}, {record.simulations} simulations, "
-             f"seed {record.seed}"]
-    if record.resign_disabled:
-        notes.append("resignation disabled"
-                     + (f", {'black' if record.would_resign_as == BLACK else 'white'} would "
-                        "have resigned" if record.would_resign_as else ""))
-    if comment:
-        notes.append(comment)
-    props = [
-        "FF[4]", "GM[1]", "CA[UTF-8]", "AP[azgo:1]", f"SZ[{n}]", f"KM[{record.komi:g}]",
-        "RU[Tromp-Taylor]", f"RE[{result_text(record)}]",
-        f"PB[{_sgf_escape(player_black)}]", f"PW[{_sgf_escape(player_white)}]",
-        f"C[{_sgf_escape(chr(10).join(notes))}]",
-    ]
-    lines = ["(;" + "".join(props)]
-    color = "B"
-    nodes = []
-    for move in record.moves.tolist():
-        nodes.append(f";{color}[{_sgf_point(move, n)}]")
-        color = "W" if color == "B" else "B"
-    for i in range(0, len(nodes), 12):
-        lines.append("".join(nodes[i : i + 12]))
-    return "\n".join(lines) + ")\n"
-
-
-_SGF_PROP = re.compile(r"([A-Z]+)((?:\[(?:\\.|[^\]\\])*\])+)", re.S)
-
-
-def from_sgf(text: str) -> SgfGame:
-    """Read the main line of a simple SGF game (ours, or any without setup stones/variations).
-
-    Raises ValueError for what it cannot read: setup stones, moves out of turn, bad points.
-    """
-    body = text.strip()
-    if not body.startswith("(;"):
-        raise ValueError("not an SGF game: it must start with '(;'")
-    size, komi, moves = 19, 0.0, []
-    expected = "B"
-    for m in _SGF_PROP.finditer(body):
-        key, values = m.group(1), re.findall(r"\[((?:\\.|[^\]\\])*)\]", m.group(2), re.S)
-        value = values[0]
-        if key == "SZ":
-            size = int(value.split(":")[0])
-            if not MIN_SIZE <= size <= MAX_SIZE:
-                raise ValueError(f"SZ[{value}]: board size outside {MIN_SIZE}..{MAX_SIZE}")
-        elif key == "KM":
-            komi = float(value)
-        elif key in ("AB", "AW", "AE"):
-            raise ValueError(f"{key}: setup stones are not supported")
-        elif key in ("B", "W"):
-            if key != expected:
-                raise ValueError(f"move {len(moves)}: {key} plays out of turn")
-            expected = "W" if key == "B" else "B"
-            if value == "" or (value == "tt" and size <= 19):
-                moves.append(size * size)
-                continue
-            if len(value) != 2 or not all("a" <= c < chr(ord("a") + size) for c in value):
-                raise ValueError(f"move {len(moves)}: {key}[{value}] is not a point")
-            col, row = ord(value[0]) - ord("a"), ord(value[1]) - ord("a")
-            moves.append(row * size + col)
-    return SgfGame(size, komi, np.array(moves, dtype=np.int16))
 
 
 # -------------------------------------------------------------------------------------- CLI
