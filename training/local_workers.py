@@ -1,8 +1,9 @@
 """Local mode: worker daemons as subprocesses of the coach, on this machine.
 
 A `LocalFleet` (a `training.fleet.Fleet`) runs `start_worker.py` once per worker, each with
-its own folder `run_dir/workers/<name>` (models/, outbox/, status.json) and its log in
-`logs/worker_<name>.log`, spread over the GPUs by `placement.plan_workers` (or all on the CPU).
+its own folder `run_dir/workers/<name>` (`RunDir.worker`: models/, outbox/, status.json) and
+its log in `logs/worker_<name>.log`, spread over the GPUs by `placement.plan_workers` (or all
+on the CPU).
 Each worker's `LocalBackend` starts, checks and stops its process (SIGTERM, then SIGKILL after
 `distributed.stop_grace_s`), reads its heartbeat (a regular file only, read capped) and copies
 models into its folder; its supervisor (`training.fleet`) restarts a dead daemon with backoff.
@@ -31,6 +32,7 @@ from training import model_store
 from training.collector import LocalSource
 from training.fleet import Backend, Fleet, WorkerFault
 from training.model_store import Manifest
+from training.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +213,9 @@ class LocalFleet(Fleet):
         super().__init__(cfg, next_seq=next_seq, stats=stats)
 
     def backends_for(self, cfg: Config) -> list[Backend]:
-        return [LocalBackend(cfg, f"worker{i + 1}", self.run_dir / "workers" / f"worker{i + 1}",
-                             dev, self.config_file, self.worker_class)
+        paths = RunDir(self.run_dir)
+        return [LocalBackend(cfg, f"worker{i + 1}", paths.worker(f"worker{i + 1}"), dev,
+                             self.config_file, self.worker_class)
                 for i, dev in enumerate(self.devices(cfg))]
 
     def pid(self, name: str) -> int | None:

@@ -43,10 +43,17 @@ from distributed.ssh_connector import (
     SSHError,
 )
 from distributed.status import Heartbeat, StatusFormatError
-from distributed.transfer import TransferError, TransferStats, VerifyError, write_atomic
-from training.collector import SourceError
+from distributed.transfer import (
+    DeadlineError,
+    TransferError,
+    TransferStats,
+    VerifyError,
+    write_atomic,
+)
+from training.collector import MAX_BATCH_BYTES, BatchRefused, FetchTooSlow, SourceError
 from training.fleet import Backend, Fleet, Unreachable, WorkerFault
 from training.model_store import Manifest, model_stem
+from training.records import BATCH_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +111,11 @@ class SSHSource:
             names = self.connector.listdir(self.name, self.outbox)
         except _ERRORS as e:
             raise SourceError(f"{self.name}: cannot list {self.outbox}: {e}") from e
-        return sorted(n for n in names if n.endswith(".npz.zst") and not n.startswith("."))
+        return sorted(n for n in names if n.endswith(BATCH_SUFFIX) and not n.startswith("."))
 
     def fetch(self, name: str, dest: Path) -> int:
         """Regular files only, capped while reading, within distributed.transfer_timeout_s
         (`transfer.get_file`); a refused file is BatchRefused, a too slow one FetchTooSlow."""
-        from distributed.transfer import DeadlineError, VerifyError
-        from training.collector import MAX_BATCH_BYTES, BatchRefused, FetchTooSlow
-
         try:
             return self.connector.get(self.name, posixpath.join(self.outbox, name), dest,
                                       max_bytes=MAX_BATCH_BYTES).size
