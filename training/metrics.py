@@ -1,6 +1,7 @@
 """Per-generation metrics of a run: metrics.json, metrics.csv and the progress.png plot.
 
-Owns the three files in the run folder (see docs/DESIGN.md):
+Owns the three files in the run folder (see docs/DESIGN.md; their names and paths are
+`training.run_dir`'s, `RunDir.metrics_json`, `.metrics_csv`, `.progress_png`):
 - `metrics.json`: a list of rows, one per generation, sorted by generation;
 - `metrics.csv`: the same rows as a table (the union of all columns, empty where unknown);
 - `progress.png`: loss, Elo, the win rate against GNU Go (when `evaluation.gnugo_games` plays
@@ -27,12 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from distributed.transfer import write_atomic, write_json_atomic
+from training.run_dir import (  # noqa: F401 - the three names stay importable from here
+    METRICS_CSV,
+    METRICS_JSON,
+    PROGRESS_PNG,
+    RunDir,
+)
 
 log = logging.getLogger(__name__)
 
-METRICS_JSON = "metrics.json"
-METRICS_CSV = "metrics.csv"
-PROGRESS_PNG = "progress.png"
 _FIRST_COLUMNS = ("generation", "time", "loss", "policy_loss", "value_loss", "val_loss", "elo")
 
 
@@ -51,7 +55,7 @@ def _plain(value: Any) -> Any:
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of metrics.json, sorted by generation ([] when the file does not exist)."""
-    path = Path(run_dir) / METRICS_JSON
+    path = RunDir(run_dir).metrics_json
     try:
         rows = json.loads(path.read_text())
     except FileNotFoundError:
@@ -72,17 +76,17 @@ def record_metrics(run_dir: str | os.PathLike, generation: int, **values: Any) -
 
     Returns the merged row. Also logs it as one key=value line.
     """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rows = read_metrics(run_dir)
+    paths = RunDir(run_dir)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    rows = read_metrics(paths.root)
     row = next((r for r in rows if r["generation"] == generation), None)
     if row is None:
         row = {"generation": int(generation)}
         rows.append(row)
         rows.sort(key=lambda r: r["generation"])
     row.update({k: _plain(v) for k, v in values.items()})
-    write_json_atomic(run_dir / METRICS_JSON, rows)
-    write_atomic(run_dir / METRICS_CSV, _csv_text(rows))
+    write_json_atomic(paths.metrics_json, rows)
+    write_atomic(paths.metrics_csv, _csv_text(rows))
     log.info(
         "metrics generation=%d %s",
         generation,
@@ -129,8 +133,8 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    run_dir = Path(run_dir)
-    rows = read_metrics(run_dir)
+    paths = RunDir(run_dir)
+    rows = read_metrics(paths.root)
     gnugo = _series(rows, "gnugo_score")
     panels = 4 if gnugo[0] else 3
     fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
@@ -186,6 +190,6 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     plt.close(fig)
-    path = run_dir / PROGRESS_PNG
+    path = paths.progress_png
     write_atomic(path, buf.getvalue())
     return path
