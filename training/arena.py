@@ -260,7 +260,7 @@ class NetPlayer:
     def genmove(self, position: Any, color: int) -> int | None:
         """The most visited move for `color` after the position's moves."""
         if position.size != self.board_size:
-            from training.gtp import GtpError
+            from training.gtp_client import GtpError
 
             raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
         moves = list(position.moves)

@@ -9,11 +9,14 @@ score of the current board with komi (`B+3.5`, `W+0.5`, `0`), no dead-stone gues
 Who chooses the moves is a *player*: any object with
 `genmove(position: training.go.Position, color: int) -> move` (a flat index, PASS, or
 `None` to resign). `GtpEngine(player)` owns the board and the protocol; the player only
-chooses. Until a trained network exists the player is `RandomPlayer`: a uniformly random
-legal move that does not fill one of its own single-point eyes, passing when no other move
-is left. With `--model FILE` the player is `training.arena.NetPlayer`: the trained network
-with MCTS (torch is imported only then), under an explicit budget per move: `--simulations N`
-or `--seconds-per-move S` (chunks of simulations until the time is used; see
+chooses. A command or a player that fails raises `training.gtp_client.GtpError` (the one
+class of a GTP failure, shared with the client); its message is the `? message` reply.
+
+Until a trained network exists the player is `RandomPlayer`: a uniformly random legal move
+that does not fill one of its own single-point eyes, passing when no other move is left.
+With `--model FILE` the player is `training.arena.NetPlayer`: the trained network with MCTS
+(torch is imported only then), under an explicit budget per move: `--simulations N` or
+`--seconds-per-move S` (chunks of simulations until the time is used; see
 `training.selfplay.MctsPlayer`), with the search settings of `--config` (default
 configs/config.yaml's defaults).
 
@@ -36,6 +39,7 @@ from typing import Protocol, TextIO
 
 from training.coords import EMPTY, MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
 from training.go import IllegalMove, Position, neighbors
+from training.gtp_client import GtpError
 
 NAME = "azgo"
 VERSION = "0.1.0"
@@ -85,10 +89,6 @@ class RandomPlayer:
             and position.is_legal(p, color)
         ]
         return self._rng.choice(candidates) if candidates else position.pass_move
-
-
-class GtpError(Exception):
-    """A command that fails: its message becomes the `? message` reply."""
 
 
 class GtpEngine:
@@ -292,8 +292,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # Run the imported module's main, not this __main__ copy's: a player's GtpError (raised
-    # from training.gtp) must be the class the engine catches.
-    from training.gtp import main as module_main
-
-    module_main()
+    main()

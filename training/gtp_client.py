@@ -7,7 +7,13 @@ engine that exits, garbles the protocol or stays silent longer than the timeout 
 `GtpEngineError` (the process is then killed). Use it as a context manager, or call
 `close()`, which sends `quit` and reaps the process.
 
+`GtpError` is the protocol's failure reply on both sides: `GtpClient` raises it, and our engine
+(`training.gtp`) and its players (`training.players`) raise it to answer `? message`.
+
 GNU Go lives in Debian's games folder, off PATH: `find_gnugo()` looks there too.
+
+It must not: import anything but the standard library (the engine and its players import
+`GtpError` from here without importing each other), or know a board or the rules of Go.
 """
 
 from __future__ import annotations
@@ -20,12 +26,18 @@ from pathlib import Path
 
 
 class GtpError(RuntimeError):
-    """The engine answered a command with a GTP failure (`? message`)."""
+    """A GTP failure reply (`? message`), on either side of the protocol.
 
-    def __init__(self, engine: str, command: str, message: str):
-        self.command = command
+    An engine's command raises `GtpError(message)` to answer `? message` (our engine,
+    `training.gtp`, replies with `str(e)`: the message alone). `GtpClient` raises it when an
+    engine answers a command with a failure, naming the engine and the command.
+    """
+
+    def __init__(self, message: str, *, engine: str | None = None, command: str | None = None):
         self.message = message
-        super().__init__(f"{engine}: {command!r} failed: {message}")
+        self.engine = engine
+        self.command = command
+        super().__init__(message if engine is None else f"{engine}: {command!r} failed: {message}")
 
 
 class GtpEngineError(RuntimeError):
@@ -126,7 +138,7 @@ class GtpClient:
         else:
             text = "\n".join([first.rstrip()] + lines[1:])
         if status == "?":
-            return GtpError(self.name, command, text.strip())
+            return GtpError(text.strip(), engine=self.name, command=command)
         return text
 
     def close(self, timeout_s: float = 5.0) -> None:
