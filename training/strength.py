@@ -58,8 +58,9 @@ from training.go import Position
 from training.gtp import RandomPlayer
 from training.gtp_client import find_gnugo
 from training.mcts import Evaluate, Mcts
-from training.model_store import list_models, model_stem
+from training.model_store import list_models
 from training.net import load_model, make_evaluator, write_file_atomic
+from training.run_dir import RunDir
 
 STRENGTH_JSON = "strength.json"
 STRENGTH_PNG = "strength.png"
@@ -175,7 +176,7 @@ def default_generations(available: Sequence[int], count: int = 5) -> list[int]:
 
 
 def model_path(run_dir: Path, generation: int) -> Path:
-    return run_dir / "models" / f"{model_stem(generation)}.pt"
+    return RunDir(run_dir).model(generation)
 
 
 def _summary(w: int, d: int, losses: int) -> dict:
@@ -438,9 +439,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config)
-        run_dir = Path(args.run_dir or cfg.run.dir)
-        if args.config is None and (run_dir / "config.yaml").exists():
-            cfg = load_config(run_dir / "config.yaml")  # the settings the run trained with
+        paths = RunDir(args.run_dir or cfg.run.dir)
+        run_dir = paths.root
+        if args.config is None and paths.config.exists():
+            cfg = load_config(paths.config)  # the settings the run trained with
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -462,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: GNU Go not found on PATH or in /usr/games (apt-get install gnugo); "
               "--gnugo and --seconds-per-move need it (it judges those games)", file=sys.stderr)
         return 2
-    have = list_models(run_dir / "models")
+    have = list_models(paths.models)
     if 0 not in have:
         print(f"error: {model_path(run_dir, 0)} not found: no run in {run_dir} (start one with "
               "python start_main.py, or name it with --run-dir)", file=sys.stderr)
@@ -476,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         missing = [g for g in gens if g not in have]
         if missing:
-            print(f"error: no model for generation(s) {missing} in {run_dir / 'models'}; "
+            print(f"error: no model for generation(s) {missing} in {paths.models}; "
                   f"there are {have[0]}..{have[-1]}", file=sys.stderr)
             return 2
     else:
