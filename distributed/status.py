@@ -253,7 +253,11 @@ _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)
 
 def printable(text: object, limit: int = 400) -> str:
     """One line of plain text: terminal escape sequences dropped, other control characters
-    shown as '?', at most `limit` characters (text from a worker is untrusted)."""
+    shown as '?', at most `limit` characters (text from a worker is untrusted).
+
+    For showing text in a table cell or a log line, not for keeping it: the collector's
+    reason files escape every control character instead and drop none
+    (`training.collector._escaped`)."""
     text = _ESCAPES.sub("", str(text)).replace("\n", " ").replace("\t", " ")
     return "".join(c if c.isprintable() else "?" for c in text)[:limit]
 
