@@ -85,9 +85,22 @@ measures it for a net), while it needs a bounded store cleared at every new mode
 TODO(search): add one (keyed by the Zobrist hashes of the last `history` boards, computed in
 `_select`) if trained nets show clearly more hits.
 
-This module imports no torch, reads no files and owns no threads; it receives `evaluate` as
-a callable: evaluate(planes float32 [B, C, N, N], legal bool [B, A+1]) ->
-(priors float32 [B, A+1], values float32 [B] from the side to move's view).
+The search receives `evaluate` as a callable: evaluate(planes float32 [B, C, N, N],
+legal bool [B, A+1]) -> (priors float32 [B, A+1], values float32 [B] from the side to move's
+view).
+
+Why one module of about 1000 lines: the njit kernels (`_select`, `_expand_backup`, `_reroot`,
+`_advance`, Gumbel's root rules and halving) work on one tree layout and call each other; a
+caller's compiled code carries its callees' (the small ones inlined). Numba's on-disk cache
+(`cache=True`) checks only the source file of the function it loads, not the files of the
+jitted functions that function calls: kernels split over several files could run an edited
+callee's old compiled code until the cache is cleared. So the search's kernels stay in this
+file, and what it calls in other files has a stable interface: `training.fastgo` (the rules)
+and `features.write_planes` (after changing either, delete the `*.nbi`/`*.nbc` files in
+`training/__pycache__`). The `Mcts` class (about 300 lines) is the kernels' one caller and
+reads the tree's arrays directly; beside them, the layout's invariants stay in one file.
+
+It must not: import torch, read or write files, or own threads.
 """
 
 from __future__ import annotations
