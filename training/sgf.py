@@ -14,21 +14,35 @@ Vocabulary (see `training.coords`): N is the board size, a move is a flat index
 first, row "a" at the top; so GTP's A1 (bottom left) is "a" + the last row letter.
 
 It must not: import torch, read or write files (callers do, through
-`distributed.transfer.write_atomic`), or know batch files (`training.records`).
+`distributed.transfer.write_atomic`), or know batch files: it never imports `training.records`
+(which imports it); `GameFields` names what export reads of a record.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from training.coords import BLACK, MAX_SIZE, MIN_SIZE
 
-if TYPE_CHECKING:
-    from training.records import GameRecord
+
+class GameFields(Protocol):
+    """What SGF export reads of a game: the fields of a `training.records.GameRecord`."""
+
+    board_size: int
+    komi: float
+    moves: np.ndarray
+    result: int
+    score: float
+    resigned: bool
+    resign_disabled: bool
+    would_resign_as: int
+    generation: int
+    seed: int
+    simulations: int
 
 
 class SgfGame(NamedTuple):
@@ -38,7 +52,7 @@ class SgfGame(NamedTuple):
     """int16 [T], our flat indices, PASS = N*N."""
 
 
-def result_text(record: GameRecord) -> str:
+def result_text(record: GameFields) -> str:
     """SGF/GTP result: "B+3.5", "W+R", "0" for a draw."""
     if record.result == 0:
         return "0"
@@ -61,7 +75,7 @@ def _sgf_point(move: int, n: int) -> str:
 
 
 def to_sgf(
-    record: GameRecord,
+    record: GameFields,
     *,
     player_black: str = "azgo",
     player_white: str = "azgo",
