@@ -16,7 +16,17 @@ Owns, per worker (a `configs.WorkerSpec`, known by its config name):
 
 Remote folder layout: `distributed.remote.WorkerPaths`. `--restart` against a running coach:
 `distributed.restart_requests`. The command line (`python distributed/ssh_connector.py
---help`) is in `distributed/cli.py`. It must not import `training` or torch.
+--help`) is in `distributed/cli.py` (imported only when this file runs as a script).
+
+Why one module of about 880 lines: it is one class, `SSHConnector` (about 620 lines), and the
+errors, results and paramiko adapters it needs. Every public method runs through the same
+per-worker connection, lock and retry loop (`_connection`, `_with_retries`, `_exec`), so a
+split of transport from lifecycle would leave one half calling the other's private machinery;
+what could leave without that (the shell text, the folder layout, the command line, the
+transfers) already lives in `remote`, `cli` and `transfer`. The error classes stay too: the
+SSH workers (`training.ssh_workers`), the command line and the tests import them from here.
+
+It must not: import `training` or torch.
 """
 
 from __future__ import annotations
