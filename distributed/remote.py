@@ -16,9 +16,12 @@ own `remote_dir`), made absolute against the remote home once connected. Under i
 Several workers may share one host and one root (one per GPU): everything per worker is under
 its name.
 
-Every value that enters a shell command goes through `shlex.quote` (`q`); nothing here
-executes anything. It must not know about Go or torch (the preflight snippet imports torch
-only on the remote side, inside a try).
+Every value that enters a shell command goes through `shlex.quote` (`q`). The run folder on
+the coach's side is `training.run_dir.RunDir`'s; this is the worker host's twin.
+
+It must not: run anything on a host (the connector sends the text built here; the one local
+command is `git ls-files` for the deploy archive), or know about Go or torch (the preflight
+snippet imports torch only on the remote side, inside a try).
 """
 
 from __future__ import annotations
