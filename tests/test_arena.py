@@ -14,10 +14,10 @@ from training import model_store
 from training.arena import (
     MatchResult,
     decide,
-    engine_command,
     evaluate_generation,
     play_arena,
 )
+from training.gnugo import engine_command
 from training.metrics import read_metrics
 from training.net import load_model, make_evaluator, net_from_config, save_model
 
@@ -85,7 +85,7 @@ def test_first_generation_without_an_opponent_is_promoted(tiny_cfg, run_dir):
 
 def test_our_gtp_engine_answers_genmove_with_a_model(tiny_cfg, tmp_path):
     _save_net(tiny_cfg, tmp_path / "m.pt", 1, seed=1)
-    cmd = engine_command(tmp_path / "m.pt", 4, REPO / "configs" / "tiny.yaml")
+    cmd = engine_command(tmp_path / "m.pt", simulations=4, config=REPO / "configs" / "tiny.yaml")
     commands = "boardsize 5\nclear_board\ngenmove b\nboardsize 9\ngenmove w\nquit\n"
     proc = subprocess.run(cmd, input=commands, capture_output=True, text=True, cwd=REPO,
                           timeout=120)
@@ -123,4 +123,4 @@ def test_the_coach_evaluation_against_gnugo_is_judged_and_reaches_the_metrics(ti
 def test_arena_cli_requires_a_subcommand():
     proc = subprocess.run([sys.executable, "-m", "training.arena"], capture_output=True,
                           text=True, cwd=REPO, timeout=60)
-    assert proc.returncode == 2 and "gtp" in proc.stderr
+    assert proc.returncode == 2 and "evaluate" in proc.stderr

@@ -236,7 +236,7 @@ def test_mcts_player_timed_search_runs_chunks_until_the_time_is_used(tiny_cfg, a
 
     import numpy as np
 
-    from training.selfplay import MctsPlayer
+    from training.players import MctsPlayer
 
     tiny_cfg = replace(tiny_cfg, mcts=replace(tiny_cfg.mcts, algorithm=algorithm))
 

@@ -19,8 +19,9 @@ from configs import override
 from training.go import Position
 from training.gtp import RandomPlayer
 from training.net import load_model, make_evaluator
+from training.players import MctsPlayer
 from training.records import BatchMeta, batch_name, write_batch
-from training.selfplay import MctsPlayer, SelfPlay
+from training.selfplay import SelfPlay
 from training.trainer import train_round, write_initial_model
 
 GENERATIONS = 3

@@ -11,8 +11,8 @@ import pytest
 from configs import override
 from training.coords import BLACK, WHITE, from_gtp
 from training.go import Position
+from training.players import MctsPlayer
 from training.selfplay import (
-    MctsPlayer,
     SelfPlay,
     false_resignation_rate,
     game_seed,

@@ -13,11 +13,12 @@ Owns:
   chained Elo with a 95% CI, an optional GNU Go match, and the metrics row columns.
 - `play_gnugo(...)`: games against GNU Go at a level through `training.gnugo` (varied
   openings, a GNU Go seed per game, GNU Go's judgement of the final position), our side
-  played by the GTP engine process (`python -m training.gtp --model FILE`): `NetPlayer`
-  inside `training.gtp.GtpEngine`. `python -m training.arena gtp` is the same engine.
+  played by the GTP engine process (`python -m training.gtp --model FILE`:
+  `training.players.NetPlayer` inside `training.gtp.GtpEngine`).
 
 Vocabulary: W/D/L are from the new (or our) model's point of view; Elo as in training.elo.
-This module must not train, write models, or publish anything (the coach does).
+This module must not train, write models, or publish anything (the coach does), nor play GTP
+itself: its only GTP engine is the `python -m training.gtp` process.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ from typing import Any, Sequence
 
 import torch
 
-from configs import Config, GoConfig, dump_config, load_config
+from configs import Config, dump_config, load_config
 from training import elo, gnugo, metrics, rating
 from training.model_store import model_stem
 from training.net import load_model, make_evaluator
-from training.selfplay import MctsPlayer, play_match
+from training.selfplay import play_match
 
 log = logging.getLogger(__name__)
 
@@ -233,46 +234,7 @@ def _record(run_dir: Path, result: ArenaResult, ev: Any) -> None:
     metrics.record_metrics(run_dir, result.generation, **values)
 
 
-# ------------------------------------------------------------------------------- GNU Go, GTP
-
-
-class NetPlayer:
-    """A `training.gtp.Player` that searches with a trained model (no noise, most visits).
-
-    The budget per move is `simulations`, or `seconds_per_move` when given (see
-    `training.selfplay.MctsPlayer`). Any komi the GTP engine accepts is searched with: the
-    config's range and half-point checks apply to config files, not to a controller's komi.
-    """
-
-    def __init__(self, model_path: str | os.PathLike, simulations: int, cfg: Config | None = None,
-                 *, device: str = "cpu", seconds_per_move: float | None = None):
-        net, info = load_model(model_path, device)
-        self.board_size = info.board_size
-        cfg = cfg or Config()
-        # The komi in this GoConfig only seeds empty boards; every search gets the game's own.
-        # The move cap is the referee's (4 N*N), so the search never ends a game it plays.
-        n = info.board_size
-        go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
-        self.player = MctsPlayer(make_evaluator(net, device), go_cfg, cfg.mcts, simulations,
-                                 history=net.history, seconds_per_move=seconds_per_move)
-        self.player.warm_up()
-
-    def genmove(self, position: Any, color: int) -> int | None:
-        """The most visited move for `color` after the position's moves."""
-        if position.size != self.board_size:
-            from training.gtp_client import GtpError
-
-            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
-        moves = list(position.moves)
-        if color != position.to_play:  # GTP may ask either colour: the other one passed
-            moves.append(position.pass_move)
-        return self.player.genmove(moves, position.komi)
-
-
-def engine_command(model_path: str | os.PathLike, simulations: int,
-                   config: str | os.PathLike | None = None) -> list[str]:
-    """Our GTP engine with a model at `simulations` per move, as a command line."""
-    return gnugo.engine_command(model_path, simulations=simulations, config=config)
+# ------------------------------------------------------------------------------------ GNU Go
 
 
 @dataclass
@@ -320,37 +282,16 @@ def play_gnugo(cfg: Config, model_path: str | os.PathLike, games: int, level: in
                        disagreements=sum(o.game.disagrees for o in outcomes))
 
 
-gnugo_command = gnugo.gnugo_command
-
-
-def _gtp_main(args: argparse.Namespace) -> int:
-    from training.gtp import GtpEngine
-
-    torch.set_num_threads(1)
-    cfg = load_config(args.config) if args.config else Config()
-    player = NetPlayer(args.model, args.simulations, cfg,
-                       seconds_per_move=args.seconds_per_move)
-    engine = GtpEngine(player, player.board_size, cfg.go.komi)
-    engine.run(sys.stdin, sys.stdout)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.arena",
-                                 description="evaluate a generation, or play GTP with a model")
+    ap = argparse.ArgumentParser(
+        prog="python -m training.arena",
+        description="evaluate a generation (the GTP engine is python -m training.gtp --model)")
     sub = ap.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("gtp", help="a GTP engine on stdin/stdout playing with --model")
-    g.add_argument("--model", required=True)
-    g.add_argument("--simulations", type=int, default=100)
-    g.add_argument("--seconds-per-move", type=float, default=None)
-    g.add_argument("--config", default=None)
     e = sub.add_parser("evaluate", help="arena (+ GNU Go) for one generation of a run")
     e.add_argument("--config", default=None)
     e.add_argument("--run-dir", default=None)
     e.add_argument("--generation", type=int, required=True)
     args = ap.parse_args(argv)
-    if args.command == "gtp":
-        return _gtp_main(args)
     from training.logsetup import configure_logging
 
     cfg = load_config(args.config)

@@ -14,10 +14,10 @@ class of a GTP failure, shared with the client); its message is the `? message` 
 
 Until a trained network exists the player is `RandomPlayer`: a uniformly random legal move
 that does not fill one of its own single-point eyes, passing when no other move is left.
-With `--model FILE` the player is `training.arena.NetPlayer`: the trained network with MCTS
+With `--model FILE` the player is `training.players.NetPlayer`: the trained network with MCTS
 (torch is imported only then), under an explicit budget per move: `--simulations N` or
 `--seconds-per-move S` (chunks of simulations until the time is used; see
-`training.selfplay.MctsPlayer`), with the search settings of `--config` (default
+`training.players.MctsPlayer`), with the search settings of `--config` (default
 configs/config.yaml's defaults).
 
 `komi` takes a finite number of at most `MAX_KOMI` in size; anything else (`nan`, `inf`,
@@ -248,7 +248,7 @@ def make_player(model: str | None, simulations: int, seed: int | None, *,
     import torch
 
     from configs import ConfigError, load_config
-    from training.arena import NetPlayer
+    from training.players import NetPlayer
 
     try:
         cfg = load_config(config)

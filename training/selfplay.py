@@ -9,7 +9,6 @@ Owns:
   least one move. A finished game is returned as a `training.records.GameRecord` while a
   new game starts in its slot.
 - `play_match`: games between two evaluators (the arena), batched the same way.
-- `MctsPlayer`: search one position for the GTP engine.
 
 Vocabulary: a *slot* is a place for one game in progress (a row of the search's arrays);
 a game's *seed* (derived from the base seed and the game's number) seeds its own numpy
@@ -40,8 +39,8 @@ the record notes the colour that would have resigned (`would_resign_as`), so the
 such games that colour went on to win is the false-resignation rate.
 
 Self-play searches never pass first while a real move is left (`Mcts(early_pass=False)`,
-see "Passes" in `training.mcts`), nor does `MctsPlayer` (the GTP engine) by default;
-`play_match` plays the full rules unless given `early_pass=False`.
+see "Passes" in `training.mcts`), nor does `training.players.MctsPlayer` (the GTP engine) by
+default; `play_match` plays the full rules unless given `early_pass=False`.
 
 A record's `generation` is the model generation when the game STARTED; after
 `set_evaluator(evaluate, generation)` games in progress continue with the new model.
@@ -54,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -400,109 +398,3 @@ def play_match(
         )
         out.append((record, bool(a_black[g])))
     return out
-
-
-# ------------------------------------------------------------------------------ GTP
-
-
-class MctsPlayer:
-    """Searches one position at a time for the GTP engine (no noise, most visited move).
-
-    The budget per move is `simulations`, or with `seconds_per_move` a time: the search runs
-    in chunks of simulations on the same tree until the next chunk would pass the time (at
-    most `max_simulations`, which also sizes the tree). Chunks go through the public
-    `Mcts.search`, so every search mode of `mcts_cfg` works: with Gumbel each chunk is a
-    sequential halving of its own (at least `gumbel_max_considered` simulations, so that it
-    considers as many root moves as a fixed search would) over the Q values of all the chunks
-    before it. `last_simulations` and `last_seconds` tell what the last move used.
-
-    `early_pass` False (default): never pass first while a real move is left, as in self-play
-    (the net never learned what follows its own early pass; against players that never pass
-    early, such as `training.gtp.RandomPlayer`, passing first gives the board away; under area
-    scoring the rule costs nothing but own-eye fills, which it does not force).
-    """
-
-    CHUNK = 8
-    """Simulations per chunk of a timed search (one net call each at batch 1)."""
-    MAX_TIMED_SIMULATIONS = 20_000
-    """Default cap of a timed search: about 33 MB of tree on 9x9."""
-
-    def __init__(
-        self,
-        evaluate: Evaluate,
-        go_cfg: GoConfig,
-        mcts_cfg: MctsConfig,
-        simulations: int | None = None,
-        *,
-        history: int,
-        early_pass: bool = False,
-        seconds_per_move: float | None = None,
-        max_simulations: int | None = None,
-    ):
-        if seconds_per_move is not None and not seconds_per_move > 0:
-            raise ValueError(f"seconds_per_move must be > 0, got {seconds_per_move}")
-        self.evaluate = evaluate
-        self.size = go_cfg.board_size
-        self.seconds_per_move = seconds_per_move
-        if seconds_per_move is None:
-            self.max_simulations = simulations or mcts_cfg.simulations
-        else:
-            self.max_simulations = max_simulations or self.MAX_TIMED_SIMULATIONS
-        self.chunk = self.CHUNK
-        if mcts_cfg.algorithm == "gumbel":
-            self.chunk = max(self.CHUNK, mcts_cfg.gumbel_max_considered)
-        self.mcts = Mcts(
-            1, go_cfg, mcts_cfg, history=history, batch_size=1,
-            simulations=self.max_simulations, reuse_tree=False, early_pass=early_pass,
-        )
-        self.last_value = 0.0
-        self.last_simulations = 0
-        self.last_seconds = 0.0
-
-    def warm_up(self) -> None:
-        """Two small searches on one tree (a fresh root, then an expanded one, as a timed search
-        does), then what genmove reads after its search, so that compiling or loading the
-        search code is not timed on move 1."""
-        self.mcts.reset_game(0, [0], komi=0.5)  # a position after one move, as genmove sets
-        for _ in range(2):
-            self.mcts.search(self.evaluate, [0], simulations=min(self.chunk,
-                                                                 self.max_simulations))
-        self.mcts.root_values([0])
-        self.mcts.select_moves([0])
-        self.mcts.reset_game(0)
-
-    def genmove(self, moves: Sequence[int], komi: float) -> int:
-        """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
-
-        Raises ValueError if `moves` holds an illegal move.
-        """
-        start = time.perf_counter()
-        self.mcts.reset_game(0, moves, komi=komi)
-        if self.mcts.is_over(0):
-            return self.size * self.size
-        if self.seconds_per_move is None:
-            self.mcts.search(self.evaluate, [0])
-            self.last_simulations = self.max_simulations
-        else:
-            self._timed_search(start + self.seconds_per_move)
-        self.last_value = float(self.mcts.root_values([0])[0])
-        move = int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
-        self.last_seconds = time.perf_counter() - start
-        return move
-
-    def _timed_search(self, deadline: float) -> None:
-        """Chunks of simulations on one tree until the next chunk would end past `deadline`.
-
-        The first chunk always runs (a move needs a search); a later one only when the chunk
-        before it, timed, would still fit in the time left.
-        """
-        done = 0
-        while True:
-            chunk = min(self.chunk, self.max_simulations - done)
-            t0 = time.perf_counter()
-            self.mcts.search(self.evaluate, [0], simulations=chunk)
-            now = time.perf_counter()
-            done += chunk
-            if done >= self.max_simulations or now + (now - t0) > deadline:
-                self.last_simulations = done
-                return
