@@ -2,7 +2,7 @@
 
 The coach is the real one, run as a user runs it: `start_main.py --distributed` in its own
 process, from a config file. Everything it sees is real: each host is a network namespace with
-its own sshd (`distributed.sandbox.NetnsHosts`, needs root), reached over SSH/SFTP through a
+its own sshd (`distributed.sshd_hosts.NetnsHosts`, needs root), reached over SSH/SFTP through a
 veth link, and each worker on it is a daemon the coach starts there, writing real, valid
 batches and heartbeats (`training.simworker`: random legal games at a set pace, so that 256 of
 them fit on a small machine; the coach validates them by replay like any other). This script
@@ -349,7 +349,7 @@ def run_cluster(plan: Plan, state: Path, base_config: Path | None = None,
     `code` is the project tree the coach and the daemons run from (default this one), e.g. an
     exported older commit to measure a coach before a change; `base_config` defaults to its
     configs/tiny.yaml."""
-    from distributed.sandbox import NetnsHosts
+    from distributed.sshd_hosts import NetnsHosts
 
     state.mkdir(parents=True, exist_ok=True)
     hosts = NetnsHosts(state / "hosts", plan.hosts).up()

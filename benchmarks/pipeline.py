@@ -2,7 +2,7 @@
 
 Everything here is the real coach (`training.coach.Coach` in distributed mode, its
 `training.ssh_workers.SSHFleet`, `SSHConnector`, the exactly-once `Collector` with validation
-by replay) against real sshd hosts (`distributed.sandbox.NetnsHosts`, needs root). The worker
+by replay) against real sshd hosts (`distributed.sshd_hosts.NetnsHosts`, needs root). The worker
 daemons are simulated (`training.simworker`: the real folder protocol, random legal games at a
 set pace), except in the self-play part of the scaling table, which runs real
 `start_worker.py` daemons.
@@ -74,7 +74,7 @@ class SimCluster:
                  games_per_s: float = 5.0, overrides: dict[str, Any] | None = None,
                  hosts: Any = None):
         from configs import load_config, override
-        from distributed.sandbox import NetnsHosts
+        from distributed.sshd_hosts import NetnsHosts
         from distributed.ssh_connector import SSHConnector
         from training.coach import Coach
         from training.simworker import SIM_START_COMMAND
@@ -193,7 +193,7 @@ class SimCluster:
 def model_sync(state: Path, config: Path, counts: list[int], repeats: int) -> dict[str, Any]:
     """Seconds to push the config's published model to 1, 8, 32 hosts (connections open)."""
     from configs import WorkerSpec, load_config, override
-    from distributed.sandbox import NetnsHosts
+    from distributed.sshd_hosts import NetnsHosts
     from distributed.ssh_connector import SSHConnector
     from training import model_store
     from training.net import net_from_config, save_model
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                 measured[n] = real_daemons(tmp / "real", daemon_cfg, n, args.daemon_seconds)
             per_daemon = measured[2]["games_per_hour"] / 2
             rows = []
-            from distributed.sandbox import NetnsHosts
+            from distributed.sshd_hosts import NetnsHosts
 
             hosts_state = NetnsHosts(tmp / "scalehosts", max(args.scale)).up()
             try:

@@ -1,6 +1,6 @@
 """Benchmark: pushing a model to 1, 4 and 8 worker hosts over real SSH.
 
-Hosts are network namespaces with their own sshd (`distributed.sandbox.NetnsHosts`, needs
+Hosts are network namespaces with their own sshd (`distributed.sshd_hosts.NetnsHosts`, needs
 root) or, without root, loopback sshds on separate ports. Prints a table:
   - the model file: a realistic ~10 MB float32 state dict (torch.save of ResNet-shaped conv
     weights, init-scaled; numpy float32 normal bytes if torch is missing), its zstd ratio and
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from configs import DistributedConfig, WorkerSpec
-from distributed.sandbox import NetnsHosts, SSHServer
+from distributed.sshd_hosts import NetnsHosts, SSHServer
 from distributed.ssh_connector import SSHConnector
 from distributed.transfer import compress_file
 

@@ -1,6 +1,6 @@
 """SSH test fixtures: a loopback sshd, hosts in network namespaces, a fake worker daemon.
 
-The servers themselves are `distributed.sandbox` (also used by benchmarks/transfer.py). Here:
+The servers themselves are `distributed.sshd_hosts` (also used by benchmarks/transfer.py). Here:
 pytest fixtures `sshd_server` (module scope, loopback) and `netns_hosts` (module scope, three
 namespace hosts), `require_sshd`/`require_netns` (in CI, `CI=true`, a missing sshd or missing
 root is a failure; elsewhere a skip with the reason), `make_config` (short timeouts), and a fake
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from configs import DistributedConfig, WorkerSpec
-from distributed.sandbox import (  # noqa: F401 - re-exported for the test modules
+from distributed.sshd_hosts import (  # noqa: F401 - re-exported for the test modules
     SSHD,
     NetnsHosts,
     SSHServer,

@@ -1,7 +1,7 @@
 """Load: the real coach (`start_main.py --distributed`) driving namespace hosts, some failing.
 
 Both tests run `benchmarks/load.py`'s `run_cluster`: each host is a network namespace with its
-own sshd (`distributed.sandbox.NetnsHosts`) and `training.simworker` daemons writing valid
+own sshd (`distributed.sshd_hosts.NetnsHosts`) and `training.simworker` daemons writing valid
 5x5 batches (configs/tiny.yaml) that the coach collects, validates by replay and ingests.
 They check what must hold whatever the machine's speed (exactly once, nothing rejected or
 lost, black-holed hosts end up Offline, no memory growth) and print the figures; timings are

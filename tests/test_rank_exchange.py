@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed.sandbox import free_port
+from distributed.sshd_hosts import free_port
 
 SECRET = b"TOKEN=do-not-send\n"
 

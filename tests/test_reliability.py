@@ -5,7 +5,7 @@ daemons (`training.simworker.SimWorker`: the real worker's folder protocol, rand
 and a `written.jsonl` ledger of every batch it wrote). After each fault the coach's
 `ledger.jsonl` is compared with the workers' ledgers: every written batch ingested exactly
 once, none lost. Distributed faults (a link down, a dead sshd) run the coach's SSH fleet
-against hosts in network namespaces (`distributed.sandbox.NetnsHosts`).
+against hosts in network namespaces (`distributed.sshd_hosts.NetnsHosts`).
 
 Figures are printed as `reliability <fault> key=value ...` (run with `-s` to see them;
 docs/RELIABILITY.md has the table). `AZGO_LINK_DOWN_S` sets the outage of the link-down test

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from configs import dump_config, load_config, override
-from distributed.sandbox import free_port
+from distributed.sshd_hosts import free_port
 from tests.conftest import REPO
 
 TINY = REPO / "configs" / "tiny.yaml"

@@ -5,7 +5,7 @@
     watch -n 1 cat distributed/status.txt
 
 Each host is a private OpenSSH server on 127.0.0.1 with its own port, host key and state
-folder (`distributed.sandbox.SSHServer`; it never touches the system's sshd or ~/.ssh), all
+folder (`distributed.sshd_hosts.SSHServer`; it never touches the system's sshd or ~/.ssh), all
 accepting one generated client key. The written config is the base config (default
 configs/config.yaml) with `distributed.enabled: true`, one worker per host (`worker1`,
 `worker2`, ... each with its own `remote_dir` under the sandbox folder), the hosts' keys pinned
@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config, override
-from distributed.sandbox import SSHServer, keygen
+from distributed.sshd_hosts import SSHServer, keygen
 from training.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
