@@ -355,9 +355,11 @@ def save_model(
     `meta` must hold only plain data (str, int, float, bool, lists/dicts of them) so that the
     file stays loadable with `weights_only=True`.
     """
+    from distributed.transfer import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_file_atomic(path, save_bytes(model_payload(net, generation, meta)))
+    write_atomic(path, save_bytes(model_payload(net, generation, meta)))
 
 
 _LOAD_ERRORS = (

@@ -71,9 +71,9 @@ BATCH_SUFFIX = ".npz.zst"
 DEFAULT_MAX_BYTES = 256 << 20
 """Default cap on a batch's decompressed size (a 19x19 batch of 100 games is about 30 MB)."""
 
-_WORKER_RE = WORKER_NAME_PATTERN  # the config's name rule: one rule for both
-_BATCH_NAME_RE = re.compile(rf"^(?P<worker>{_WORKER_RE})_(?P<gen>\d{{6,9}})_(?P<seq>\d{{8,12}})"
-                            + re.escape(BATCH_SUFFIX) + "$")
+_BATCH_NAME_RE = re.compile(  # the worker part is the config's name rule: one rule for both
+    rf"^(?P<worker>{WORKER_NAME_PATTERN})_(?P<gen>\d{{6,9}})_(?P<seq>\d{{8,12}})"
+    + re.escape(BATCH_SUFFIX) + "$")
 
 
 @dataclass
