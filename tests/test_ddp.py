@@ -22,7 +22,8 @@ import pytest
 
 from configs import dump_config, load_config, override
 from tests.conftest import REPO
-from training.trainer import synthetic_samples, train_round
+from training.samples import synthetic_samples
+from training.trainer import train_round
 
 TINY = REPO / "configs" / "tiny.yaml"
 STEPS = 5
@@ -112,7 +113,7 @@ def test_only_rank_0_writes_files(ddp_run, work):
 
 
 def test_ddp_loss_matches_one_process_on_the_same_total_batch(ddp_run, work, tmp_path):
-    from training.trainer import SampleArrays
+    from training.samples import SampleArrays
 
     cfg = override(load_config(TINY), {"replay.validation_fraction": 0.05})
     data = SampleArrays.load(work / "samples.npz", cfg.replay.validation_fraction)
@@ -211,7 +212,7 @@ def test_two_ranks_train_from_the_real_replay_window(work):
     from training.net import load_model, make_evaluator
     from training.records import BatchMeta, batch_name, write_batch
     from training.selfplay import SelfPlay
-    from training.trainer import write_initial_model
+    from training.train_state import write_initial_model
 
     cfg = load_config(TINY)
     run = work / "window_run"

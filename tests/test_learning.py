@@ -22,7 +22,8 @@ from training.net import load_model, make_evaluator
 from training.players import MctsPlayer
 from training.records import BatchMeta, batch_name, write_batch
 from training.selfplay import SelfPlay
-from training.trainer import train_round, write_initial_model
+from training.train_state import write_initial_model
+from training.trainer import train_round
 
 GENERATIONS = 3
 GAMES_PER_GENERATION = 200

@@ -2,7 +2,7 @@
 relays only files of its own list, whatever a peer asks for.
 
 Two real processes in a real gloo process group (torch.multiprocessing, loopback TCP store).
-Rank 0 runs the trainer's own `_relay_files` / `_all_gather_json` with the unpickler of
+Rank 0 runs the trainer's own `node_relay.relay_files` / `ddp.all_gather_json` with the unpickler of
 torch.distributed replaced by one that fails the test; rank 1 is honest in the first test and
 hostile in the second (it speaks the wire protocol itself, asks for every file it can and
 sends garbage), and reports what it received.
@@ -36,30 +36,31 @@ def _rank(rank: int, port: int, folder: str, hostile: bool) -> None:
     import torch
     import torch.distributed as dist
 
-    from training import trainer
+    from training import ddp, node_relay
+    from training.training_error import TrainingError
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=30))
-    ctx = trainer.DistContext(rank=rank, world_size=2, backend="gloo")
+    ctx = ddp.DistContext(rank=rank, world_size=2, backend="gloo")
     root = Path(folder)
     report: dict = {}
     try:
         if rank == 0:
             _forbid_unpickling()
             src = root / "run" / "replay"
-            sent = trainer._relay_files(ctx, src, ["a.npz.zst", "b.npz.zst"], None)
+            sent = node_relay.relay_files(ctx, src, ["a.npz.zst", "b.npz.zst"], None)
             report["sent"] = sent
             try:
-                report["gathered"] = trainer._all_gather_json({"rank": 0}, ctx)
-            except trainer.TrainingError as e:
+                report["gathered"] = ddp.all_gather_json({"rank": 0}, ctx)
+            except TrainingError as e:
                 report["gather_refused"] = str(e)
         elif not hostile:
             dest = root / "node" / "replay"
             dest.mkdir(parents=True)
             (dest / "b.npz.zst").write_bytes((root / "run" / "replay" / "b.npz.zst").read_bytes())
-            trainer._relay_files(ctx, root / "nowhere", ["a.npz.zst", "b.npz.zst"], dest)
+            node_relay.relay_files(ctx, root / "nowhere", ["a.npz.zst", "b.npz.zst"], dest)
             report["received"] = sorted(p.name for p in dest.iterdir())
-            report["gathered"] = trainer._all_gather_json({"rank": 1}, ctx)
+            report["gathered"] = ddp.all_gather_json({"rank": 1}, ctx)
         else:
             # Ask for everything (garbage values included), then take whatever comes: the
             # only names rank 0 may act on are its own, so the secret beside them never
@@ -68,13 +69,13 @@ def _rank(rank: int, port: int, folder: str, hostile: bool) -> None:
             dist.all_reduce(mask, op=dist.ReduceOp.MAX)
             got = []
             for _ in range(int((mask > 0).sum())):
-                size, digest = trainer._broadcast_json(None, ctx)
+                size, digest = ddp.broadcast_json(None, ctx)
                 t = torch.empty(size, dtype=torch.uint8)
                 dist.broadcast(t, src=0)
                 got.append(bytes(t.numpy()))
             report["received_sha256"] = [hashlib.sha256(g).hexdigest() for g in got]
             report["secret_seen"] = any(SECRET in g for g in got)
-            # JSON nested past any parser's recursion limit, framed as `_all_gather_json` does
+            # JSON nested past any parser's recursion limit, framed as `ddp.all_gather_json` does
             data = b"[" * 200_000 + b"]" * 200_000
             sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(2)]
             dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64))

@@ -16,20 +16,21 @@ import torch
 from configs import override
 from tests.conftest import REPO
 from training.net import load_model
-from training.trainer import (
-    SampleArrays,
-    FaultHooks,
-    TrainingError,
+from training.samples import SampleArrays, synthetic_samples
+from training.train_state import (
     WarmupSchedule,
-    build_parser,
-    config_from_args,
     load_checkpoint,
-    relaunch_command,
     scaled_lr,
-    synthetic_samples,
-    train_round,
     write_initial_model,
 )
+from training.trainer import (
+    FaultHooks,
+    build_parser,
+    config_from_args,
+    relaunch_command,
+    train_round,
+)
+from training.training_error import TrainingError
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ def _make_window_run(cfg, run: Path, batches: int = 2, games: int = 12) -> None:
     from training.net import load_model, make_evaluator
     from training.records import BatchMeta, batch_name, write_batch
     from training.selfplay import SelfPlay
-    from training.trainer import write_initial_model
+    from training.train_state import write_initial_model
 
     (run / "replay").mkdir(parents=True)
     net, _ = load_model(write_initial_model(cfg, run))
