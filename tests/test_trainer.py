@@ -15,7 +15,9 @@ import torch
 
 from configs import override
 from tests.conftest import REPO
+from training import round_result
 from training.net import load_model
+from training.run_dir import RunDir
 from training.samples import SampleArrays, synthetic_samples
 from training.train_state import (
     WarmupSchedule,
@@ -58,6 +60,7 @@ def test_round_writes_model_checkpoint_and_metrics(tiny_cfg, run_dir, samples):
         torch.testing.assert_close(net(x)[0], net2(x)[0], rtol=0, atol=0)
     rows = json.loads((run_dir / "metrics.json").read_text())
     assert rows[0]["generation"] == 1 and rows[0]["loss"] == pytest.approx(result.loss)
+    assert round_result.read(RunDir(run_dir).round_result(1)) == result  # what the coach reads
     assert not list(run_dir.rglob("*.tmp"))
 
 
@@ -233,6 +236,8 @@ def test_command_line_round_prints_a_json_summary(tiny_cfg, tmp_path, samples):
     assert summary["generation"] == 1 and summary["steps"] == 3
     assert "train gen 1" in proc.stderr  # the progress bar goes to stderr
     assert (tmp_path / "run" / "models" / "model_000001.pt").exists()
+    written = json.loads((tmp_path / "run" / "rounds" / "round_000001.json").read_text())
+    assert written == summary  # the result file says what the summary line says
 
 
 def test_command_line_without_games_says_what_to_do(tmp_path):

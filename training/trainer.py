@@ -28,8 +28,9 @@ weighted by `training.ownership_weight`, `score_weight`, `opponent_policy_weight
 results and metrics stays policy + value, so that runs with and without the heads compare.
 
 Files (rank 0, then a barrier), where run_dir.RunDir puts them:
-checkpoints/checkpoint_<gen:06d>.pt (train_state), models/model_<gen:06d>.pt (net.save_model)
-and one metrics row (training.metrics).
+checkpoints/checkpoint_<gen:06d>.pt (train_state), models/model_<gen:06d>.pt (net.save_model),
+one metrics row (training.metrics) and rounds/round_<gen:06d>.json (round_result: what the
+coach reads; the same as the JSON summary line).
 
 A round is made of: samples (sample arrays, batches as tensors), ddp (the process group and its
 collectives), node_relay (the window and the starting file for nodes without the run folder)
@@ -62,7 +63,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from configs import Config, ConfigError, load_config, override
-from training import metrics
+from training import metrics, round_result
 from training.ddp import (
     DistContext,
     all_gather_floats,
@@ -414,6 +415,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
             train_steps=steps, global_step=schedule.step, lr=result.lr,
             world_size=ctx.world_size, time=time.time(),
         )
+        round_result.write(paths.round_result(new_gen), result)
     barrier(ctx)  # nobody reads the new files before they are all written
     return result
 
