@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from configs import DEFAULT_CONFIG_PATH, ConfigError, load_config, override
+from configs.flags import add_flags, overrides
 from training.logsetup import configure_logging
 
 log = logging.getLogger("start_main")
@@ -28,14 +29,8 @@ log = logging.getLogger("start_main")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="AZ-Go coach: self-play workers + training")
     p.add_argument("--config", default=None, help="config file (default configs/config.yaml)")
-    p.add_argument("--distributed", action="store_true",
-                   help="self-play on distributed.workers over SSH (else local processes)")
-    p.add_argument("--iterations", type=int, default=None,
-                   help="stop after N new generations (run.iterations; 0 = endless)")
-    p.add_argument("--workers", type=int, default=None, help="local worker processes")
-    p.add_argument("--workers-per-gpu", type=int, default=None, help="local workers per GPU")
-    p.add_argument("--cpu-only", action="store_true", help="self-play on the CPU only")
-    p.add_argument("--run-dir", default=None, help="run folder (run.dir)")
+    add_flags(p, "--distributed", "--iterations", "--workers", "--workers-per-gpu", "--cpu-only",
+              "--run-dir")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true",
                    help="continue the run folder (the default when it exists)")
@@ -47,14 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="module:Class, a training.worker.Worker subclass for local workers")
     p.add_argument("--no-watch", action="store_true", help="do not watch the config file")
     # the training guides' options, applied to the config's training section
-    p.add_argument("--gpus", type=int, default=None, help="training GPUs (training.gpus)")
-    p.add_argument("--batch-size", type=int, default=None, help="training.batch_size")
-    p.add_argument("--mixed-precision", action="store_true", help="training.mixed_precision")
-    p.add_argument("--lr", type=float, default=None, help="training.lr")
-    p.add_argument("--epochs", type=int, default=None, help="training.epochs")
-    p.add_argument("--filters", type=int, default=None, help="net.filters (new runs)")
-    p.add_argument("--blocks", type=int, default=None, help="net.blocks (new runs)")
-    p.add_argument("--simulations", type=int, default=None, help="mcts.simulations per move")
+    add_flags(p, "--gpus", "--batch-size", "--mixed-precision", "--lr", "--epochs")
+    add_flags(p, "--filters", "--blocks", "--simulations")
     p.add_argument("--games-per-epoch", type=int, default=None,
                    help="new games per generation over all workers (sets "
                         "self_play.games_per_worker to this / number of workers)")
@@ -62,24 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
-    """The dotted config keys the flags set (validated again by the config schema)."""
-    pairs = {
-        "run.iterations": args.iterations,
-        "self_play.workers": args.workers,
-        "self_play.workers_per_gpu": args.workers_per_gpu,
-        "self_play.cpu_only": True if args.cpu_only else None,
-        "run.dir": args.run_dir,
-        "distributed.enabled": True if args.distributed else None,
-        "training.gpus": args.gpus,
-        "training.batch_size": args.batch_size,
-        "training.mixed_precision": True if args.mixed_precision else None,
-        "training.lr": args.lr,
-        "training.epochs": args.epochs,
-        "net.filters": args.filters,
-        "net.blocks": args.blocks,
-        "mcts.simulations": args.simulations,
-    }
-    return {k: v for k, v in pairs.items() if v is not None}
+    """The dotted config keys the flags set (configs.flags; validated again by the schema)."""
+    return overrides(args)
 
 
 def games_per_worker(games_per_epoch: int, cfg) -> int:

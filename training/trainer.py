@@ -63,6 +63,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from configs import Config, ConfigError, load_config, override
+from configs.flags import add_flags, overrides
 from training import metrics, round_result
 from training.ddp import (
     DistContext,
@@ -526,18 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train one generation from the replay window (alone, DDP or multi-node).",
     )
     ap.add_argument("--config", default=None, help="config file (default configs/config.yaml)")
-    ap.add_argument("--run-dir", default=None, help="run folder (default run.dir)")
-    ap.add_argument("--gpus", type=int, default=None,
-                    help="processes per node: one per GPU (CPU processes when no GPU)")
-    ap.add_argument("--nodes", type=int, default=None, help="training nodes (multi-node)")
+    add_flags(ap, "--run-dir", "--gpus", "--nodes")
     ap.add_argument("--node-rank", type=int, default=0, help="this node's rank (0 = master)")
     ap.add_argument("--master-addr", default="127.0.0.1", help="address of node 0")
-    ap.add_argument("--master-port", type=int, default=None, help="rendezvous port on node 0")
-    ap.add_argument("--batch-size", type=int, default=None, help="total batch over all ranks")
-    ap.add_argument("--mixed-precision", action="store_true", default=None,
-                    help="bf16/fp16 autocast on GPUs")
-    ap.add_argument("--epochs", type=int, default=None, help="passes over the window")
-    ap.add_argument("--lr", type=float, default=None, help="LR at lr_reference_batch")
+    add_flags(ap, "--master-port", "--batch-size", "--mixed-precision", "--epochs", "--lr")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps this round")
     ap.add_argument("--checkpoint", default=None,
                     help="resume from this checkpoint ('none' = fresh net; default newest)")
@@ -557,18 +550,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    """load_config + the flags, validated again by the config's dataclasses."""
+    """load_config + the flags (configs.flags), validated again by the config's dataclasses."""
     cfg = load_config(args.config)
-    changes: dict[str, Any] = {}
-    for flag, key in (("batch_size", "training.batch_size"), ("epochs", "training.epochs"),
-                      ("lr", "training.lr"), ("gpus", "training.gpus"),
-                      ("nodes", "training.nodes"), ("master_port", "training.master_port"),
-                      ("mixed_precision", "training.mixed_precision")):
-        value = getattr(args, flag)
-        if value is not None:
-            changes[key] = value
-    if args.run_dir is not None:
-        changes["run.dir"] = str(args.run_dir)
+    changes = overrides(args)
     return override(cfg, changes) if changes else cfg
 
 
