@@ -10,6 +10,7 @@ import pytest
 
 from configs import override
 from distributed.status import Heartbeat, WorkerState, parse_status_text
+from training import balance
 from training.collector import Collector, LocalSource, validate_with_records
 from training.records import BatchMeta, random_record, write_batch
 
@@ -135,35 +136,54 @@ def _coach(cfg, run_dir, names, **overrides):
     return coach
 
 
-def test_weights_set_each_workers_share_of_a_generation(tiny_cfg, run_dir):
-    weights = {"worker1": 1.0, "worker2": 2.0}
+def test_weights_set_each_workers_share_of_a_generation():
+    names = ["worker1", "worker2"]
+    configured = {"worker1": 1.0, "worker2": 2.0}
+    weights = balance.weights(names, configured, True, {})
+    assert balance.capped(True, configured)
+    # G = games_per_worker (20) x 2 active = 40 games: 1/3 and 2/3 of it
+    target = balance.generation_target(20, 2)
+    assert target == 40
+    assert balance.quotas(names, names, weights, {"worker1": 0, "worker2": 0}, target) == {
+        "worker1": 14, "worker2": 27}
+    # worker2 ahead of its share: must wait
+    quotas = balance.quotas(names, names, weights, {"worker1": 5, "worker2": 30}, target)
+    assert quotas["worker2"] == 0 and quotas["worker1"] == 9
+    # both at their share: the next round of quotas opens for both, in the same ratio
+    assert balance.quotas(names, names, weights, {"worker1": 14, "worker2": 30}, target) == {
+        "worker1": 13, "worker2": 24}
+    # worker2 Offline: training goes on without it
+    target = balance.generation_target(20, 1)
+    assert target == 20
+    assert balance.quotas(names, ["worker1"], weights, {"worker1": 14, "worker2": 30},
+                          target)["worker2"] is None
+
+
+def test_without_weights_nothing_is_capped_and_weight_is_measured_speed():
+    names = ["worker1", "worker2"]
+    assert balance.weights(names, {}, True, {"worker1": 1.0, "worker2": 3.0}) == {
+        "worker1": 1.0, "worker2": 3.0}
+    # nothing is capped: a generation's games come from whoever plays them
+    assert not balance.capped(True, {})
+    assert balance.quotas(names, names, None, {"worker1": 0, "worker2": 0}, 40) == {
+        "worker1": None, "worker2": None}
+    assert balance.generation_target(20, 1) == 20  # worker2 Offline: training goes on
+
+
+def test_the_coach_balances_with_its_config_and_its_workers_numbers(tiny_cfg, run_dir):
+    """The coach hands `training.balance` the configured weights, its active workers and the
+    games each delivered this generation; its supervisors get the quotas."""
     cfg = override(tiny_cfg, {"distributed.workers": [
         {"host": "a", "user": "u"}, {"host": "b", "user": "u"}]})
     coach = _coach(cfg, run_dir, ["worker1", "worker2"],
-                   **{"distributed.worker_weights": weights})
-    # G = games_per_worker (20) x 2 active = 40 games: 1/3 and 2/3 of it
-    assert coach.generation_target() == 40
-    assert coach.quotas() == {"worker1": 14, "worker2": 27}
+                   **{"distributed.worker_weights": {"worker1": 1.0, "worker2": 2.0}})
     members = coach.fleet.members
-    members["worker2"].games_collected = 30  # ahead of its share: must wait
-    members["worker1"].games_collected = 5
-    assert coach.quotas()["worker2"] == 0 and coach.quotas()["worker1"] == 9
-    # both at their share: the next round of quotas opens for both, in the same ratio
-    members["worker1"].games_collected = 14
-    assert coach.quotas() == {"worker1": 13, "worker2": 24}
-    coach.states["worker2"] = WorkerState.OFFLINE  # training goes on without it
+    members["worker1"].games_collected, members["worker2"].games_collected = 5, 30
+    assert coach.generation_target() == 40
+    coach._set_quotas()
+    assert (members["worker1"].quota, members["worker2"].quota) == (9, 0)
+    coach.states["worker2"] = WorkerState.OFFLINE
     assert coach.generation_target() == 20 and coach.quotas()["worker2"] is None
-
-
-def test_without_weights_nothing_is_capped_and_weight_is_measured_speed(tiny_cfg, run_dir):
-    coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
-    coach.fleet.members["worker1"].speed = 1.0
-    coach.fleet.members["worker2"].speed = 3.0
-    assert coach.weights() == {"worker1": 1.0, "worker2": 3.0}
-    # nothing is capped: a generation's games come from whoever plays them
-    assert coach.quotas() == {"worker1": None, "worker2": None}
-    coach.states["worker2"] = WorkerState.OFFLINE  # training goes on without it
-    assert coach.generation_target() == 20
 
 
 def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):

@@ -15,7 +15,8 @@ never touches a host, so one dead link delays nobody; each pass (every
   2. heartbeats -> worker states (Active, Syncing, Error, Offline), aged by this clock
      (`distributed.status.HeartbeatTracker`): a worker whose heartbeat has not changed for
      `offline_after_s` is Offline whatever its network does;
-  3. each worker's load-balancing quota, read by its supervisor;
+  3. each worker's load-balancing quota, read by its supervisor (the arithmetic, in plain
+     numbers, is `training.balance`);
   4. train: once `self_play.games_per_worker` x active workers new games have arrived since
      the last round, run one training round as a subprocess (`python -m training.trainer`, or
      `torchrun` for several GPUs) while collecting goes on; then (optional gating) publish
@@ -26,16 +27,13 @@ never touches a host, so one dead link delays nobody; each pass (every
 One coach per run folder: `run_dir/coach.lock` is held (fcntl) while it runs, and a second
 coach on the same folder is refused with the first one's pid (`RunFolderBusy`).
 
-Load balancing (`distributed.load_balancing`, `worker_weights`): a worker's weight is its
-share of each generation's games. With weights w_i over the active workers and
-G = games_per_worker x active workers, worker i delivers at most ceil(k * G * w_i / sum(w))
-games, k = 1, 2, ... rising as soon as every active worker has reached its cap; the coach
-simply leaves a worker's surplus batches in its outbox (bounded: the worker pauses at
-`max_outbox_batches`) until the others catch up. A weight of 2.0 therefore means "twice the
-games of a 1.0 worker in every generation", and a slow heavy worker makes the others wait
-for it. Without weights nothing is capped: the generation's G games come from whoever plays
-them, so each worker's share equals its share of the measured speed (WEIGHT shows its
-games/s) and nobody waits. `load_balancing: false` also collects everything as it comes.
+Load balancing (`distributed.load_balancing`, `worker_weights`; the rule is spelled out in
+`training.balance`): a worker's weight is its share of each generation's games. With weights,
+a worker that reached its share is simply not collected from (its surplus batches wait in its
+outbox, bounded: the worker pauses at `max_outbox_batches`) until the others catch up; a
+weight of 2.0 means "twice the games of a 1.0 worker in every generation". Without weights
+nothing is capped: each worker's share equals its share of the measured speed (WEIGHT shows
+its games/s) and nobody waits; `load_balancing: false` also collects everything as it comes.
 The status file shows each worker's WEIGHT and its actual SHARE of the games collected since
 the last training round started.
 
@@ -52,7 +50,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -75,7 +72,7 @@ from distributed.status import (
     write_status,
 )
 from distributed.transfer import TransferStats, write_atomic
-from training import model_store
+from training import balance, model_store
 from training.collector import Collector, validate_with_records
 from training.fleet import Fleet, Job
 from training.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
@@ -346,8 +343,7 @@ class Coach:
             if hb is not None and self._hb_seen.get(name) != hb.time:
                 self._hb_seen[name] = hb.time
                 if not hb.paused and hb.games_per_s > 0:  # a paused worker is not slow
-                    m.speed = (0.7 * m.speed + 0.3 * hb.games_per_s) if m.speed \
-                        else hb.games_per_s
+                    m.speed = balance.smoothed_speed(m.speed, hb.games_per_s)
             if m.running is False:
                 state = WorkerState.OFFLINE  # a dead or stopped daemon, whatever it last said
             if m.fault or over.get(name):
@@ -362,48 +358,24 @@ class Coach:
     def weights(self) -> dict[str, float]:
         """Each worker's load-balancing weight (config, else measured games/s, else 1)."""
         dist = self.cfg.distributed
-        out = {}
-        for name in self.fleet.names():
-            if name in dist.worker_weights:
-                out[name] = dist.worker_weights[name]
-            elif dist.load_balancing and not dist.worker_weights:
-                out[name] = max(self.fleet.members[name].speed, 1e-3)
-            else:
-                out[name] = 1.0
-        if dist.load_balancing and not dist.worker_weights:
-            speeds = [v for v in out.values() if v > 1e-3]
-            if len(speeds) < len(out):  # not all measured yet: equal shares meanwhile
-                out = {n: 1.0 for n in out}
-        return out
+        members = self.fleet.members
+        return balance.weights(self.fleet.names(), dist.worker_weights, dist.load_balancing,
+                               {n: m.speed for n, m in members.items()})
 
     def generation_target(self) -> int:
         """New games needed for the next training round."""
-        active = max(1, len(self._active()))
-        return self.cfg.self_play.games_per_worker * active
+        return balance.generation_target(self.cfg.self_play.games_per_worker,
+                                         len(self._active()))
 
     def quotas(self) -> dict[str, int | None]:
         """Games each active worker may still deliver before the others catch up (None = no
-        cap). Only configured weights cap: worker i may deliver up to k * G * w_i / sum(w),
-        with k the smallest whole number that leaves some active worker under its cap.
-        Without weights nothing is capped: each worker's share follows its own speed."""
-        names = self.fleet.names()
+        cap); see `training.balance.quotas`."""
         dist = self.cfg.distributed
-        if not dist.load_balancing or not dist.worker_weights:
-            return {n: None for n in names}
-        weights = self.weights()
-        active = [n for n in self._active() if n in weights]
-        if not active:
-            return {n: None for n in names}
-        total_w = sum(weights[n] for n in active)
-        target = self.generation_target()
-        per_round = {n: target * weights[n] / total_w for n in active}
+        capped = balance.capped(dist.load_balancing, dist.worker_weights)
         members = self.fleet.members
-        fill = min(members[n].generation_games / per_round[n] for n in active)
-        k = math.floor(fill) + 1
-        out: dict[str, int | None] = {n: None for n in names}  # inactive: whatever is there
-        for name in active:
-            out[name] = max(0, math.ceil(k * per_round[name]) - members[name].generation_games)
-        return out
+        return balance.quotas(
+            self.fleet.names(), self._active(), self.weights() if capped else None,
+            {n: m.generation_games for n, m in members.items()}, self.generation_target())
 
     def _set_quotas(self) -> None:
         """Hand each supervisor its quota (a worker at 0 keeps its batches in its outbox)."""
@@ -746,7 +718,7 @@ class Coach:
     def snapshot(self) -> StatusSnapshot:
         weights = self.weights()
         members = dict(self.fleet.members)
-        gen_total = sum(m.generation_games for m in members.values()) or 0
+        shares = balance.shares({n: m.generation_games for n, m in members.items()})
         over = getattr(self.collector, "over_budget", {})
         rows = []
         for name, m in members.items():
@@ -767,7 +739,7 @@ class Coach:
                 played=hb.games_done if hb else None,
                 games_per_s=hb.games_per_s if hb and state != WorkerState.OFFLINE else 0.0,
                 weight=weights.get(name, 1.0),
-                share=(m.generation_games / gen_total) if gen_total else 0.0,
+                share=shares[name],
                 heartbeat_age_s=self.ages.get(name),
                 restarts=m.restarts,
                 last_error=printable(error)))
