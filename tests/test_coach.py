@@ -1,4 +1,4 @@
-"""The collector's exactly-once ingestion and the coach's load balancing and status."""
+"""The collector's exactly-once ingestion; the coach's load balancing, rounds and status."""
 
 from __future__ import annotations
 
@@ -217,3 +217,97 @@ def test_a_worker_over_its_rejection_budget_reads_error_with_the_reason(tiny_cfg
     rows = {r.name: r for r in parse_status_text((run_dir / "status.txt").read_text()).workers}
     assert rows["worker2"].state == WorkerState.ERROR
     assert rows["worker2"].last_error.startswith("50 files rejected: collection stopped")
+
+
+# ------------------------------------------------------------------ coach: training rounds
+
+# A trainer command for the coach: writes the model file, and copies a prepared round result
+# into rounds/ when given one (the coach appends --generation N, ignored here).
+FAKE_TRAINER = """
+import shutil, sys
+model, result, dest = sys.argv[1:4]
+open(model, "wb").write(b"weights")
+if result:
+    shutil.copy(result, dest)
+"""
+
+
+def _round_result(generation: int, loss: float):
+    """A round result with every required field (zeros but the generation and the loss)."""
+    from dataclasses import MISSING, fields
+
+    from training.round_result import RoundResult
+
+    values = {f.name: 0 for f in fields(RoundResult)
+              if f.default is MISSING and f.default_factory is MISSING}
+    values.update(generation=generation, loss=loss, model_path="", checkpoint_path="")
+    return RoundResult(**values)
+
+
+def _train_one_round(coach, result_file: str = "") -> bool:
+    """Start a round with FAKE_TRAINER and drive it to its end; True when the model went out
+    before its evaluation ended (published and pushed right after training)."""
+    import sys
+    import time
+
+    coach.paths.create()
+    gen = coach.rounds.next_generation()
+    coach.trainer_cmd = [sys.executable, "-c", FAKE_TRAINER, str(coach.paths.model(gen)),
+                         result_file, str(coach.paths.round_result(gen))]
+    coach._start_round()
+    assert coach.round is not None and coach.round.generation == gen
+    published_early = False
+    t0 = time.monotonic()
+    while coach.generations_done == 0:
+        assert time.monotonic() - t0 < 60, "the round did not end"
+        coach._advance_training()
+        rnd = coach.round
+        if rnd is not None and rnd.evaluation is not None and coach.generation == gen:
+            published_early = rnd.published and coach.fleet.target.generation == gen
+        time.sleep(0.05)
+    assert coach.generation == gen and coach.round is None
+    return published_early
+
+
+def _round_coach(tiny_cfg, run_dir):
+    """A coach whose workers read Active, whose rounds run FAKE_TRAINER; no arena."""
+    coach = _coach(tiny_cfg, run_dir, ["worker1"], **{
+        "logging.dir": str(run_dir.parent / "logs"), "evaluation.games": 0,
+        "evaluation.gnugo_games": 0, "evaluation.gating": "none"})
+    coach.generation = 0
+    return coach
+
+
+def test_the_round_result_file_gives_the_loss_and_the_model_goes_out_before_its_arena(
+        tiny_cfg, run_dir):
+    from training import round_result
+
+    coach = _round_coach(tiny_cfg, run_dir)
+    prepared = run_dir.parent / "prepared.json"
+    round_result.write(prepared, _round_result(1, 0.75))
+    assert _train_one_round(coach, str(prepared))  # gating none: published before the arena
+    assert coach.last_loss == 0.75 and coach.generations_done == 1
+    assert (coach.paths.models / "model_000001.json").exists()
+
+
+def test_a_round_without_a_result_counts_with_its_loss_unknown(tiny_cfg, run_dir, caplog):
+    coach = _round_coach(tiny_cfg, run_dir)
+    coach.paths.create()
+    stale = coach.paths.round_result(1)  # left by an earlier attempt: not this round's
+    stale.write_text(json.dumps({"generation": 1, "loss": 9.0}))
+    with caplog.at_level("WARNING", logger="training.rounds"):
+        _train_one_round(coach)
+    assert coach.last_loss is None and coach.generations_done == 1 and coach.generation == 1
+    assert not stale.exists()
+    assert "wrote no round result" in caplog.text
+
+
+def test_an_unreadable_round_result_is_logged_and_the_round_still_counts(tiny_cfg, run_dir,
+                                                                         caplog):
+    coach = _round_coach(tiny_cfg, run_dir)
+    prepared = run_dir.parent / "prepared.json"
+    prepared.write_text("{not json")
+    with caplog.at_level("ERROR", logger="training.rounds"):
+        _train_one_round(coach, str(prepared))
+    assert coach.last_loss is None and coach.generations_done == 1 and coach.generation == 1
+    assert "round result is unreadable" in caplog.text

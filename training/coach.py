@@ -17,15 +17,17 @@ never touches a host, so one dead link delays nobody; each pass (every
      `offline_after_s` is Offline whatever its network does;
   3. each worker's load-balancing quota, read by its supervisor (the arithmetic, in plain
      numbers, is `training.balance`);
-  4. train: once `self_play.games_per_worker` x active workers new games have arrived since
-     the last round, run one training round as a subprocess (`python -m training.trainer`, or
-     `torchrun` for several GPUs) while collecting goes on; then (optional gating) publish
-     `models/model_<gen>.pt.zst` + manifest, which every supervisor pushes to its worker;
+  4. train (`training.rounds`): once `self_play.games_per_worker` x active workers new games
+     have arrived since the last round, run one training round as a subprocess
+     (`python -m training.trainer`, or `torchrun` for several GPUs) while collecting goes
+     on; then (optional gating) publish `models/model_<gen>.pt.zst` + manifest, which every
+     supervisor pushes to its worker;
   5. `distributed/status.txt` (atomic), the metrics row and `progress.png`
      (`training.metrics`), a progress line in the log.
 
-One coach per run folder: `run_dir/coach.lock` is held (fcntl) while it runs, and a second
-coach on the same folder is refused with the first one's pid (`RunFolderBusy`).
+The run folder's paths are `training.run_dir.RunDir`'s. One coach per run folder:
+`run_dir/coach.lock` is held (fcntl) while it runs, and a second coach on the same folder is
+refused with the first one's pid (`RunFolderBusy`).
 
 Load balancing (`distributed.load_balancing`, `worker_weights`; the rule is spelled out in
 `training.balance`): a worker's weight is its share of each generation's games. With weights,
@@ -41,18 +43,17 @@ Resume: everything the loop needs is on disk (published models, checkpoints, the
 a coach started again on the same run folder (`--resume`, the default when it exists) picks up
 where the last one stopped; batches are counted exactly once (see `training.collector`).
 
-It must not: play games, talk to a host from its loop (supervisors and jobs do), touch
-paramiko (the SSH fleet goes through `SSHConnector`), or import torch at module level (the
-trainer subprocess and `net` do the torch work).
+It must not: play games, talk to a host from its loop (supervisors and jobs do), age
+heartbeats other than through `HeartbeatTracker`, touch paramiko (the SSH fleet goes through
+`SSHConnector`), or import torch at module level (the trainer subprocess and `net` do the
+torch work).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -72,32 +73,17 @@ from distributed.status import (
     write_status,
 )
 from distributed.transfer import TransferStats, write_atomic
-from training import balance, model_store
+from training import balance
 from training.collector import Collector, validate_with_records
 from training.fleet import Fleet, Job
+from training.rounds import REPO, Round, Rounds
+from training.run_dir import RunDir
 from training.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
-from training.signals import die_with_parent, on_stop_signals
+from training.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 
 _WRITE_EVENTS = ("modified", "created", "moved", "closed")  # watchdog event types
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class _Round:
-    """A training round running as a subprocess."""
-
-    generation: int  # the generation it produces
-    popen: subprocess.Popen
-    started: float
-    log_path: Path
-    games_at_start: int
-    train_s: float = 0.0
-    evaluation: threading.Thread | None = None  # arena/gating, off the coach's loop
-    promote: list = field(default_factory=list)  # the evaluation thread's verdict
-    published: bool = False  # without gating the model goes out before its evaluation
 
 
 @dataclass
@@ -132,12 +118,13 @@ class Coach:
         self.overrides = dict(overrides or {})
         self.distributed = cfg.distributed.enabled if distributed is None else distributed
         self.run_dir = Path(cfg.run.dir)
+        self.paths = RunDir(self.run_dir)
         self.status_path = Path(status_path) if status_path else DEFAULT_STATUS_PATH
         self.requests_dir = Path(requests_dir) if requests_dir else DEFAULT_REQUESTS_DIR
         self.trainer_cmd = trainer_cmd
         self.worker_class = worker_class
         self.watch_config = watch_config and self.config_path is not None
-        self.models_dir = self.run_dir / "models"
+        self.models_dir = self.paths.models
         self.stats = TransferStats()
         self._stop = threading.Event()
         self._config_changed = threading.Event()
@@ -145,22 +132,11 @@ class Coach:
         self.states: dict[str, WorkerState] = {}  # each worker's state at the last pass
         self.ages: dict[str, float | None] = {}  # seconds since its heartbeat last changed
         self._hb_seen: dict[str, float] = {}  # heartbeat time last used for its speed
-        self.generation = -1  # newest published generation
-        self.generations_done = 0
-        self.round: _Round | None = None
-        self.last_loss: float | None = None
-        self.elo: float | None = None
-        self.model_sync_s: float | None = None
-        self._push_started: dict[int, float] = {}
-        self._games_at_gen = 0
         self._last_progress = 0.0
-        self._retry_round_at = 0.0
-        self._started = time.monotonic()
+        self._snap: StatusSnapshot | None = None  # the snapshot status.txt last showed
         self.fleet: Fleet | None = None
         self.collector: Collector | None = None
-        self.training_nodes: Any = None  # remote_training.TrainingNodes when configured
-        self._round_nodes: list[str] = []  # extra nodes of the running round
-        self._node_start: Job | None = None  # the training nodes being started for a round
+        self.rounds = Rounds(self, self._stop)  # training rounds and published models
         self._lock: RunLock | None = None
         self._watching = False  # a watchdog observer watches the config file
         self._config_mtime: int | None = None
@@ -168,39 +144,57 @@ class Coach:
     # ------------------------------------------------------------------ setup
 
     def _prepare_run_dir(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         if self._lock is None:
-            self._lock = RunLock(self.run_dir).acquire()
-        for d in ("models", "checkpoints", "replay", "quarantine", "workers"):
-            (self.run_dir / d).mkdir(exist_ok=True)
+            self._lock = RunLock(self.paths.root).acquire()  # RunDir.lock, made with its folder
+        self.paths.create()
         commit = _git_commit()
         write_atomic(self.run_config_path, f"# git commit: {commit}\n" + dump_config(self.cfg))
 
     @property
     def run_config_path(self) -> Path:
-        return self.run_dir / "config.yaml"
+        return self.paths.config
 
-    def _ensure_first_model(self) -> None:
-        gens = model_store.list_manifests(self.models_dir)
-        if gens:
-            self.generation = gens[-1]
-            log.info("resuming at model generation %d", self.generation)
-            return
-        trained = model_store.list_models(self.models_dir)
-        if trained:  # the coach stopped between training and publishing: publish now
-            gen = trained[-1]
-        else:
-            from training.net import net_from_config, save_model
+    # what the rounds own, under the names the coach has always had
+    @property
+    def generation(self) -> int:
+        """The newest published generation (-1 before the first)."""
+        return self.rounds.generation
 
-            import torch
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self.rounds.generation = value
 
-            torch.manual_seed(self.cfg.run.seed)
-            net = net_from_config(self.cfg.net, self.cfg.go.board_size)
-            gen = 0
-            save_model(self.models_dir / f"{model_store.model_stem(0)}.pt", net, 0,
-                       meta={"random": True})
-            log.info("wrote generation 0 (a random net)")
-        self._publish(gen)
+    @property
+    def generations_done(self) -> int:
+        return self.rounds.concluded
+
+    @property
+    def round(self) -> Round | None:
+        return self.rounds.current
+
+    @property
+    def last_loss(self) -> float | None:
+        return self.rounds.last_loss
+
+    @property
+    def elo(self) -> float | None:
+        return self.rounds.elo
+
+    @property
+    def model_sync_s(self) -> float | None:
+        return self.rounds.model_sync_s
+
+    @property
+    def training_nodes(self) -> Any:
+        return self.rounds.training_nodes
+
+    @property
+    def _node_start(self) -> Job | None:
+        return self.rounds.node_start
+
+    @property
+    def _round_nodes(self) -> list[str]:
+        return self.rounds.round_nodes
 
     def _make_fleet(self) -> Fleet:
         if self.distributed:
@@ -231,10 +225,10 @@ class Coach:
 
         self.collector = Collector(self.run_dir, validate_with_records(
             self.cfg.go.board_size, self.cfg.go.komi,
-            sidecar_dir=sidecar_dir(self.run_dir / "replay"),
+            sidecar_dir=sidecar_dir(self.paths.replay),
             max_generation=lambda: self.generation))
-        self._ensure_first_model()
-        self._games_at_gen = self._total_games()
+        self.rounds.ensure_first_model()
+        self.rounds.games_at_gen = self.total_games()
         self.fleet = self._make_fleet()
         self._sync_training_nodes()
 
@@ -267,15 +261,7 @@ class Coach:
         """Stop the round, the workers (in parallel, bounded) and collect what they flushed;
         no host can hold this longer than its stop and transfer deadlines."""
         self._stop.set()  # also stops an evaluation in progress
-        if self.round is not None:
-            log.warning("stopping: training round for generation %d abandoned",
-                        self.round.generation)
-            _terminate(self.round.popen)
-            if self.round.evaluation is not None:  # its child process stops with _stop
-                self.round.evaluation.join(timeout=15)
-            self.round = None
-        if self.training_nodes is not None:
-            self.training_nodes.stop_round(wait=True)
+        self.rounds.abandon()
         if observer is not None:
             observer.stop()
         self.fleet.stop_all()
@@ -284,12 +270,11 @@ class Coach:
         self._observe()
         self._write_status()
         self.fleet.close()
-        if self.training_nodes is not None:
-            self.training_nodes.close()
+        self.rounds.close()
 
     def _summary(self, t0: float) -> CoachSummary:
         summary = CoachSummary(
-            generations=self.generations_done, games=self._total_games(),
+            generations=self.generations_done, games=self.total_games(),
             batches=len(self.collector.ingested_entries()),
             rejected=sum(t.rejected for t in self.collector.tally.values()),
             last_generation=self.generation, seconds=time.monotonic() - t0)
@@ -303,7 +288,7 @@ class Coach:
         return n > 0 and self.generations_done >= n and self.round is None
 
     def _start_fleet(self) -> None:
-        self._push(self.generation)
+        self.rounds.push(self.generation)
         self.fleet.start(self.collector)
 
     def _step(self) -> None:
@@ -331,7 +316,7 @@ class Coach:
     def _observe(self) -> None:
         """Each worker's state from what its supervisor last saw, aged by this clock."""
         now = time.monotonic()
-        over = getattr(self.collector, "over_budget", {}) if self.collector else {}
+        over = self.collector.over_budget if self.collector else {}
         members = self.fleet.members
         for name in [n for n in self.states if n not in members]:
             self.states.pop(name, None)
@@ -349,7 +334,7 @@ class Coach:
             if m.fault or over.get(name):
                 state = WorkerState.ERROR
             self.states[name], self.ages[name] = state, age
-        self._check_sync_done()
+        self.rounds.check_sync_done(self._active())
 
     def _active(self) -> list[str]:
         return [n for n, st in self.states.items()
@@ -391,20 +376,17 @@ class Coach:
             if action == "restart" and name in self.fleet.names():
                 log.info("restart of %s requested from the command line", name)
                 self.fleet.request_restart(name)  # its supervisor restarts it
-                if hasattr(self.collector, "resume"):
-                    self.collector.resume(name)  # a fresh rejection budget after the fix
+                self.collector.resume(name)  # a fresh rejection budget after the fix
             else:
                 log.warning("request %s %s ignored: no such worker", action, name)
 
     def _watch_config(self) -> Any:
         """A watchdog observer on the config file, or None: then `_poll_config` compares its
-        modification time every pass (no watchdog, or no inotify instance left)."""
+        modification time every pass (no inotify instance left)."""
         self._config_mtime = self._mtime(self.config_path)
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-        except ImportError:
-            return None
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
         target = self.config_path.resolve()
         flag = self._config_changed
 
@@ -462,237 +444,20 @@ class Coach:
 
     # ------------------------------------------------------------------ training
 
-    def _total_games(self) -> int:
+    def total_games(self) -> int:
+        """Games collected in this run folder (the ledger's count)."""
         if self.collector is None:
             return 0
         return sum(t.games for t in list(self.collector.tally.values()))
 
-    def _new_games(self) -> int:
-        return self._total_games() - self._games_at_gen
-
     def _advance_training(self) -> None:
-        if self._node_start is not None:
-            self._launch_when_nodes_ready()
-            return
-        if self.round is not None:
-            rnd = self.round
-            if rnd.evaluation is None:
-                code = rnd.popen.poll()
-                if code is None and self._round_nodes:
-                    for name in self.training_nodes.check():
-                        log.warning("training node %s: its trainer died; the round fails "
-                                    "within training.timeout_s=%s", name,
-                                    self.cfg.training.timeout_s)
-                if code is not None:
-                    self._finish_training(code)
-            elif not rnd.evaluation.is_alive():
-                self._conclude_round()
-            return
-        if self._done() or (self.cfg.run.iterations and
-                            self.generations_done >= self.cfg.run.iterations):
-            return
-        if self._new_games() < self.generation_target():
-            return
-        if time.monotonic() < self._retry_round_at:
-            return
-        new_positions = sum(int(e.get("positions", 0))
-                            for e in self.collector.ingested_entries()
-                            if int(e.get("coach_generation", -1)) >= self.generation)
-        if new_positions < self.cfg.training.min_new_positions:
-            return
-        self._start_round()
-
-    def _trainer_command(self, generation: int, nodes: int = 0,
-                         master_addr: str = "") -> list[str]:
-        """The trainer re-launches itself under torchrun when several GPUs/nodes train;
-        with `nodes` extra training nodes it is node rank 0 of nodes + 1."""
-        if self.trainer_cmd:
-            cmd = list(self.trainer_cmd) + ["--generation", str(generation)]
-        else:
-            cmd = [sys.executable, "-m", "training.trainer", "--config",
-                   str(self.run_config_path), "--run-dir", str(self.run_dir), "--generation",
-                   str(generation), "--no-progress"]
-        if nodes:
-            cmd += ["--nodes", str(nodes + 1), "--node-rank", "0", "--master-addr",
-                    master_addr, "--master-port", str(self.cfg.training.master_port)]
-        return cmd
-
-    def _next_generation(self) -> int:
-        """One past the newest trained model (a model refused by gating keeps its number)."""
-        return max([self.generation, *model_store.list_models(self.models_dir)]) + 1
-
-    def _sync_training_nodes(self) -> None:
-        """Match `self.training_nodes` to distributed.training_nodes of the current config.
-
-        Called at start and before each round: nodes added to or removed from the watched
-        config file take part from the next round on (a running round keeps its nodes)."""
-        specs = list(self.cfg.distributed.training_nodes) if self.distributed else []
-        current = self.training_nodes
-        if current is not None and list(current.cfg.distributed.training_nodes) == specs:
-            return
-        if current is not None:
-            current.close()
-            log.info("training nodes changed: %s -> %s", ",".join(current.names()) or "-",
-                     ",".join(s.name for s in specs) or "-")
-        self.training_nodes = None
-        if specs:
-            from training.remote_training import TrainingNodes
-
-            self.training_nodes = TrainingNodes(self.cfg, str(self.run_config_path))
+        self.rounds.advance()
 
     def _start_round(self) -> None:
-        """Start the next training round: at once without training nodes; with them, their
-        start runs as a job (network work) and `_advance_training` launches the round when
-        it is done."""
-        self._sync_training_nodes()
-        gen = self._next_generation()
-        if self.training_nodes is None:
-            self._launch_round(gen, 0, "")
-            return
-        nodes, d = self.training_nodes, self.cfg.distributed
-        deadline = (d.retries + 1) * (d.connect_timeout_s + 4 * max(d.command_timeout_s, 300.0))
-        self._node_start = Job(f"start-nodes-{gen}", lambda: (gen, *nodes.start_round(
-            gen, self.cfg.training.master_port)), deadline)
+        self.rounds.start()
 
-    def _launch_when_nodes_ready(self) -> None:
-        from training.remote_training import NodeStartError
-
-        job = self._node_start
-        if job.overdue():
-            self._node_start = None
-            log.warning("training nodes did not start within %.0fs; their connections are "
-                        "closed and the round is retried", job.deadline_s)
-            self.training_nodes.abort()
-            self._retry_round_at = time.monotonic() + self.cfg.distributed.backoff_max_s
-            return
-        if not job.done():
-            return
-        self._node_start = None
-        try:
-            gen, nodes, addr = job.result()
-        except (NodeStartError, OSError) as e:
-            log.warning("training round not started: %s; retrying next pass", e)
-            return
-        self._round_nodes = list(self.training_nodes.in_round)
-        if not nodes and self.training_nodes.names():
-            log.warning("training generation %d on the main node only (training nodes "
-                        "benched: %s)", gen, ", ".join(self.training_nodes.names()))
-        self._launch_round(gen, nodes, addr)
-
-    def _launch_round(self, gen: int, nodes: int, addr: str) -> None:
-        log_path = Path(self.cfg.logging.dir) / f"trainer_{gen:06d}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = self._trainer_command(gen, nodes, addr)
-        log.info("training generation %d on %d games (%d new): %s", gen, self._total_games(),
-                 self._new_games(), " ".join(cmd))
-        out = open(log_path, "ab")
-        try:
-            popen = subprocess.Popen(cmd, cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
-        finally:
-            out.close()
-        self.round = _Round(gen, popen, time.monotonic(), log_path, self._total_games())
-        # games that arrive while it trains count for the next round (workers never wait)
-        self._games_at_gen = self._total_games()
-        for m in self.fleet.members.values():
-            m.games_baseline = m.games_collected
-
-    def _finish_training(self, code: int) -> None:
-        """The trainer exited: on success start the evaluation (a thread), else retry."""
-        rnd = self.round
-        rnd.train_s = time.monotonic() - rnd.started
-        text = rnd.log_path.read_text(errors="replace") if rnd.log_path.exists() else ""
-        pt = self.models_dir / f"{model_store.model_stem(rnd.generation)}.pt"
-        if self._round_nodes:
-            self.training_nodes.finish_round(code == 0 and pt.exists())
-            self._round_nodes = []
-        if code != 0 or not pt.exists():
-            self.round = None
-            tail = "\n".join(text.splitlines()[-15:])
-            log.error("training round for generation %d failed (exit %s, %.0fs); retrying "
-                      "next pass. Trainer log %s ends:\n%s", rnd.generation, code,
-                      rnd.train_s, rnd.log_path, tail)
-            self._games_at_gen = rnd.games_at_start
-            self._retry_round_at = time.monotonic() + self.cfg.distributed.backoff_max_s
-            return
-        self.last_loss = _trainer_loss(text, self.last_loss)
-        log.info("trained generation %d in %.1fs: loss=%s", rnd.generation, rnd.train_s,
-                 self.last_loss)
-        if self.cfg.evaluation.gating == "none":  # the arena only rates: workers need not wait
-            self._publish(rnd.generation)
-            self._push(rnd.generation)
-            rnd.published = True
-        rnd.evaluation = threading.Thread(
-            target=lambda: rnd.promote.append(self._evaluate(rnd.generation)),
-            name=f"evaluate-{rnd.generation}", daemon=True)
-        rnd.evaluation.start()
-
-    def _conclude_round(self) -> None:
-        """Evaluation done: publish and push a promoted model, record the metrics."""
-        rnd, self.round = self.round, None
-        promote = rnd.promote[0] if rnd.promote else True
-        self.generations_done += 1
-        log.info("generation %d %s", rnd.generation,
-                 "promoted" if promote else "not promoted (gating); workers keep "
-                 f"generation {self.generation}")
-        if promote and not rnd.published:
-            self._publish(rnd.generation)
-            self._push(rnd.generation)
-        self._record_progress(rnd.generation, rnd.train_s)
-
-    def _evaluate(self, generation: int) -> bool:
-        """Optional arena and gating; True when the new model is promoted."""
-        ev = self.cfg.evaluation
-        if ev.gating == "none" and ev.games == 0 and ev.gnugo_games == 0:
-            return True
-        try:
-            from training import arena
-        except ImportError:
-            log.info("arena not available; promoting generation %d without evaluation",
-                     generation)
-            return True
-        from training.child_process import ChildFailed, ChildStopped, run_in_child
-
-        try:  # in a child process: stopped at once when the coach stops (see child_process)
-            result = run_in_child(arena.evaluate_generation, self.cfg, self.run_dir,
-                                  generation, stop=self._stop)
-        except ChildStopped:
-            return False
-        except ChildFailed as e:  # evaluation must never stop training
-            log.error("evaluation of generation %d failed; promoting it: %s", generation, e)
-            return True
-        self.elo = getattr(result, "elo", self.elo)
-        return bool(getattr(result, "promote", True))
-
-    def _manifest(self, generation: int) -> model_store.Manifest:
-        return model_store.read_manifest(
-            self.models_dir / f"{model_store.model_stem(generation)}.json")
-
-    def _publish(self, generation: int) -> None:
-        model_store.publish_model(self.models_dir, generation,
-                                  self.cfg.distributed.compression_level)
-        self.generation = generation
-        log.info("published generation %d", generation)
-
-    def _push(self, generation: int) -> None:
-        """Every worker's supervisor pushes this model to it (and retries until it has it)."""
-        self._push_started[generation] = time.monotonic()
-        self.fleet.publish(generation, self.models_dir, self._manifest(generation))
-
-    def _check_sync_done(self) -> None:
-        """Model sync time: from the push until every active worker runs the new model."""
-        t0 = self._push_started.get(self.generation)
-        if t0 is None:
-            return
-        active = self._active()
-        members = self.fleet.members
-        if active and all(members[n].heartbeat is not None
-                          and members[n].heartbeat.generation >= self.generation
-                          for n in active):
-            self.model_sync_s = time.monotonic() - t0
-            del self._push_started[self.generation]
-            log.info("model_sync_s=%.2f generation=%d workers=%d", self.model_sync_s,
-                     self.generation, len(active))
+    def _sync_training_nodes(self) -> None:
+        self.rounds.sync_training_nodes()
 
     # ------------------------------------------------------------------ status and progress
 
@@ -719,7 +484,7 @@ class Coach:
         weights = self.weights()
         members = dict(self.fleet.members)
         shares = balance.shares({n: m.generation_games for n, m in members.items()})
-        over = getattr(self.collector, "over_budget", {})
+        over = self.collector.over_budget
         rows = []
         for name, m in members.items():
             hb = m.heartbeat
@@ -769,10 +534,10 @@ class Coach:
         if now - self._last_progress < 10.0:
             return
         self._last_progress = now
-        snap = getattr(self, "_snap", None) or self.snapshot()
+        snap = self._snap or self.snapshot()
         training = f" training={self.round.generation}" if self.round else ""
-        line = (f"gen={self.generation} games={self._total_games()} "
-                f"next_round={self._new_games()}/{self.generation_target()} "
+        line = (f"gen={self.generation} games={self.total_games()} "
+                f"next_round={self.rounds.new_games()}/{self.generation_target()} "
                 f"games_per_s={snap.games_per_s:.2f} workers_active={snap.workers_active}/"
                 f"{snap.workers_total} window_positions={snap.window_positions} "
                 f"model_sync_s={_fmt(snap.model_sync_s)} "
@@ -780,51 +545,9 @@ class Coach:
                 f"{training}")
         log.info("progress %s", line)
 
-    def _record_progress(self, generation: int, train_s: float) -> None:
-        """The coach's columns of the generation's metrics row, and the plot."""
-        from training import metrics
-
-        snap = self.snapshot()
-        try:
-            metrics.record_metrics(
-                self.run_dir, generation, games_total=self._total_games(),
-                games_per_s=snap.games_per_s, window_games=snap.window_games,
-                window_positions=snap.window_positions, train_s=train_s,
-                staleness=snap.staleness_generations, workers_active=snap.workers_active,
-                model_sync_s=snap.model_sync_s, net_mb_per_min=snap.network_mb_per_min,
-                elapsed_s=time.monotonic() - self._started,
-                **({"elo": self.elo} if self.elo is not None else {}))
-            metrics.plot_progress(self.run_dir)
-        except Exception:  # noqa: BLE001 - metrics and plots must never stop training
-            log.exception("metrics or plot for generation %d failed", generation)
-
-
-def _trainer_loss(text: str, default: float | None) -> float | None:
-    """The loss in the trainer's JSON summary (its last stdout line)."""
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{") and '"loss"' in line:
-            try:
-                value = json.loads(line).get("loss")
-            except json.JSONDecodeError:
-                continue
-            return float(value) if isinstance(value, (int, float)) else default
-    return default
-
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
-
-
-def _terminate(popen: subprocess.Popen, grace_s: float = 10.0) -> None:
-    if popen.poll() is not None:
-        return
-    popen.terminate()
-    try:
-        popen.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        popen.kill()
-        popen.wait()
 
 
 def _git_commit() -> str:

@@ -1,0 +1,426 @@
+"""The coach's training rounds (trainer subprocess -> evaluation -> promotion) and the models the
+coach publishes.
+
+`Rounds` runs one round at a time for a `training.coach.Coach`; the coach's loop calls
+`advance` once per pass, and nothing here waits:
+
+  1. due: once the generation's new games (`Coach.generation_target`, see `training.balance`)
+     and `training.min_new_positions` new positions have arrived, and no failed round is
+     backing off (`distributed.backoff_max_s`);
+  2. start: without training nodes at once; with them (`distributed.training_nodes`) their
+     start runs as a `Job` (network work, off the loop) and the round launches when it is done;
+  3. train: `python -m training.trainer` (or the coach's trainer command) as a subprocess, its
+     output in `logs/trainer_<gen>.log`; games that arrive meanwhile count for the next round;
+  4. finish: the trainer exited. A non-zero exit or no model file fails the round: the log's
+     tail is logged and the round retried after the backoff. Otherwise its result is read
+     from `rounds/round_<gen>.json` (`training.round_result`): a missing file leaves the
+     round's loss unknown (a warning), an unreadable one is logged as an error, and either way
+     the round counts. Then the evaluation starts in a thread (the arena in a child process,
+     stopped with the coach); without gating (`evaluation.gating: none`) the model is
+     published and pushed first, so that the workers need not wait for the arena, which then
+     only rates it (`Round.published`);
+  5. conclude: a promoted model not yet published is published and pushed (the supervisors
+     push it to every worker); the generation's metrics row and the plot.
+
+Publishing writes `models/model_<gen>.pt.zst` + manifest (`training.model_store`); a model
+refused by gating keeps its number and the next round trains one past it.
+
+It must not: talk to a host from the coach's loop (the training nodes' start is a Job, model
+pushes are the supervisors'), play games, decide load balancing (`training.balance`), or import
+torch at module level (the trainer and the arena run in other processes; only generation 0,
+a random net, is made here).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from configs import Config
+from training import model_store, round_result
+from training.fleet import Job
+from training.round_result import RoundResult, RoundResultError
+from training.signals import die_with_parent
+
+if TYPE_CHECKING:
+    from training.coach import Coach
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Round:
+    """A training round running as a subprocess."""
+
+    generation: int  # the generation it produces
+    popen: subprocess.Popen
+    started: float
+    log_path: Path
+    games_at_start: int
+    train_s: float = 0.0
+    evaluation: threading.Thread | None = None  # arena/gating, off the coach's loop
+    promote: list = field(default_factory=list)  # the evaluation thread's verdict
+    published: bool = False  # without gating the model goes out before its evaluation
+    result: RoundResult | None = None  # what the trainer reported, when it did
+
+
+class Rounds:
+    """One coach's training rounds and published models (see the module docstring).
+
+    It reads the coach's `cfg`, `fleet`, `collector`, `trainer_cmd` and `distributed` as they
+    are at each call (the config is reloaded between passes) and asks it for `total_games`,
+    `generation_target` and `snapshot`; of the coach's state it writes only the fleet
+    members' `games_baseline` when a round starts. Its own state is written on the coach's
+    loop thread, except `elo` and `Round.promote`, written by the evaluation thread."""
+
+    def __init__(self, coach: Coach, stop: threading.Event):
+        self.coach = coach
+        self.paths = coach.paths
+        self.stopping = stop  # set when the coach stops: an evaluation in progress ends too
+        self.current: Round | None = None
+        self.generation = -1  # newest published generation
+        self.concluded = 0  # rounds concluded since the coach started
+        self.last_loss: float | None = None
+        self.elo: float | None = None
+        self.model_sync_s: float | None = None
+        self.training_nodes: Any = None  # remote_training.TrainingNodes when configured
+        self.node_start: Job | None = None  # the training nodes being started for a round
+        self.round_nodes: list[str] = []  # extra nodes of the running round
+        self.games_at_gen = 0  # games collected when the current generation's count began
+        self.retry_at = 0.0  # time.monotonic() before which a failed round is not retried
+        self._push_started: dict[int, float] = {}
+        self._started = time.monotonic()
+
+    @property
+    def cfg(self) -> Config:
+        return self.coach.cfg
+
+    def new_games(self) -> int:
+        """Games collected since the current generation's count began."""
+        return self.coach.total_games() - self.games_at_gen
+
+    # ------------------------------------------------------------------ models
+
+    def ensure_first_model(self) -> None:
+        """Resume at the newest published model; publish a trained but unpublished one (the
+        coach stopped in between); else make generation 0, a random net."""
+        models = self.paths.models
+        gens = model_store.list_manifests(models)
+        if gens:
+            self.generation = gens[-1]
+            log.info("resuming at model generation %d", self.generation)
+            return
+        trained = model_store.list_models(models)
+        if trained:  # the coach stopped between training and publishing: publish now
+            gen = trained[-1]
+        else:
+            from training.net import net_from_config, save_model
+
+            import torch
+
+            torch.manual_seed(self.cfg.run.seed)
+            net = net_from_config(self.cfg.net, self.cfg.go.board_size)
+            gen = 0
+            save_model(self.paths.model(0), net, 0, meta={"random": True})
+            log.info("wrote generation 0 (a random net)")
+        self.publish(gen)
+
+    def manifest(self, generation: int) -> model_store.Manifest:
+        return model_store.read_manifest(
+            self.paths.models / f"{model_store.model_stem(generation)}.json")
+
+    def publish(self, generation: int) -> None:
+        model_store.publish_model(self.paths.models, generation,
+                                  self.cfg.distributed.compression_level)
+        self.generation = generation
+        log.info("published generation %d", generation)
+
+    def push(self, generation: int) -> None:
+        """Every worker's supervisor pushes this model to it (and retries until it has it)."""
+        self._push_started[generation] = time.monotonic()
+        self.coach.fleet.publish(generation, self.paths.models, self.manifest(generation))
+
+    def check_sync_done(self, active: list[str]) -> None:
+        """Model sync time: from the push until every active worker runs the new model."""
+        t0 = self._push_started.get(self.generation)
+        if t0 is None:
+            return
+        members = self.coach.fleet.members
+        if active and all(members[n].heartbeat is not None
+                          and members[n].heartbeat.generation >= self.generation
+                          for n in active):
+            self.model_sync_s = time.monotonic() - t0
+            del self._push_started[self.generation]
+            log.info("model_sync_s=%.2f generation=%d workers=%d", self.model_sync_s,
+                     self.generation, len(active))
+
+    # ------------------------------------------------------------------ the round
+
+    def advance(self) -> None:
+        """One pass: drive the running round a step, or start one when it is due."""
+        if self.node_start is not None:
+            self._launch_when_nodes_ready()
+            return
+        rnd = self.current
+        if rnd is not None:
+            if rnd.evaluation is None:
+                code = rnd.popen.poll()
+                if code is None and self.round_nodes:
+                    for name in self.training_nodes.check():
+                        log.warning("training node %s: its trainer died; the round fails "
+                                    "within training.timeout_s=%s", name,
+                                    self.cfg.training.timeout_s)
+                if code is not None:
+                    self._finish_training(code)
+            elif not rnd.evaluation.is_alive():
+                self._conclude()
+            return
+        iterations = self.cfg.run.iterations
+        if iterations and self.concluded >= iterations:
+            return
+        if self.new_games() < self.coach.generation_target():
+            return
+        if time.monotonic() < self.retry_at:
+            return
+        new_positions = sum(int(e.get("positions", 0))
+                            for e in self.coach.collector.ingested_entries()
+                            if int(e.get("coach_generation", -1)) >= self.generation)
+        if new_positions < self.cfg.training.min_new_positions:
+            return
+        self.start()
+
+    def trainer_command(self, generation: int, nodes: int = 0,
+                        master_addr: str = "") -> list[str]:
+        """The trainer re-launches itself under torchrun when several GPUs/nodes train;
+        with `nodes` extra training nodes it is node rank 0 of nodes + 1."""
+        if self.coach.trainer_cmd:
+            cmd = list(self.coach.trainer_cmd) + ["--generation", str(generation)]
+        else:
+            cmd = [sys.executable, "-m", "training.trainer", "--config",
+                   str(self.paths.config), "--run-dir", str(self.paths.root), "--generation",
+                   str(generation), "--no-progress"]
+        if nodes:
+            cmd += ["--nodes", str(nodes + 1), "--node-rank", "0", "--master-addr",
+                    master_addr, "--master-port", str(self.cfg.training.master_port)]
+        return cmd
+
+    def next_generation(self) -> int:
+        """One past the newest trained model (a model refused by gating keeps its number)."""
+        return max([self.generation, *model_store.list_models(self.paths.models)]) + 1
+
+    def sync_training_nodes(self) -> None:
+        """Match `training_nodes` to distributed.training_nodes of the current config.
+
+        Called at start and before each round: nodes added to or removed from the watched
+        config file take part from the next round on (a running round keeps its nodes)."""
+        specs = list(self.cfg.distributed.training_nodes) if self.coach.distributed else []
+        current = self.training_nodes
+        if current is not None and list(current.cfg.distributed.training_nodes) == specs:
+            return
+        if current is not None:
+            current.close()
+            log.info("training nodes changed: %s -> %s", ",".join(current.names()) or "-",
+                     ",".join(s.name for s in specs) or "-")
+        self.training_nodes = None
+        if specs:
+            from training.remote_training import TrainingNodes
+
+            self.training_nodes = TrainingNodes(self.cfg, str(self.paths.config))
+
+    def start(self) -> None:
+        """Start the next training round: at once without training nodes; with them, their
+        start runs as a job (network work) and `advance` launches the round when it is done."""
+        self.sync_training_nodes()
+        gen = self.next_generation()
+        if self.training_nodes is None:
+            self._launch(gen, 0, "")
+            return
+        nodes, d = self.training_nodes, self.cfg.distributed
+        deadline = (d.retries + 1) * (d.connect_timeout_s + 4 * max(d.command_timeout_s, 300.0))
+        self.node_start = Job(f"start-nodes-{gen}", lambda: (gen, *nodes.start_round(
+            gen, self.cfg.training.master_port)), deadline)
+
+    def _launch_when_nodes_ready(self) -> None:
+        from training.remote_training import NodeStartError
+
+        job = self.node_start
+        if job.overdue():
+            self.node_start = None
+            log.warning("training nodes did not start within %.0fs; their connections are "
+                        "closed and the round is retried", job.deadline_s)
+            self.training_nodes.abort()
+            self.retry_at = time.monotonic() + self.cfg.distributed.backoff_max_s
+            return
+        if not job.done():
+            return
+        self.node_start = None
+        try:
+            gen, nodes, addr = job.result()
+        except (NodeStartError, OSError) as e:
+            log.warning("training round not started: %s; retrying next pass", e)
+            return
+        self.round_nodes = list(self.training_nodes.in_round)
+        if not nodes and self.training_nodes.names():
+            log.warning("training generation %d on the main node only (training nodes "
+                        "benched: %s)", gen, ", ".join(self.training_nodes.names()))
+        self._launch(gen, nodes, addr)
+
+    def _launch(self, gen: int, nodes: int, addr: str) -> None:
+        log_path = Path(self.cfg.logging.dir) / f"trainer_{gen:06d}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # a result left by an earlier attempt at this generation must not pass for this one's
+        self.paths.round_result(gen).unlink(missing_ok=True)
+        cmd = self.trainer_command(gen, nodes, addr)
+        log.info("training generation %d on %d games (%d new): %s", gen,
+                 self.coach.total_games(), self.new_games(), " ".join(cmd))
+        out = open(log_path, "ab")
+        try:
+            popen = subprocess.Popen(cmd, cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        finally:
+            out.close()
+        total = self.coach.total_games()
+        self.current = Round(gen, popen, time.monotonic(), log_path, total)
+        # games that arrive while it trains count for the next round (workers never wait)
+        self.games_at_gen = total
+        for m in self.coach.fleet.members.values():
+            m.games_baseline = m.games_collected
+
+    def _finish_training(self, code: int) -> None:
+        """The trainer exited: on success start the evaluation (a thread), else retry."""
+        rnd = self.current
+        rnd.train_s = time.monotonic() - rnd.started
+        pt = self.paths.model(rnd.generation)
+        if self.round_nodes:
+            self.training_nodes.finish_round(code == 0 and pt.exists())
+            self.round_nodes = []
+        if code != 0 or not pt.exists():
+            self.current = None
+            text = rnd.log_path.read_text(errors="replace") if rnd.log_path.exists() else ""
+            tail = "\n".join(text.splitlines()[-15:])
+            log.error("training round for generation %d failed (exit %s, %.0fs); retrying "
+                      "next pass. Trainer log %s ends:\n%s", rnd.generation, code,
+                      rnd.train_s, rnd.log_path, tail)
+            self.games_at_gen = rnd.games_at_start
+            self.retry_at = time.monotonic() + self.cfg.distributed.backoff_max_s
+            return
+        rnd.result = self._read_result(rnd.generation)
+        if rnd.result is not None:
+            self.last_loss = rnd.result.loss
+        log.info("trained generation %d in %.1fs: loss=%s", rnd.generation, rnd.train_s,
+                 rnd.result.loss if rnd.result is not None else "unknown")
+        if self.cfg.evaluation.gating == "none":  # the arena only rates: workers need not wait
+            self.publish(rnd.generation)
+            self.push(rnd.generation)
+            rnd.published = True
+        rnd.evaluation = threading.Thread(
+            target=lambda: rnd.promote.append(self._evaluate(rnd.generation)),
+            name=f"evaluate-{rnd.generation}", daemon=True)
+        rnd.evaluation.start()
+
+    def _read_result(self, generation: int) -> RoundResult | None:
+        """The round's result file, or None (logged): the model is on disk, so the round
+        counts either way; only its loss is unknown."""
+        path = self.paths.round_result(generation)
+        try:
+            result = round_result.read(path)
+        except (RoundResultError, OSError) as e:
+            log.error("generation %d: its round result is unreadable (%s); the round counts, "
+                      "its loss is unknown", generation, e)
+            return None
+        if result is None:
+            log.warning("generation %d: the trainer wrote no round result (%s); the round "
+                        "counts, its loss is unknown", generation, path)
+        elif result.generation != generation:
+            log.error("generation %d: %s reports generation %d; the round counts, its loss is "
+                      "unknown", generation, path, result.generation)
+            return None
+        return result
+
+    def _conclude(self) -> None:
+        """Evaluation done: publish and push a promoted model, record the metrics."""
+        rnd, self.current = self.current, None
+        promote = rnd.promote[0] if rnd.promote else True
+        self.concluded += 1
+        log.info("generation %d %s", rnd.generation,
+                 "promoted" if promote else "not promoted (gating); workers keep "
+                 f"generation {self.generation}")
+        if promote and not rnd.published:
+            self.publish(rnd.generation)
+            self.push(rnd.generation)
+        self._record_progress(rnd.generation, rnd.train_s)
+
+    def _evaluate(self, generation: int) -> bool:
+        """Optional arena and gating; True when the new model is promoted."""
+        ev = self.cfg.evaluation
+        if ev.gating == "none" and ev.games == 0 and ev.gnugo_games == 0:
+            return True
+        from training import arena
+        from training.child_process import ChildFailed, ChildStopped, run_in_child
+
+        try:  # in a child process: stopped at once when the coach stops (see child_process)
+            result = run_in_child(arena.evaluate_generation, self.cfg, self.paths.root,
+                                  generation, stop=self.stopping)
+        except ChildStopped:
+            return False
+        except ChildFailed as e:  # evaluation must never stop training
+            log.error("evaluation of generation %d failed; promoting it: %s", generation, e)
+            return True
+        self.elo = result.elo
+        return result.promote
+
+    def _record_progress(self, generation: int, train_s: float) -> None:
+        """The coach's columns of the generation's metrics row, and the plot."""
+        from training import metrics
+
+        snap = self.coach.snapshot()
+        try:
+            metrics.record_metrics(
+                self.paths.root, generation, games_total=self.coach.total_games(),
+                games_per_s=snap.games_per_s, window_games=snap.window_games,
+                window_positions=snap.window_positions, train_s=train_s,
+                staleness=snap.staleness_generations, workers_active=snap.workers_active,
+                model_sync_s=snap.model_sync_s, net_mb_per_min=snap.network_mb_per_min,
+                elapsed_s=time.monotonic() - self._started,
+                **({"elo": self.elo} if self.elo is not None else {}))
+            metrics.plot_progress(self.paths.root)
+        except Exception:  # noqa: BLE001 - metrics and plots must never stop training
+            log.exception("metrics or plot for generation %d failed", generation)
+
+    # ------------------------------------------------------------------ stopping
+
+    def abandon(self) -> None:
+        """The coach stops: end a running round (its trainer, its evaluation) and the
+        training nodes' part of it."""
+        rnd = self.current
+        if rnd is not None:
+            log.warning("stopping: training round for generation %d abandoned", rnd.generation)
+            _terminate(rnd.popen)
+            if rnd.evaluation is not None:  # its child process stops with `stopping`
+                rnd.evaluation.join(timeout=15)
+            self.current = None
+        if self.training_nodes is not None:
+            self.training_nodes.stop_round(wait=True)
+
+    def close(self) -> None:
+        if self.training_nodes is not None:
+            self.training_nodes.close()
+
+
+def _terminate(popen: subprocess.Popen, grace_s: float = 10.0) -> None:
+    if popen.poll() is not None:
+        return
+    popen.terminate()
+    try:
+        popen.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
