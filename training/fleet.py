@@ -27,13 +27,15 @@ ages) and `WorkerFault` (the worker itself is wrong: a bad heartbeat, a failed p
 daemon that exits at start: it reads Error with the reason). Any other `Exception` in a
 supervisor pass is a bug: logged with its traceback, the pass retried after a backoff.
 
-It must not: age heartbeats or decide the states shown (the coach does, with
-`distributed.status.HeartbeatTracker`), train, or import paramiko.
+It must not: decide the states shown (the coach does), age heartbeats other than through
+`distributed.status.HeartbeatTracker` (a supervisor asks its own how long the heartbeat has
+not changed, to know when a daemon's liveness is worth a command), train, or import paramiko.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -42,7 +44,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from configs import Config
-from distributed.status import Heartbeat, printable
+from distributed.status import Heartbeat, HeartbeatTracker, printable
 from training.collector import BatchSource, Collector, SourceError
 from training.model_store import Manifest
 
@@ -194,8 +196,8 @@ class Supervisor:
     def __init__(self, fleet: Fleet, member: Member, backend: Backend):
         self.fleet, self.member, self.backend = fleet, member, backend
         self.abandoned = False
-        self._hb_time: float | None = None
-        self._hb_changed = time.monotonic()
+        self._heartbeats = HeartbeatTracker(0.0)  # only the age of this member's is asked
+        self._quiet_since = time.monotonic()  # taken over or (re)started: no heartbeat due yet
         self._down_until = 0.0
         self._down_s = 0.0
         self._up_since = 0.0
@@ -302,7 +304,7 @@ class Supervisor:
         finally:
             self.fleet.bring_ups.release()
         m.started, m.running, m.fault, m.error = True, True, "", ""
-        self._hb_changed = self._up_since = time.monotonic()
+        self._quiet_since = self._up_since = time.monotonic()
         log.info("worker %s: daemon up, pid %s", m.name, pid)
         return True
 
@@ -324,8 +326,7 @@ class Supervisor:
         if self._down_s:  # reachable again: the outage's error is over
             m.error, self._down_s = "", 0.0
         if hb is not None:
-            if hb.time != self._hb_time:
-                self._hb_time, self._hb_changed = hb.time, time.monotonic()
+            self._heartbeats.observe(m.name, hb)  # remembers when its time last changed
             m.heartbeat = hb
         return True
 
@@ -335,7 +336,10 @@ class Supervisor:
         m, b = self.member, self.backend
         dist = self.fleet.cfg.distributed
         stale_after = max(3 * dist.heartbeat_interval_s, 2.0)
-        if not b.cheap_liveness() and time.monotonic() - self._hb_changed <= stale_after:
+        now = time.monotonic()
+        _, age = self._heartbeats.observe(m.name, None, now)  # age None: none read yet
+        quiet_s = min(now - self._quiet_since, math.inf if age is None else age)
+        if not b.cheap_liveness() and quiet_s <= stale_after:
             return True
         try:
             alive = self.op("check daemon", b.is_running)
