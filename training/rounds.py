@@ -340,7 +340,7 @@ class Rounds:
             log.warning("generation %d: the trainer wrote no round result (%s); the round "
                         "counts, its loss is unknown", generation, path)
         elif result.generation != generation:
-            log.error("generation %d: %s reports generation %d; the round counts, its loss is "
+            log.error("generation %d: %s reports generation %r; the round counts, its loss is "
                       "unknown", generation, path, result.generation)
             return None
         return result
