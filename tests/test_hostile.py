@@ -1,8 +1,10 @@
 """Hostile input: every bad batch, name, host key, shell string and config is refused clearly.
 
 Batches go through the REAL collection path: `training.collector.Collector` with the coach's
-validator (`validate_with_records`) and a `LocalSource` outbox, and over SFTP from a real
-loopback sshd through the coach's own SSH source (`training.ssh_workers.SSHSource`). For each
+validator (`validate_with_records`), from a local worker's outbox (`LocalSource`) and over SFTP
+from a real loopback sshd (tests/sshd.py) through the source the coach's SSH fleet collects
+with: `SSHFleet(...).backend(name).source()`, an `SSHSource` on the worker's own outbox
+`<remote_dir>/workers/<name>/outbox`, with its connector, size cap and deadlines. For each
 hostile batch the test checks: rejected with a reason naming the file, its bytes in
 quarantine (`Collector.quarantine_path`) with a `.reason.txt` beside, a `rejected` ledger line
 counted against the worker that listed it (`Collector.tally`), nothing in `replay/`, and the
@@ -15,6 +17,7 @@ Every case prints one line `hostile case=<case> kind=<kind> rejected=1 ingested=
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -27,10 +30,18 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from configs import ConfigError, WorkerSpec, load_config
+from configs import Config, ConfigError, WorkerSpec, load_config
+from distributed.remote import WorkerPaths
 from distributed.transfer import compress_bytes, write_atomic
+from tests.sshd import keygen, make_config, sshd_server  # noqa: F401 - sshd_server: fixture
 from training import records
-from training.collector import Collector, LocalSource, SourceError, validate_with_records
+from training.collector import (
+    MAX_BATCH_BYTES,
+    Collector,
+    LocalSource,
+    SourceError,
+    validate_with_records,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 N, KOMI = 5, 0.5  # configs/tiny.yaml
@@ -208,6 +219,46 @@ def outbox(tmp_path: Path) -> Path:
     return d
 
 
+def _ssh_fleet(cfg: Config, srv, tmp_path: Path, known_hosts: Path | None = None, **dist):
+    """The coach's SSH fleet for worker `WORKER` on the loopback sshd `srv`, its folder under
+    `tmp_path/remote` (short timeouts: `tests.sshd.make_config`). Nothing is started."""
+    from training.ssh_workers import SSHFleet
+
+    spec = WorkerSpec(host=srv.addr, user=srv.user, name=WORKER, port=srv.port,
+                      key_path=str(srv.client_key), remote_dir=str(tmp_path / "remote"))
+    dist_cfg = make_config([spec], known_hosts or srv.known_hosts, **dist)
+    coach = tmp_path / "coach"
+    coach.mkdir(exist_ok=True)
+    return SSHFleet(dataclasses.replace(cfg, distributed=dist_cfg), coach,
+                    coach / "config.yaml")
+
+
+@pytest.fixture
+def ssh_worker(sshd_server, tiny_cfg, tmp_path):
+    """(the worker's `SSHBackend`, its outbox as a local path): the outbox the backend's
+    `source()` lists, fetches from and deletes in over SFTP."""
+    fleet = _ssh_fleet(tiny_cfg, sshd_server, tmp_path)
+    outbox = Path(WorkerPaths(str(tmp_path / "remote"), WORKER).outbox)
+    outbox.mkdir(parents=True)
+    try:
+        yield fleet.backend(WORKER), outbox
+    finally:
+        fleet.close()
+
+
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.ssh)])
+def outbox_source(request, tmp_path):
+    """(kind, outbox folder, the source the coach collects it with): a local worker's
+    `LocalSource`, and an SSH worker's `SSHSource` from its backend."""
+    if request.param == "local":
+        d = tmp_path / "worker" / "outbox"
+        d.mkdir(parents=True)
+        yield "local", d, LocalSource(d)
+    else:
+        backend, d = request.getfixturevalue("ssh_worker")
+        yield "ssh", d, backend.source()
+
+
 # ----------------------------------------------------------------------------- batches
 
 
@@ -220,7 +271,8 @@ def test_good_batch_is_ingested_as_control(run_dir, outbox):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_hostile_batch_is_rejected_quarantined_and_counted(case, run_dir, outbox):
+def test_hostile_batch_is_rejected_quarantined_and_counted(case, run_dir, outbox_source):
+    kind, outbox, source = outbox_source
     make, kinds, word = CASES[case]
     name = records.batch_name(WORKER, 0, 7)
     make(outbox / name)
@@ -228,11 +280,11 @@ def test_hostile_batch_is_rejected_quarantined_and_counted(case, run_dir, outbox
         records.read_batch(outbox / name)
     assert err.value.kind in kinds, (err.value.kind, str(err.value))
     col = _collector(run_dir)
-    res = col.collect(WORKER, LocalSource(outbox))
+    res = col.collect(WORKER, source)
     _assert_rejected(run_dir, col, res, name, word)
     assert os.listdir(outbox) == [], "the worker's copy of a rejected batch must be removed"
     assert not Path("/tmp/azgo_pwned").exists()
-    print(f"hostile case={case} kind={err.value.kind} rejected=1 ingested=0")
+    print(f"hostile case={case} source={kind} kind={err.value.kind} rejected=1 ingested=0")
 
 
 def test_bad_batch_does_not_stop_the_good_ones_around_it(run_dir, outbox):
@@ -363,36 +415,11 @@ def test_generation_newer_than_exists_is_rejected(run_dir, outbox):
 
 # ----------------------------------------------------------------------------- over SFTP
 
-from tests.sshd import make_config, sshd_server  # noqa: E402,F401 - fixture
-
-
-def SftpOutbox(conn, worker: str, outbox: str):  # noqa: N802 - reads as the source it builds
-    """The coach's SSH batch source over `SSHConnector` (what the SSH fleet collects with)."""
-    from training.ssh_workers import SSHSource
-
-    return SSHSource(conn, worker, outbox)
-
-
-@pytest.fixture
-def sftp(sshd_server, tmp_path):
-    from distributed.ssh_connector import SSHConnector
-
-    root = tmp_path / "remote"
-    spec = WorkerSpec(host=sshd_server.addr, user=sshd_server.user, name=WORKER,
-                      port=sshd_server.port, key_path=str(sshd_server.client_key),
-                      remote_dir=str(root))
-    conn = SSHConnector(make_config([spec], sshd_server.known_hosts))
-    outbox = root / "outbox"
-    outbox.mkdir(parents=True)
-    try:
-        yield conn, outbox
-    finally:
-        conn.close()
-
 
 @pytest.mark.ssh
-def test_hostile_batches_over_sftp_are_rejected_and_good_ones_ingested(sftp, run_dir):
-    conn, outbox = sftp
+def test_hostile_batches_over_sftp_are_rejected_and_good_ones_ingested(ssh_worker, run_dir,
+                                                                      tmp_path):
+    backend, outbox = ssh_worker
     good = _good(outbox, 0)
     bad = {}
     for seq, case in enumerate(["illegal_move", "pickle_payload", "zstd_bomb", "nan_visits"], 1):
@@ -403,21 +430,20 @@ def test_hostile_batches_over_sftp_are_rejected_and_good_ones_ingested(sftp, run
     _good(outbox, 99)
     os.replace(outbox / records.batch_name(WORKER, 0, 99), outbox / odd)
     col = _collector(run_dir)
-    res = col.collect(WORKER, SftpOutbox(conn, WORKER, str(outbox)))
+    res = col.collect(WORKER, backend.source())
     assert res.ingested == [good]
     assert sorted(res.rejected) == sorted([*bad, odd])
     assert os.listdir(run_dir / "replay") == [good]
     assert col.tally[WORKER].rejected == 5 and col.tally[WORKER].batches == 1
     assert os.listdir(outbox) == [], "collected and rejected batches are removed on the worker"
-    assert not list(outbox.parent.rglob("PWNED*"))
+    assert not list((tmp_path / "remote").rglob("PWNED*"))
     print(f"hostile case=sftp rejected={len(res.rejected)} ingested={len(res.ingested)}")
 
 
 @pytest.mark.ssh
-def test_changed_host_key_refuses_collection_with_both_fingerprints(sshd_server, tmp_path,
-                                                                    run_dir):
-    from distributed.sandbox import keygen
-    from distributed.ssh_connector import HostKeyError, SSHConnector
+def test_changed_host_key_refuses_collection_with_both_fingerprints(sshd_server, tiny_cfg,
+                                                                    tmp_path, run_dir):
+    from distributed.ssh_connector import HostKeyError
 
     other = keygen(tmp_path / "impostor")
     pub = Path(f"{other}.pub").read_text().split()
@@ -425,15 +451,12 @@ def test_changed_host_key_refuses_collection_with_both_fingerprints(sshd_server,
     known = tmp_path / "known_hosts"
     known.write_text(f"{host} {pub[0]} {pub[1]}\n")
     real = sshd_server.known_hosts_line().split()
-    spec = WorkerSpec(host=sshd_server.addr, user=sshd_server.user, name=WORKER,
-                      port=sshd_server.port, key_path=str(sshd_server.client_key),
-                      remote_dir=str(tmp_path / "remote"))
-    conn = SSHConnector(make_config([spec], known), accept_new_host_keys=True)
+    fleet = _ssh_fleet(tiny_cfg, sshd_server, tmp_path, known, accept_new_host_keys=True)
     try:
         with pytest.raises(SourceError) as err:  # the SSH source's error, caused by:
-            _collector(run_dir).collect(WORKER, SftpOutbox(conn, WORKER, "outbox"))
+            _collector(run_dir).collect(WORKER, fleet.backend(WORKER).source())
     finally:
-        conn.close()
+        fleet.close()
     assert isinstance(err.value.__cause__, HostKeyError)
     msg = str(err.value)
     import base64
@@ -646,26 +669,10 @@ def _timed_collect(col: Collector, worker: str, source, limit_s: float = 30.0, *
     return out["res"], time.monotonic() - t0
 
 
-def _source(kind: str, outbox: Path, sftp_conn):
-    return LocalSource(outbox) if kind == "local" else SftpOutbox(sftp_conn, WORKER, str(outbox))
-
-
-@pytest.fixture(params=["local", pytest.param("sftp", marks=pytest.mark.ssh)])
-def outbox_source(request, tmp_path):
-    """(kind, outbox folder, connector or None): the local source and the real SSH source."""
-    if request.param == "local":
-        d = tmp_path / "worker" / "outbox"
-        d.mkdir(parents=True)
-        yield "local", d, None
-    else:
-        conn, d = request.getfixturevalue("sftp")
-        yield "sftp", d, conn
-
-
 @pytest.mark.parametrize("special", ["symlink_dev_zero", "fifo", "symlink_outside"])
 def test_non_regular_file_named_like_a_batch_is_refused_unread(special, outbox_source,
                                                                run_dir, tmp_path):
-    kind, outbox, conn = outbox_source
+    kind, outbox, source = outbox_source
     name = records.batch_name(WORKER, 0, 0)
     if special == "symlink_dev_zero":
         os.symlink("/dev/zero", outbox / name)
@@ -678,7 +685,7 @@ def test_non_regular_file_named_like_a_batch_is_refused_unread(special, outbox_s
         os.symlink(secret, outbox / name)
     good = _good(outbox, 1)
     col = _collector(run_dir)
-    res, dt = _timed_collect(col, WORKER, _source(kind, outbox, conn))
+    res, dt = _timed_collect(col, WORKER, source)
     assert res.rejected == [name] and res.ingested == [good], res
     reason = col.quarantine_path(WORKER, name).with_name(f"{name}.reason.txt").read_text()
     assert ("symlink" if "symlink" in special else "FIFO") in reason, reason
@@ -687,6 +694,26 @@ def test_non_regular_file_named_like_a_batch_is_refused_unread(special, outbox_s
     assert not os.path.lexists(outbox / name), "the link or FIFO itself is removed"
     assert col.tally[WORKER].rejected == 1 and col.tally[WORKER].batches == 1
     print(f"hostile case={special} source={kind} refused_in_s={dt:.2f} bytes_read=0")
+
+
+def test_batch_file_over_the_size_cap_is_refused_unread(outbox_source, run_dir):
+    """A file named as a batch but larger than any batch may be (`MAX_BATCH_BYTES`; sparse
+    here, so it costs no disk) is refused from its size alone: no byte read or kept."""
+    kind, outbox, source = outbox_source
+    name = records.batch_name(WORKER, 0, 0)
+    with open(outbox / name, "wb") as f:
+        f.truncate(MAX_BATCH_BYTES + 1)
+    good = _good(outbox, 1)
+    col = _collector(run_dir)
+    res, dt = _timed_collect(col, WORKER, source)
+    assert res.rejected == [name] and res.ingested == [good], res
+    reason = col.quarantine_path(WORKER, name).with_name(f"{name}.reason.txt").read_text()
+    assert "over the limit" in reason, reason
+    assert not col.quarantine_path(WORKER, name).exists(), "no byte of it is kept"
+    assert list((run_dir / "incoming").iterdir()) == []
+    assert not (outbox / name).exists(), "the worker's copy is removed"
+    assert col.tally[WORKER].rejected == 1 and col.tally[WORKER].batches == 1
+    print(f"hostile case=oversized source={kind} refused_in_s={dt:.2f} bytes_read=0")
 
 
 def test_file_growing_while_read_is_cut_at_its_listed_size(tmp_path):
@@ -715,10 +742,9 @@ def test_file_growing_while_read_is_cut_at_its_listed_size(tmp_path):
 
 
 @pytest.mark.ssh
-def test_sftp_file_growing_or_over_the_cap_is_refused(sftp, tmp_path):
-    from distributed.ssh_connector import SSHConnector  # noqa: F401 - the real connector
-
-    conn, outbox = sftp
+def test_sftp_file_growing_or_over_the_cap_is_refused(ssh_worker, tmp_path):
+    backend, outbox = ssh_worker
+    conn = backend.connector  # the connector the worker's source downloads with
     big = outbox / "big.bin"
     with open(big, "wb") as f:
         f.truncate(64 << 20)  # 64 MiB, sparse
@@ -753,8 +779,9 @@ def test_sftp_file_growing_or_over_the_cap_is_refused(sftp, tmp_path):
 # read requests, and that thread dies with "socket closed"; with real deadlines (seconds) it
 # has long finished queueing. What matters is checked below: no partial file, a new link.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_sftp_download_past_its_deadline_stops_and_drops_the_link(sftp, tmp_path):
-    conn, outbox = sftp
+def test_sftp_download_past_its_deadline_stops_and_drops_the_link(ssh_worker, tmp_path):
+    backend, outbox = ssh_worker
+    conn = backend.connector  # the connector the worker's source downloads with
     big = outbox / "slow.bin"
     big.write_bytes(os.urandom(1 << 20) * 48)  # 48 MiB: far more than 0.05 s of loopback SFTP
     t0 = time.monotonic()
@@ -783,10 +810,10 @@ def test_too_slow_fetch_is_retried_then_rejected(run_dir, outbox):
 
 
 @pytest.mark.ssh
-def test_fifo_as_heartbeat_is_refused_at_once(sftp):
-    conn, outbox = sftp
-    hb = outbox.parent / "workers" / WORKER / "status.json"
-    hb.parent.mkdir(parents=True)
+def test_fifo_as_heartbeat_is_refused_at_once(ssh_worker, tmp_path):
+    backend, _ = ssh_worker
+    conn = backend.connector  # the connector the worker's supervisor reads heartbeats with
+    hb = Path(WorkerPaths(str(tmp_path / "remote"), WORKER).heartbeat)
     os.mkfifo(hb)
     t0 = time.monotonic()
     with pytest.raises(VerifyError, match="not a regular file"):
@@ -1012,10 +1039,11 @@ def test_torn_ledger_line_does_not_fuse_with_the_next(run_dir, outbox):
 
 
 @pytest.mark.ssh
-def test_noisy_remote_command_output_is_capped(sftp):
+def test_noisy_remote_command_output_is_capped(ssh_worker):
     from distributed.ssh_connector import COMMAND_OUTPUT_MAX_BYTES
 
-    conn, _ = sftp
+    backend, _ = ssh_worker
+    conn = backend.connector
     conn.run(WORKER, "true")  # connected before measuring
     t0 = time.monotonic()
     with _peak_python_memory() as peak:
