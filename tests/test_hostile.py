@@ -417,8 +417,8 @@ def test_generation_newer_than_exists_is_rejected(run_dir, outbox):
 
 
 @pytest.mark.ssh
-def test_hostile_batches_over_sftp_are_rejected_and_good_ones_ingested(ssh_worker, run_dir,
-                                                                      tmp_path):
+def test_hostile_batches_over_sftp_are_rejected_and_good_ones_ingested(
+        ssh_worker, run_dir, tmp_path):
     backend, outbox = ssh_worker
     good = _good(outbox, 0)
     bad = {}
