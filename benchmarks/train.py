@@ -49,7 +49,7 @@ import torch
 
 from configs import dump_config, load_config, override
 from training.net import PolicyValueNet, make_evaluator
-from training.trainer import synthetic_samples
+from training.samples import synthetic_samples
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@ Owns `DistContext` (rank, local_rank, world_size, device, backend), joining the 
 torchrun describes in the environment (`init_distributed`, with a timeout) and leaving it
 (`shutdown`), and the collectives the round is made of: sums (`all_reduce_sum`), gathers of
 floats and of JSON, rank 0's JSON on every rank (`broadcast_json`) and a barrier. Alone
-(world_size 1) the sums, the gathers and the barrier return this process's own values;
+(world_size 1) the sums, maxima, gathers and the barrier return this process's own values;
 `broadcast_json` needs a group. Vocabulary is torchrun's: `rank`, `local_rank`, `world_size`;
 rank 0 is the main process.
 
@@ -17,8 +17,8 @@ collective that waits longer than the group's timeout raises, and `is_peer_failu
 that apart from this rank's own errors.
 
 It must not: know what a round trains, read or write files, or unpickle anything a rank sends.
-Only this module and node_relay.py call torch.distributed's process group (the trainer only
-wraps its net in DDP and its main in elastic's `record`).
+Only this module calls torch.distributed's process group (the trainer only wraps its net in
+DDP and its main in elastic's `record`; node_relay moves files with `broadcast_`).
 """
 
 from __future__ import annotations
@@ -124,6 +124,18 @@ def all_reduce_sum(values: list[float], ctx: DistContext) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.tolist()
+
+
+def all_reduce_max_(t: torch.Tensor, ctx: DistContext) -> None:
+    """`t` becomes the element-wise maximum over ranks, in place."""
+    if ctx.is_distributed:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+
+
+def broadcast_(t: torch.Tensor, ctx: DistContext) -> None:
+    """`t` becomes rank 0's `t` on every rank, in place (same shape and dtype on each)."""
+    if ctx.is_distributed:
+        dist.broadcast(t, src=0)
 
 
 def barrier(ctx: DistContext) -> None:

@@ -27,7 +27,7 @@ Vocabulary: N is the board size; input planes C = 2 * history + 1 (for each of t
 when black is to move, see training/features.py); a policy vector has N*N+1 entries.
 
 This module must not: know about search, games, files other than model files, or
-torch.distributed (only trainer.py touches that); set torch's thread count (the caller does).
+torch.distributed (only training/ddp.py touches that); set torch's thread count (the caller does).
 """
 
 from __future__ import annotations
@@ -338,13 +338,6 @@ def save_bytes(obj: Any) -> bytes:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
-
-
-def write_file_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """The project's one atomic writer (distributed.transfer.write_atomic)."""
-    from distributed.transfer import write_atomic
-
-    write_atomic(path, data)
 
 
 def save_model(

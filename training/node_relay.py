@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from configs import Config
 from distributed.transfer import write_atomic
-from training.ddp import DistContext, all_reduce_sum, broadcast_json
+from training.ddp import DistContext, all_reduce_max_, all_reduce_sum, broadcast_, broadcast_json
 from training.run_dir import RunDir
 from training.samples import SampleDataset
 from training.train_state import load_start, resolve_start, start_file
@@ -138,7 +137,7 @@ def relay_files(ctx: DistContext, src_dir: Path, names: list[str],
     if missing:
         wanted_set = set(missing)
         mask[[i for i, n in enumerate(names) if n in wanted_set]] = 1
-    dist.all_reduce(mask, op=dist.ReduceOp.MAX)
+    all_reduce_max_(mask, ctx)
     wanted = [names[i] for i in mask.nonzero().flatten().tolist()]
     for name in wanted:
         if not _is_plain_file_name(name):
@@ -162,7 +161,7 @@ def relay_files(ctx: DistContext, src_dir: Path, names: list[str],
                 t = t.to(ctx.device)
             else:
                 t = torch.empty(n, dtype=torch.uint8, device=ctx.device)
-            dist.broadcast(t, src=0)
+            broadcast_(t, ctx)
             if buf is not None:
                 buf += t.cpu().numpy().tobytes()
         total += size

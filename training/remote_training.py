@@ -46,6 +46,7 @@ from configs import Config
 from distributed.ssh_connector import SSHConnector, SSHError
 from distributed.transfer import TransferError
 from training.fleet import Member, backoff_s
+from training.run_dir import RunDir
 from training.ssh_workers import prepare_host, write_worker_config
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,8 @@ class TrainingNodes:
     def __init__(self, cfg: Config, config_file: str, *, connector: SSHConnector | None = None):
         self.cfg = cfg
         # the nodes get the run's config without the other machines' hosts, users and keys
-        self.config_file = write_worker_config(cfg, Path(config_file).with_name(
-            "node_config.yaml"))
+        self.config_file = write_worker_config(
+            cfg, RunDir(Path(config_file).parent).node_config)
         specs = cfg.distributed.training_nodes
         self.connector = connector or SSHConnector(
             dataclasses.replace(cfg.distributed, workers=specs))

@@ -2,6 +2,8 @@
 
     runs/main/                    RunDir(root)
       config.yaml                 the resolved config of the running coach (`config`)
+      worker_config.yaml          the same for SSH workers and training nodes, without other
+      node_config.yaml              hosts' addresses, users and keys
       coach.lock                  held while a coach runs (`lock`, training/run_lock.py)
       models/                     published models: model_<gen>.pt, .pt.zst, .json (model_store)
       checkpoints/                checkpoint_<gen>.pt: optimizer, schedule and RNG state
@@ -30,6 +32,8 @@ from pathlib import Path
 from training.model_store import model_stem
 
 CONFIG_NAME = "config.yaml"
+WORKER_CONFIG_NAME = "worker_config.yaml"
+NODE_CONFIG_NAME = "node_config.yaml"
 LOCK_NAME = "coach.lock"
 LEDGER_NAME = "ledger.jsonl"
 METRICS_JSON = "metrics.json"
@@ -95,6 +99,16 @@ class RunDir:
     @property
     def config(self) -> Path:
         return self.root / CONFIG_NAME
+
+    @property
+    def worker_config(self) -> Path:
+        """The config sent to SSH workers (their hosts' keys and users left out)."""
+        return self.root / WORKER_CONFIG_NAME
+
+    @property
+    def node_config(self) -> Path:
+        """The config sent to training nodes (the other machines left out)."""
+        return self.root / NODE_CONFIG_NAME
 
     @property
     def lock(self) -> Path:

@@ -13,6 +13,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from training.run_dir import LOCK_NAME
+
 
 class RunFolderBusy(Exception):
     """Another coach runs on this run folder; the message names its pid."""
@@ -22,7 +24,7 @@ class RunLock:
     """`run_dir/coach.lock`: an exclusive fcntl lock held while a coach runs, with its pid
     inside (the lock, not the file, is what counts: a crashed coach leaves no stale lock)."""
 
-    NAME = "coach.lock"
+    NAME = LOCK_NAME
 
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / self.NAME

@@ -21,7 +21,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from training.net import write_file_atomic
+from distributed.transfer import write_atomic
 from training.training_error import TrainingError
 
 TARGETS = ("ownership", "score", "opponent_policy")
@@ -92,7 +92,7 @@ class SampleArrays:
     def save(self, path: str | os.PathLike) -> None:
         buf = _npz_bytes(planes=self.planes, policy=self.policy, value=self.value,
                          **self.targets)
-        write_file_atomic(path, buf)
+        write_atomic(path, buf)
 
     def samples(self, idx: Sequence[int]) -> dict[str, np.ndarray]:
         """A batch as a dict: planes, policy, value and the auxiliary targets present."""

@@ -54,6 +54,7 @@ from training.collector import MAX_BATCH_BYTES, BatchRefused, FetchTooSlow, Sour
 from training.fleet import Backend, Fleet, Unreachable, WorkerFault
 from training.model_store import Manifest, model_stem
 from training.records import BATCH_SUFFIX
+from training.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ class SSHFleet(Fleet):
                  start_command: tuple[str, ...] | None = None):
         self.run_dir = Path(run_dir)
         self.source_config = Path(config_file)
-        self.config_file = self.run_dir / "worker_config.yaml"
+        self.config_file = RunDir(self.run_dir).worker_config
         self.start_command = tuple(start_command or (connector.start_command if connector
                                                      else START_COMMAND))
         self.project = connector.project if connector is not None else None

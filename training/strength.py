@@ -51,6 +51,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from configs import Config, ConfigError, dump_config, load_config
+from distributed.transfer import write_atomic
 from training import gnugo, rating
 from training.arena import MatchResult, play_arena
 from training.coords import BLACK
@@ -59,7 +60,7 @@ from training.gtp import RandomPlayer
 from training.gtp_client import find_gnugo
 from training.mcts import Evaluate, Mcts
 from training.model_store import list_models
-from training.net import load_model, make_evaluator, write_file_atomic
+from training.net import load_model, make_evaluator
 from training.run_dir import RunDir
 
 STRENGTH_JSON = "strength.json"
@@ -396,7 +397,7 @@ def plot(rows: Sequence[Row], path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     plt.close(fig)
-    write_file_atomic(path, buf.getvalue())
+    write_atomic(path, buf.getvalue())
 
 
 def _numbers(text: str | None, kind: type, flag: str) -> list:
@@ -513,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "pool": {name: asdict(r) for name, r in fitted.items()
                        if not name.startswith("gen ")},
               "seconds": round(seconds_taken, 1), "rows": [asdict(r) for r in rows]}
-    write_file_atomic(run_dir / STRENGTH_JSON, json.dumps(report, indent=1).encode())
+    write_atomic(run_dir / STRENGTH_JSON, json.dumps(report, indent=1).encode())
     plot(rows, run_dir / STRENGTH_PNG)
     print("\n".join(format_row(r) for r in rows))
     if anchor is not None:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from configs import Config, to_dict
+from distributed.transfer import write_atomic
 from training.net import (
     ModelError,
     load_payload,
@@ -36,7 +37,6 @@ from training.net import (
     net_from_config,
     save_bytes,
     save_model,
-    write_file_atomic,
 )
 from training.run_dir import RunDir
 from training.training_error import TrainingError
@@ -202,7 +202,7 @@ def save_checkpoint(path: Path, cfg: Config, net: torch.nn.Module, generation: i
         "rng": rng_states, "config": to_dict(cfg),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_file_atomic(path, save_bytes(state))
+    write_atomic(path, save_bytes(state))
 
 
 # ----------------------------------------------------------------------- where a round starts

@@ -82,7 +82,6 @@ from training.node_relay import open_replay_window, resolve_start_shared
 from training.round_result import RoundResult
 from training.run_dir import RunDir
 from training.samples import TARGETS, SampleArrays, SampleDataset, fetch_batch
-from training.samples import synthetic_samples  # noqa: F401 - benchmarks/train.py imports it here
 from training.signals import die_with_parent
 from training.train_state import (
     WarmupSchedule,
