@@ -313,7 +313,7 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    games: int = 40
+    games: int = 20
     """Arena games between a new generation and the previous one (colours alternate)."""
     gating: str = "none"
     """Promote a new model: none (always), threshold (win rate >= gating_threshold) or sprt."""
