@@ -14,35 +14,22 @@ Vocabulary (see `training.coords`): N is the board size, a move is a flat index
 first, row "a" at the top; so GTP's A1 (bottom left) is "a" + the last row letter.
 
 It must not: import torch, read or write files (callers do, through
-`distributed.transfer.write_atomic`), or know batch files: it never imports `training.records`
-(which imports it); `GameFields` names what export reads of a record.
+`distributed.transfer.write_atomic`), or know batch files: it imports `training.records`
+(which imports it) only for the type of a record.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from training.coords import BLACK, MAX_SIZE, MIN_SIZE
 
-
-class GameFields(Protocol):
-    """What SGF export reads of a game: the fields of a `training.records.GameRecord`."""
-
-    board_size: int
-    komi: float
-    moves: np.ndarray
-    result: int
-    score: float
-    resigned: bool
-    resign_disabled: bool
-    would_resign_as: int
-    generation: int
-    seed: int
-    simulations: int
+if TYPE_CHECKING:
+    from training.records import GameRecord
 
 
 class SgfGame(NamedTuple):
@@ -52,7 +39,7 @@ class SgfGame(NamedTuple):
     """int16 [T], our flat indices, PASS = N*N."""
 
 
-def result_text(record: GameFields) -> str:
+def result_text(record: GameRecord) -> str:
     """SGF/GTP result: "B+3.5", "W+R", "0" for a draw."""
     if record.result == 0:
         return "0"
@@ -75,7 +62,7 @@ def _sgf_point(move: int, n: int) -> str:
 
 
 def to_sgf(
-    record: GameFields,
+    record: GameRecord,
     *,
     player_black: str = "azgo",
     player_white: str = "azgo",
