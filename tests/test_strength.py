@@ -14,7 +14,7 @@ import torch
 from tests.conftest import REPO, gnugo_path, require_tool
 from training.go import area_score
 from training.net import net_from_config, save_model
-from training.strength import default_generations, play_vs_random
+from training.strength import default_generations, play_vs_random, read_history
 
 
 def area(sign: float):
@@ -92,6 +92,15 @@ def test_cli_plays_the_table_and_writes_json_and_plot(tiny_cfg, run_dir):
         lo, hi = r["vs_gen0_ci"]
         assert lo <= r["vs_gen0_elo"] <= hi
     assert (run_dir / "strength.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A second evaluation replaces strength.json and adds a line to the history.
+    out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
+               "--games", "2", "--generations", "2")
+    assert out.returncode == 0, out.stderr
+    history = read_history(run_dir / "strength_history.jsonl")
+    assert [[r["generation"] for r in h["rows"]] for h in history] == [[0, 1, 2], [2]]
+    assert history[0]["rows"] == rows and history[1]["games"] == 2
+    assert "--games 2" in history[1]["command"]
+    assert json.loads((run_dir / "strength.json").read_text()) == history[1]
 
 
 def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir):
@@ -139,6 +148,20 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
             assert s["games"][0]["opening"] == s["games"][1]["opening"]
             assert all(g["judge"] for g in s["games"])
             assert s["disagreements"] == sum(g["disagree"] for g in s["games"])
+            assert s["wipeouts"] == sum(g["wiped_out"] for g in s["games"])
+            assert s["we_disagree"] == sum(g["we_agree"] is False for g in s["games"])
         assert r["rating_ci"][0] <= r["rating"] <= r["rating_ci"][1]
         assert f"rating {r['rating']:+.0f}" in out.stdout
+    # Every game through GTP is kept as SGF that a library we did not write reads back.
+    from sgfmill import sgf as sgfmill
+
+    (folder,) = (run_dir / "strength_games").iterdir()
+    files = sorted(folder.glob("*.sgf"))
+    assert len(files) == 2 * 2 * 2 + 2  # 2 budgets x 2 levels x 2 games, + 2 timed vs random
+    game = rows[1]["vs_gnugo"]["1"]["games"][0]
+    (file,) = [f for f in files if f.name == "gen1_0.02spermove_vs_gnugo1_001.sgf"]
+    parsed = sgfmill.Sgf_game.from_bytes(file.read_bytes())
+    played = [node.get_move() for node in parsed.get_main_sequence()[1:]]
+    assert len(played) == game["moves"] and parsed.get_size() == tiny_cfg.go.board_size
+    assert parsed.get_root().get("RE") == game["judge"]
     assert (run_dir / "strength.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

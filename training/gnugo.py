@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from training.coords import BLACK, to_gtp
+from training.coords import BLACK, from_gtp, to_gtp
 from training.go import Position
 from training.gtp_client import GtpClient, find_gnugo
-from training.referee import GameResult, play_game
+from training.referee import GameResult, parse_score, play_game
+from training.sgf import game_sgf
 
 REPO = Path(__file__).resolve().parent.parent
 JUDGE_LEVEL = 10
@@ -136,12 +137,58 @@ class Outcome:
             return 0
         return 1 if (self.game.winner == BLACK) == self.spec.we_are_black else -1
 
+    @property
+    def our_score(self) -> str | None:
+        """Our engine's own `final_score` of the end position (its judged count)."""
+        return next((v for k, v in self.game.engine_scores.items() if k.endswith(" azgo")),
+                    None)
+
+    @property
+    def we_agree(self) -> bool | None:
+        """Our engine's own count names the judge's winner (None: no judge, a resignation)."""
+        if self.game.judgement is None or self.game.end == "resignation" or not self.our_score:
+            return None
+        try:
+            ours = parse_score(self.our_score)
+        except ValueError:
+            return False
+        return _sign(ours) == _sign(parse_score(self.game.judgement))
+
+    @property
+    def wiped_out(self) -> bool:
+        """The judge called every stone of ours on the final board dead."""
+        g = self.game
+        if g.judgement is None or g.end == "resignation":
+            return False
+        position = Position(g.size, komi=g.komi, max_moves=10 * g.size * g.size)
+        for text in g.moves:
+            position.play(from_gtp(text, g.size))
+        ours = BLACK if self.spec.we_are_black else -BLACK
+        stones = {to_gtp(p, g.size) for p, c in enumerate(position.board) if c == ours}
+        return bool(stones) and stones <= set(g.judged_dead)
+
+    def to_sgf(self, player: str, opponent: str) -> str:
+        """The game as SGF, the judge's result as RE and its dead stones in the comment."""
+        g = self.game
+        black, white = (player, opponent) if self.spec.we_are_black else (opponent, player)
+        moves = [from_gtp(m, g.size) for m in g.moves if m != "resign"]
+        result = g.judgement or g.result
+        if g.end == "resignation":
+            result = g.result
+        note = (f"{g.end}; judge (GNU Go) {g.judgement}, dead {' '.join(g.judged_dead) or '-'}; "
+                f"Tromp-Taylor {g.result}; ours {self.our_score}; opening "
+                f"{' '.join(self.spec.opening)}; opponent seed {self.spec.seed}")
+        return game_sgf(g.size, g.komi, moves, result, player_black=black, player_white=white,
+                        comment=note, rules="Chinese, positional superko")
+
     def to_json(self) -> dict:
         g = self.game
         return {"game": self.spec.index, "we": "black" if self.spec.we_are_black else "white",
                 "opening": list(self.spec.opening), "seed": self.spec.seed,
                 "moves": len(g.moves), "end": g.end, "judge": g.judgement,
-                "area": g.result, "disagree": g.disagrees, "points": self.points}
+                "area": g.result, "disagree": g.disagrees, "ours": self.our_score,
+                "we_agree": self.we_agree, "wiped_out": self.wiped_out,
+                "points": self.points, "record": " ".join(g.moves)}
 
     def describe(self) -> str:
         g = self.game
@@ -224,6 +271,10 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
     finally:
         if engines is not ours:
             engines.close()
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
 
 
 def tally(outcomes: Sequence[Outcome]) -> tuple[int, int, int]:

@@ -1,10 +1,15 @@
 """Our GTP engine: `python -m training.gtp` speaks GTP version 2 on stdin/stdout.
 
 Commands: protocol_version name version known_command list_commands quit boardsize
-clear_board komi play genmove undo showboard final_score. Replies are `=[id] text` or
-`?[id] message` followed by a blank line, ids echoed. An illegal `play` is answered
-`? illegal move` and leaves the board unchanged; `final_score` is the Tromp-Taylor area
-score of the current board with komi (`B+3.5`, `W+0.5`, `0`), no dead-stone guessing.
+clear_board komi play genmove undo showboard final_score final_status_list
+kgs-genmove_cleanup. Replies are `=[id] text` or `?[id] message` followed by a blank line, ids
+echoed. An illegal `play` is answered `? illegal move` and leaves the board unchanged.
+`final_score` is the area score of the current board with komi (`B+3.5`, `W+0.5`, `0`) after
+removing the stones the player calls dead (a model: its ownership map, `training.endgame`;
+the random player: none, so Tromp-Taylor); `final_status_list dead|alive|seki` lists those
+groups, one per line. `kgs-genmove_cleanup` is `genmove` for a player that captures every
+dead opponent stone before it passes (servers send it when the players disagree about dead
+stones), so that Tromp-Taylor and the judge agree.
 
 Who chooses the moves is a *player*: any object with
 `genmove(position: training.go.Position, color: int) -> move` (a flat index, PASS, or
@@ -38,6 +43,7 @@ import sys
 from typing import Protocol, TextIO
 
 from training.coords import EMPTY, MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
+from training.endgame import final_status, judged_score
 from training.go import IllegalMove, Position, neighbors
 from training.gtp_client import GtpError
 
@@ -61,6 +67,8 @@ COMMANDS = (
     "undo",
     "showboard",
     "final_score",
+    "final_status_list",
+    "kgs-genmove_cleanup",
 )
 
 
@@ -119,7 +127,8 @@ class GtpEngine:
             if not words:
                 return f"?{cmd_id} missing command\n\n"
         command, args = words[0], words[1:]
-        handler = getattr(self, "cmd_" + command, None) if command in COMMANDS else None
+        handler = (getattr(self, "cmd_" + command.replace("-", "_"), None)
+                   if command in COMMANDS else None)
         if handler is None:
             return f"?{cmd_id} unknown command\n\n"
         try:
@@ -201,11 +210,18 @@ class GtpEngine:
         return ""
 
     def cmd_genmove(self, args):
+        return self._genmove(args, self.player.genmove)
+
+    def cmd_kgs_genmove_cleanup(self, args):
+        """genmove that captures every dead opponent stone before it passes (KGS, CGOS)."""
+        return self._genmove(args, getattr(self.player, "genmove_cleanup", self.player.genmove))
+
+    def _genmove(self, args, choose):
         _expect(args, 1)
         color = _color(args[0])
         if self.position.is_over():
             return "pass"  # two passes already: nothing left to play, nothing recorded
-        move = self.player.genmove(self.position, color)
+        move = choose(self.position, color)
         if move is None:
             return "resign"
         self.position.play(move, color)  # a player returning an illegal move is a bug
@@ -222,7 +238,25 @@ class GtpEngine:
         return "\n" + str(self.position)
 
     def cmd_final_score(self, args):
-        return self.position.result()
+        p = self.position
+        s = judged_score(p.board, p.size, p.komi, self._dead())
+        if s == 0:
+            return "0"
+        return f"B+{s:g}" if s > 0 else f"W+{-s:g}"
+
+    def cmd_final_status_list(self, args):
+        _expect(args, 1)
+        try:
+            found = final_status(self.position.board, self.position.size, self._dead(), args[0])
+        except ValueError:
+            raise GtpError("syntax error: final_status_list dead|alive|seki") from None
+        n = self.position.size
+        return "\n".join(" ".join(to_gtp(p, n) for p in stones) for stones in found)
+
+    def _dead(self) -> set[int]:
+        """The player's dead stones (its ownership map), or none: Tromp-Taylor."""
+        dead_stones = getattr(self.player, "dead_stones", None)
+        return set() if dead_stones is None else dead_stones(self.position)
 
 
 def _expect(args: list[str], count: int) -> None:

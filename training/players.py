@@ -22,7 +22,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
+
 from configs import Config, GoConfig
+from training import endgame
 from training.gtp_client import GtpError
 from training.mcts import Evaluate, Mcts
 
@@ -139,6 +142,15 @@ class NetPlayer:
     The budget per move is `simulations`, or `seconds_per_move` when given (see `MctsPlayer`).
     Any komi the GTP engine accepts is searched with: the config's range and half-point checks
     apply to config files, not to a controller's komi.
+
+    The end of a game is judged the way the opponent's judge will (`training.endgame`): the
+    net's ownership map (averaged over the 8 symmetries) names the dead stones. Right after
+    the opponent's pass, `genmove` passes when the board without those stones is won, and
+    answers a search move that would only fill its own area with a pass (self-play never sees
+    an opponent pass before the board is settled, so the search does not know these moves are
+    worthless, and Tromp-Taylor calls every dead stone alive). `genmove_cleanup` captures the
+    dead opponent stones first (`kgs-genmove_cleanup`). Without an ownership head every stone
+    counts as alive.
     """
 
     def __init__(self, model_path: str | os.PathLike, simulations: int, cfg: Config | None = None,
@@ -147,6 +159,8 @@ class NetPlayer:
 
         net, info = load_model(model_path, device)
         self.board_size = info.board_size
+        self._net = net.eval()
+        self._device = device
         cfg = cfg or Config()
         # The komi in this GoConfig only seeds empty boards; every search gets the game's own.
         # The move cap is the referee's (4 N*N), so the search never ends a game it plays.
@@ -156,11 +170,66 @@ class NetPlayer:
                                  history=net.history, seconds_per_move=seconds_per_move)
         self.player.warm_up()
 
+    def ownership(self, position: Any, color: int | None = None) -> list[float] | None:
+        """The net's ownership of every point (black's view, -1..1) with `color` to move
+        (default: the side to move), averaged over the 8 symmetries; None without the head."""
+        if not getattr(self._net, "ownership_head", False):
+            return None
+        import torch
+
+        from training import features
+
+        if color is not None and color != position.to_play and not position.is_over():
+            position = position.copy()
+            position.play(position.pass_move)  # GTP may ask either colour: the other passed
+        to_move = position.to_play
+        n = position.size
+        x = features.planes(position, self._net.history)
+        batch = np.stack([features.transform_planes(x, s)
+                          for s in range(features.NUM_SYMMETRIES)])
+        with torch.inference_mode():
+            out = self._net(torch.from_numpy(batch).to(self._device), heads=True)
+        own = torch.tanh(out["ownership"].float()).cpu().numpy().reshape(-1, n, n)
+        mean = np.mean([features.inverse_transform_planes(own[s], s)
+                        for s in range(features.NUM_SYMMETRIES)], axis=0)
+        return [float(v) * to_move for v in mean.reshape(-1)]
+
+    def dead_stones(self, position: Any) -> set[int]:
+        """The stones the net's ownership map calls dead (none without an ownership head)."""
+        own = self.ownership(position)
+        return set() if own is None else endgame.dead_stones(position.board, position.size, own)
+
     def genmove(self, position: Any, color: int) -> int | None:
-        """The most visited move for `color` after the position's moves."""
+        """The search's move for `color` after the position's moves; a pass right after the
+        opponent's pass when the board without its dead stones is won (see the class)."""
         if position.size != self.board_size:
             raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
         moves = list(position.moves)
         if color != position.to_play:  # GTP may ask either colour: the other one passed
             moves.append(position.pass_move)
-        return self.player.genmove(moves, position.komi)
+        if not moves or moves[-1] != position.pass_move:
+            return self.player.genmove(moves, position.komi)
+        board, n = position.board, position.size
+        own = self.ownership(position, color)
+        dead = set() if own is None else endgame.dead_stones(board, n, own)
+        if endgame.judged_score(board, n, position.komi, dead) * color > 0:
+            return position.pass_move
+        move = self.player.genmove(moves, position.komi)
+        if own is not None and endgame.fills_own_area(board, n, move, color, own):
+            return position.pass_move
+        return move
+
+    def genmove_cleanup(self, position: Any, color: int) -> int | None:
+        """`kgs-genmove_cleanup`: capture the dead opponent stones before anything else, so
+        that the Tromp-Taylor count of the final board is the judged one; then `genmove`."""
+        if position.size != self.board_size:
+            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
+        own = self.ownership(position, color)
+        if own is not None:
+            board, n = position.board, position.size
+            dead = {p for p in endgame.dead_stones(board, n, own) if board[p] == -color}
+            move = endgame.cleanup_move(board, n, color, dead,
+                                        lambda p: position.is_legal(p, color))
+            if move is not None:
+                return move
+        return self.genmove(position, color)

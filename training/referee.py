@@ -10,8 +10,8 @@ first) is played onto both engines before the first `genmove`.
 Scoring: the referee's own board gives the Tromp-Taylor area score (`score`, `result`), which
 counts every stone left on the board as alive. With a `judge` (a third engine, GNU Go: see
 `training.gnugo`), `judge_game` replays all moves into it and asks its `final_score`, which
-removes dead stones; the winner is then the judge's (`judgement`), and `disagrees` says
-whether the two counts name different winners. Each engine's own `final_score` is recorded
+removes dead stones; the winner is then the judge's (`judgement`, with the stones it calls
+dead in `judged_dead`), and `disagrees` says whether the two counts name different winners. Each engine's own `final_score` is recorded
 beside them, for information.
 
 The engines are `training.gtp_client.GtpClient`s; the referee does not start or stop them.
@@ -45,6 +45,7 @@ class GameResult:
     engine_scores: dict[str, str] = field(default_factory=dict)  # final_score per engine
     opening: list[str] = field(default_factory=list)  # GTP moves played before the game
     judgement: str | None = None  # the judge's final_score of the end position, "B+12.5"
+    judged_dead: list[str] = field(default_factory=list)  # the judge's dead stones (GTP)
 
     @property
     def disagrees(self) -> bool:
@@ -160,6 +161,7 @@ def play_game(
         game.engine_scores[f"{names[c]} {engine.name}"] = engine.send("final_score")
     if judge is not None:
         game.judgement = judge_game(judge, size, komi, game.moves)
+        game.judged_dead = judge.send("final_status_list dead").split()
         verdict = parse_score(game.judgement)
         game.winner = BLACK if verdict > 0 else WHITE if verdict < 0 else 0
     return game

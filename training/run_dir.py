@@ -15,6 +15,9 @@
       ledger.jsonl                one line per ingested batch: exactly once (collector)
       metrics.json, metrics.csv   one row per generation (metrics)
       progress.png                the plot of those rows (metrics)
+      strength.json, .png         the newest evaluation of training.strength
+      strength_history.jsonl      every evaluation it ran, one line each, never rewritten
+      strength_games/<stamp>/     the SGF of every game of an evaluation against GNU Go
 
 The worker folder's twin is `distributed/remote.py` (`WorkerPaths`). Model and batch file
 names are spelled by `model_store.model_stem` and `records.batch_name`; this module composes
@@ -39,6 +42,10 @@ LEDGER_NAME = "ledger.jsonl"
 METRICS_JSON = "metrics.json"
 METRICS_CSV = "metrics.csv"
 PROGRESS_PNG = "progress.png"
+STRENGTH_JSON = "strength.json"
+STRENGTH_PNG = "strength.png"
+STRENGTH_HISTORY = "strength_history.jsonl"
+STRENGTH_GAMES = "strength_games"
 SUBDIRS = ("models", "checkpoints", "rounds", "replay", "incoming", "quarantine", "workers")
 
 
@@ -129,6 +136,22 @@ class RunDir:
     @property
     def progress_png(self) -> Path:
         return self.root / PROGRESS_PNG
+
+    @property
+    def strength_json(self) -> Path:
+        return self.root / STRENGTH_JSON
+
+    @property
+    def strength_png(self) -> Path:
+        return self.root / STRENGTH_PNG
+
+    @property
+    def strength_history(self) -> Path:
+        return self.root / STRENGTH_HISTORY
+
+    def strength_games(self, stamp: str) -> Path:
+        """The SGF folder of one evaluation (`stamp`: its start time, UTC)."""
+        return self.root / STRENGTH_GAMES / stamp
 
     def model(self, generation: int) -> Path:
         """The unpacked model of `generation` (`models/model_<gen>.pt`)."""

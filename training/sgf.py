@@ -6,6 +6,8 @@ Owns:
   for move by other SGF tools (sgfmill).
 - `from_sgf(text)`: the main line of a simple SGF game (ours, or any without setup stones or
   variations) as an `SgfGame`: board size, komi and our flat move indices.
+- `game_sgf(size, komi, moves, result, ...)`: any game (flat moves, black first) as SGF, for
+  games that are not self-play records (the strength tool's games against GNU Go).
 - `result_text(record)`: a game's result as SGF's RE (and GTP's final_score) text: "B+3.5",
   "W+R", "0".
 
@@ -69,7 +71,6 @@ def to_sgf(
     comment: str = "",
 ) -> str:
     """One game as SGF FF[4] text (pass as B[] / W[]; the generation in the root comment)."""
-    n = record.board_size
     notes = [f"generation {record.generation}, {record.simulations} simulations, "
              f"seed {record.seed}"]
     if record.resign_disabled:
@@ -78,17 +79,25 @@ def to_sgf(
                         "have resigned" if record.would_resign_as else ""))
     if comment:
         notes.append(comment)
+    return game_sgf(record.board_size, record.komi, record.moves.tolist(), result_text(record),
+                    player_black=player_black, player_white=player_white,
+                    comment="\n".join(notes))
+
+
+def game_sgf(size: int, komi: float, moves: list[int], result: str, *,
+             player_black: str, player_white: str, comment: str = "",
+             rules: str = "Tromp-Taylor") -> str:
+    """Any game as SGF FF[4] text: flat moves black first (PASS = N*N), RE as given."""
     props = [
-        "FF[4]", "GM[1]", "CA[UTF-8]", "AP[azgo:1]", f"SZ[{n}]", f"KM[{record.komi:g}]",
-        "RU[Tromp-Taylor]", f"RE[{result_text(record)}]",
+        "FF[4]", "GM[1]", "CA[UTF-8]", "AP[azgo:1]", f"SZ[{size}]", f"KM[{komi:g}]",
+        f"RU[{_sgf_escape(rules)}]", f"RE[{_sgf_escape(result)}]",
         f"PB[{_sgf_escape(player_black)}]", f"PW[{_sgf_escape(player_white)}]",
-        f"C[{_sgf_escape(chr(10).join(notes))}]",
-    ]
+    ] + ([f"C[{_sgf_escape(comment)}]"] if comment else [])
     lines = ["(;" + "".join(props)]
     color = "B"
     nodes = []
-    for move in record.moves.tolist():
-        nodes.append(f";{color}[{_sgf_point(move, n)}]")
+    for move in moves:
+        nodes.append(f";{color}[{_sgf_point(move, size)}]")
         color = "W" if color == "B" else "B"
     for i in range(0, len(nodes), 12):
         lines.append("".join(nodes[i : i + 12]))

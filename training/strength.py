@@ -29,9 +29,13 @@ the random player and the GNU Go levels played, with GNU Go level 1 anchored at
 GNU Go 3.8 level 1 on this board and komi". Without GNU Go games there is no rating.
 
 It prints the results as they come (one line per GNU Go game, one per match) and a table,
-writes `strength.json` (every row, every GNU Go game) and draws `strength.png` (win rates
-with intervals and the rating by generation, and by budget when several are given) in the
-run folder. It reads the run's models only; it never writes a model or a metrics row.
+writes `strength.json` (every row, every GNU Go game: the judge's score and dead stones, our
+engine's own count, whether the judge found every stone of ours dead), appends the same
+report as one line to `strength_history.jsonl` (every evaluation ever run on the folder;
+nothing there is rewritten), keeps every game played through GTP as SGF in
+`strength_games/<start time>/`, and draws `strength.png` (win rates with intervals and the
+rating by generation, and by budget when several are given) in the run folder. It reads the
+run's models only; it never writes a model or a metrics row.
 """
 
 from __future__ import annotations
@@ -63,8 +67,6 @@ from training.model_store import list_models
 from training.net import load_model, make_evaluator
 from training.run_dir import RunDir
 
-STRENGTH_JSON = "strength.json"
-STRENGTH_PNG = "strength.png"
 ANCHOR_ELO = 0.0
 """The rating of GNU Go level 1 (or the lowest level played): the fixed point of the scale."""
 RANDOM = "random"
@@ -189,8 +191,10 @@ def _summary(w: int, d: int, losses: int) -> dict:
 def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             simulations: int | None = None, *, budgets: Sequence[Budget] | None = None,
             gnugo_levels: Sequence[int] = (), gnugo_games: int | None = None, jobs: int = 1,
-            config_path: Path | None = None, log: Callable[[str], None] = print) -> list[Row]:
-    """Play the matches of the table; `log` gets progress lines as results come."""
+            config_path: Path | None = None, log: Callable[[str], None] = print,
+            sgf_dir: Path | None = None) -> list[Row]:
+    """Play the matches of the table; `log` gets progress lines as results come, and with
+    `sgf_dir` every game played through GTP is written there as SGF as it ends."""
     if budgets is None:
         budgets = [Budget(simulations or cfg.evaluation.simulations or cfg.mcts.simulations)]
     gnugo_games = games if gnugo_games is None else gnugo_games
@@ -215,6 +219,12 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             def series(name: str, opponent, n: int) -> list[gnugo.Outcome]:
                 def progress(outcome: gnugo.Outcome) -> None:
                     log(f"  {row.player} vs {name}: {outcome.describe()}")
+                    if sgf_dir is not None:
+                        label = f"gen{g}_{budget}_vs_{name}_{outcome.spec.index + 1:03d}"
+                        file = sgf_dir / (label.replace(" ", "").replace("/", "per") + ".sgf")
+                        sgf_dir.mkdir(parents=True, exist_ok=True)
+                        write_atomic(file, outcome.to_sgf(f"azgo {row.player}",
+                                                          f"{name}").encode())
 
                 specs = gnugo.schedule(n, cfg.go.board_size, cfg.run.seed)
                 return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,
@@ -239,6 +249,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                                       gnugo_games)
                     summary = _summary(*gnugo.tally(outcomes))
                     summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
+                    summary["we_disagree"] = sum(o.we_agree is False for o in outcomes)
+                    summary["wipeouts"] = sum(o.wiped_out for o in outcomes)
                     summary["games"] = [o.to_json() for o in outcomes]
                     row.vs_gnugo[str(level)] = summary
             log(format_row(row))
@@ -288,6 +300,10 @@ def format_row(row: Row) -> str:
                  f"[{100 * s['ci'][0]:.0f}, {100 * s['ci'][1]:.0f}])")
         if s["disagreements"]:
             text += f" {s['disagreements']} judged otherwise by area"
+        if s.get("we_disagree"):
+            text += f", {s['we_disagree']} by our own count"
+        if s.get("wipeouts"):
+            text += f", {s['wipeouts']} with all our stones dead"
     if row.vs_gen0 is not None:
         a, b, c = row.vs_gen0
         lo, hi = row.vs_gen0_ci
@@ -400,6 +416,29 @@ def plot(rows: Sequence[Row], path: Path) -> None:
     write_atomic(path, buf.getvalue())
 
 
+def append_history(path: Path, report: dict) -> None:
+    """Add one evaluation to the history: one JSON line, appended and synced; earlier lines
+    are never rewritten (strength.json holds only the newest)."""
+    line = json.dumps(report, separators=(",", ":")) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_history(path: Path) -> list[dict]:
+    """Every evaluation of the history file, oldest first (a torn last line is skipped)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
 def _numbers(text: str | None, kind: type, flag: str) -> list:
     """A comma list of positive numbers from a flag, or [] when it is not given."""
     if text is None:
@@ -497,16 +536,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              f"each, {jobs} at once)" if levels else "") +
           f", {cfg.go.board_size}x{cfg.go.board_size} komi {cfg.go.komi}", flush=True)
     t0 = time.monotonic()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    sgf_dir = paths.strength_games(stamp)
     with tempfile.TemporaryDirectory(prefix="azgo-strength-") as tmp:
         config_path = Path(tmp) / "config.yaml"  # the GTP engines' search settings
         config_path.write_text(dump_config(cfg))
         rows = measure(cfg, run_dir, gens, args.games, budgets=budgets, gnugo_levels=levels,
                        gnugo_games=gnugo_games, jobs=jobs, config_path=config_path,
-                       log=lambda line: print(line, flush=True))
+                       log=lambda line: print(line, flush=True), sgf_dir=sgf_dir)
     fitted = rate(rows)
     seconds_taken = time.monotonic() - t0
     anchor = anchor_of(rows)
-    report = {"run_dir": str(run_dir), "board_size": cfg.go.board_size, "komi": cfg.go.komi,
+    report = {"started": stamp, "command": "python -m training.strength " + " ".join(
+                  sys.argv[1:] if argv is None else argv),
+              "run_dir": str(run_dir), "board_size": cfg.go.board_size, "komi": cfg.go.komi,
               "games": args.games, "gnugo_games": gnugo_games if levels else 0,
               "budgets": [asdict(b) for b in budgets],
               "simulations": budgets[0].simulations,
@@ -514,14 +557,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               "pool": {name: asdict(r) for name, r in fitted.items()
                        if not name.startswith("gen ")},
               "seconds": round(seconds_taken, 1), "rows": [asdict(r) for r in rows]}
-    write_atomic(run_dir / STRENGTH_JSON, json.dumps(report, indent=1).encode())
-    plot(rows, run_dir / STRENGTH_PNG)
+    write_atomic(paths.strength_json, json.dumps(report, indent=1).encode())
+    append_history(paths.strength_history, report)
+    plot(rows, paths.strength_png)
     print("\n".join(format_row(r) for r in rows))
     if anchor is not None:
         pool = ", ".join(f"{n} {r.elo:+.0f} [{r.ci_low:+.0f}, {r.ci_high:+.0f}]"
                          for n, r in fitted.items() if not n.startswith("gen "))
         print(f"pool ratings ({anchor} = {ANCHOR_ELO:g}): {pool}")
-    print(f"{seconds_taken:.0f} s; wrote {run_dir / STRENGTH_JSON} and {run_dir / STRENGTH_PNG}")
+    print(f"{seconds_taken:.0f} s; wrote {paths.strength_json}, {paths.strength_png}, a line of "
+          f"{paths.strength_history}" + (f" and the games in {sgf_dir}" if sgf_dir.exists()
+                                         else ""))
     return 0
 
 

@@ -1,0 +1,231 @@
+"""The end of a game as a judge scores it: dead stones, the score without them, clean-up, and
+the model engine's pass in reply to a pass (`training.endgame`, `training.players.NetPlayer`,
+the GTP commands `final_score`, `final_status_list`, `kgs-genmove_cleanup`)."""
+
+import os
+import sys
+
+import pytest
+
+from training import endgame
+from training.coords import BLACK, EMPTY, WHITE, from_gtp, to_gtp
+from training.go import Position, area_score, neighbors
+from training.gtp_client import GtpClient
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+N = 5
+
+
+def board_of(rows: list[str]) -> tuple[int, ...]:
+    """Rows top to bottom, `X` black, `O` white, `.` empty."""
+    value = {"X": BLACK, "O": WHITE, ".": EMPTY}
+    return tuple(value[c] for row in rows for c in row)
+
+
+# Black walls off columns A-C, white holds D-E; one white stone lies dead in black's area.
+INTRUDED = board_of([
+    "..XO.",
+    "..XO.",
+    ".OXO.",
+    "..XO.",
+    "..XO.",
+])
+# What a trained net says of it: A-C are black's (the white stone on B3 too), D-E white's.
+OWNERSHIP = [1.0 if c < 3 else -1.0 for r in range(N) for c in range(N)]
+
+
+def test_the_intruder_is_dead_and_only_the_judged_count_sees_it():
+    dead = endgame.dead_stones(INTRUDED, N, OWNERSHIP)
+    assert dead == {from_gtp("B3", N)}
+    assert area_score(INTRUDED, N) - 0.5 == 5 - 11 - 0.5  # Tromp-Taylor: A-B are no one's
+    assert endgame.judged_score(INTRUDED, N, 0.5, dead) == 15 - 10 - 0.5
+
+
+def test_a_group_is_dead_or_alive_as_a_whole():
+    board = board_of([
+        "XX...",
+        ".....",
+        ".....",
+        ".....",
+        ".....",
+    ])
+    ownership = [0.0] * (N * N)
+    ownership[0], ownership[1] = -0.9, 0.3  # mean -0.3: the chain is white's
+    assert endgame.dead_stones(board, N, ownership) == {0, 1}
+    ownership[1] = 0.95  # mean +0.025: alive
+    assert endgame.dead_stones(board, N, ownership) == set()
+
+
+def test_fills_own_area_is_a_move_that_touches_no_opponent_stone_in_our_area():
+    assert endgame.fills_own_area(INTRUDED, N, from_gtp("A1", N), BLACK, OWNERSHIP)
+    assert not endgame.fills_own_area(INTRUDED, N, from_gtp("A3", N), BLACK, OWNERSHIP)  # B3
+    assert not endgame.fills_own_area(INTRUDED, N, from_gtp("E1", N), BLACK, OWNERSHIP)
+    assert endgame.fills_own_area(INTRUDED, N, from_gtp("E1", N), WHITE, OWNERSHIP)
+    assert not endgame.fills_own_area(INTRUDED, N, from_gtp("C1", N), BLACK, OWNERSHIP)
+
+
+def test_cleanup_captures_the_dead_stone_and_never_self_ataris_without_capturing():
+    pos = Position(N, komi=0.5, board=INTRUDED, to_play=BLACK)
+    dead = endgame.dead_stones(INTRUDED, N, OWNERSHIP)
+    played = []
+    while True:
+        move = endgame.cleanup_move(pos.board, N, BLACK, dead & {
+            p for p in range(N * N) if pos.board[p] == WHITE}, lambda p: pos.is_legal(p))
+        if move is None:
+            break
+        assert any(pos.board[q] == WHITE for q in neighbors(N)[move])
+        pos.play(move)
+        played.append(to_gtp(move, N))
+        pos.play(pos.pass_move)  # white has nothing to say
+    assert pos.board[from_gtp("B3", N)] == EMPTY, played
+    assert len(played) == 3  # B3 had three liberties
+    assert pos.score() == 15 - 10 - 0.5  # Tromp-Taylor now agrees with the judgement
+
+
+def test_cleanup_does_not_fill_a_lone_liberty_into_self_atari():
+    # Black's only dead target is the white pair on D5-E5; playing E4 would put black's new
+    # stone in atari without capturing (the pair keeps D4).
+    board = board_of([
+        "XXXOO",
+        "XXX..",
+        "XXXXX",
+        ".....",
+        ".....",
+    ])
+    dead = {from_gtp("D5", N), from_gtp("E5", N)}
+    move = endgame.cleanup_move(board, N, BLACK, dead, lambda p: board[p] == EMPTY)
+    assert move in (from_gtp("D4", N), from_gtp("E4", N))
+    after = list(board)
+    after[move] = BLACK
+    assert endgame.cleanup_move(tuple(after), N, BLACK, dead,
+                                lambda p: after[p] == EMPTY) is not None  # then the capture
+
+
+def test_final_status_lists_groups():
+    dead = {from_gtp("B3", N)}
+    assert endgame.final_status(INTRUDED, N, dead, "dead") == [[from_gtp("B3", N)]]
+    alive = endgame.final_status(INTRUDED, N, dead, "alive")
+    assert sorted(len(g) for g in alive) == [5, 5]
+    assert endgame.final_status(INTRUDED, N, dead, "seki") == []
+    with pytest.raises(ValueError):
+        endgame.final_status(INTRUDED, N, dead, "undecided")
+
+
+# -- the model engine ----------------------------------------------------------------------
+
+
+def model_file(tmp_path, bias: float) -> str:
+    """A tiny 5x5 model whose ownership head says: the side to move owns every point with
+    confidence tanh(bias) (weights zero, bias set); policy and value stay random."""
+    import torch
+
+    from configs import load_config
+    from training.net import net_from_config, save_model
+
+    cfg = load_config(os.path.join(REPO, "configs", "tiny.yaml"))
+    net = net_from_config(cfg.net, cfg.go.board_size)
+    with torch.no_grad():
+        net.ownership_conv.weight.zero_()
+        net.ownership_conv.bias.fill_(bias)
+    path = tmp_path / f"model_{bias:+g}.pt"
+    save_model(path, net, generation=1)
+    return str(path)
+
+
+def intruded_position() -> Position:
+    """INTRUDED reached by real moves (black passes twice early on), white having just
+    passed, black to move."""
+    pos = Position(N, komi=0.5, max_moves=10_000)
+    blacks = [p for p in range(N * N) if INTRUDED[p] == BLACK]
+    whites = [p for p in range(N * N) if INTRUDED[p] == WHITE]
+    black_moves = [pos.pass_move, pos.pass_move] + blacks
+    white_moves = whites + [pos.pass_move]
+    for b, w in zip(black_moves, white_moves):
+        pos.play(b)
+        pos.play(w)
+    assert pos.board == INTRUDED and pos.to_play == BLACK and pos.moves[-1] == pos.pass_move
+    return pos
+
+
+def test_net_player_passes_after_a_pass_when_the_judged_board_is_won(tmp_path):
+    from training.players import NetPlayer
+
+    player = NetPlayer(model_file(tmp_path, 0.0), simulations=8)
+    player.ownership = lambda position, color=None: OWNERSHIP  # a trained net's opinion
+    pos = intruded_position()
+    assert pos.score() < 0  # Tromp-Taylor: passing would lose
+    assert player.genmove(pos, BLACK) == pos.pass_move
+    # The C wall dead too: the board is lost. It plays on, but never into its own area.
+    lost = [1.0 if c < 2 else -1.0 for r in range(N) for c in range(N)]
+    player.ownership = lambda position, color=None: lost
+    assert endgame.judged_score(INTRUDED, N, 0.5, endgame.dead_stones(INTRUDED, N, lost)) < 0
+    for _ in range(5):
+        move = player.genmove(pos, BLACK)
+        assert move == pos.pass_move or not endgame.fills_own_area(
+            pos.board, N, move, BLACK, lost)
+
+
+def test_net_player_ownership_is_blacks_view_whoever_is_to_move(tmp_path):
+    from training.players import NetPlayer
+
+    player = NetPlayer(model_file(tmp_path, 3.0), simulations=8)
+    pos = intruded_position()
+    black_to_move = player.ownership(pos)
+    assert min(black_to_move) > 0.99
+    white_to_move = player.ownership(pos, WHITE)  # GTP may ask white: black passed
+    assert max(white_to_move) < -0.99
+
+
+def gtp(model: str) -> GtpClient:
+    return GtpClient([sys.executable, "-m", "training.gtp", "--model", model,
+                      "--simulations", "4"], cwd=REPO, timeout_s=120, name="azgo")
+
+
+def setup_intruded(engine: GtpClient) -> None:
+    engine.send("komi 0.5")
+    for p in range(N * N):
+        if INTRUDED[p] != EMPTY:
+            engine.send(f"play {'black' if INTRUDED[p] == BLACK else 'white'} {to_gtp(p, N)}")
+
+
+def test_gtp_final_score_and_status_list_remove_the_dead_stones(tmp_path):
+    # The net gives every point to the side to move: with black to move, white is all dead.
+    with gtp(model_file(tmp_path, 3.0)) as engine:
+        setup_intruded(engine)
+        engine.send("play white pass")
+        def groups(status: str) -> set[frozenset[str]]:
+            reply = engine.send(f"final_status_list {status}")
+            return {frozenset(line.split()) for line in reply.split("\n") if line}
+
+        assert groups("dead") == {frozenset({"B3"}), frozenset(f"D{r}" for r in range(1, 6))}
+        assert groups("alive") == {frozenset(f"C{r}" for r in range(1, 6))}
+        assert engine.send("final_status_list seki") == ""
+        assert engine.send("final_score") == "B+24.5"
+    # The random player calls nothing dead: Tromp-Taylor.
+    with GtpClient([sys.executable, "-m", "training.gtp", "--size", "5"], cwd=REPO,
+                   name="azgo") as engine:
+        setup_intruded(engine)
+        assert engine.send("final_status_list dead") == ""
+        assert engine.send("final_score") == "W+6.5"
+
+
+def test_gtp_genmove_cleanup_captures_dead_stones_before_it_passes(tmp_path):
+    # The net calls every white stone dead: black captures the intruder on B3, and stops
+    # short of the D wall's last two liberties (each a self-atari that captures nothing).
+    with gtp(model_file(tmp_path, 3.0)) as engine:
+        setup_intruded(engine)
+        pos = Position(N, komi=0.5, board=INTRUDED, to_play=BLACK, max_moves=10_000)
+        engine.send("play white pass")
+        pos.play(pos.pass_move, WHITE)
+        for _ in range(40):
+            reply = engine.send("kgs-genmove_cleanup black")
+            move = from_gtp(reply, N)
+            if move == pos.pass_move:
+                break
+            assert any(pos.board[q] == WHITE for q in neighbors(N)[move]), reply
+            pos.play(move, BLACK)
+            engine.send("play white pass")
+            pos.play(pos.pass_move, WHITE)
+        assert move == pos.pass_move
+        assert pos.board[from_gtp("B3", N)] == EMPTY  # the intruder is captured
+        assert all(pos.board[from_gtp(f"D{r}", N)] == WHITE for r in range(1, 6))
