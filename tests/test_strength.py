@@ -13,6 +13,7 @@ import torch
 
 from tests.conftest import REPO, gnugo_path, require_tool
 from training.go import area_score
+from training.model_store import publish_model
 from training.net import net_from_config, save_model
 from training.strength import default_generations, play_vs_random, read_history
 
@@ -61,12 +62,20 @@ def test_default_generations_keep_zero_and_the_newest():
     assert default_generations([]) == []
 
 
-def _fake_run(run_dir, cfg, generations):
+def _fake_run(run_dir, cfg, generations, hours=None):
+    """Models of `generations`; with `hours` ({gen: hours}) published too, generation g's
+    manifest made that many hours after generation 0's."""
     (run_dir / "models").mkdir(parents=True)
     for g in generations:
         torch.manual_seed(g)
         save_model(run_dir / "models" / f"model_{g:06d}.pt",
                    net_from_config(cfg.net, cfg.go.board_size), g)
+        if hours is not None:
+            manifest = publish_model(run_dir / "models", g)
+            path = run_dir / "models" / manifest.json_name
+            data = json.loads(path.read_text())
+            data["created"] = 1.8e9 + 3600 * hours[g]
+            path.write_text(json.dumps(data))
 
 
 def _cli(*args):
@@ -123,7 +132,7 @@ def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir):
 @pytest.mark.gnugo
 def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg, run_dir):
     require_tool("GNU Go", gnugo_path() is not None, "apt-get install gnugo")
-    _fake_run(run_dir, tiny_cfg, [0, 1])
+    _fake_run(run_dir, tiny_cfg, [0, 1], hours={0: 0.0, 1: 1.5})
     out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
                "--generations", "1", "--games", "2", "--gnugo", "1,2", "--simulations", "4",
                "--seconds-per-move", "0.02", "--jobs", "1")
@@ -152,6 +161,8 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
             assert s["we_disagree"] == sum(g["we_agree"] is False for g in s["games"])
         assert r["rating_ci"][0] <= r["rating"] <= r["rating_ci"][1]
         assert f"rating {r['rating']:+.0f}" in out.stdout
+        assert r["hours"] == pytest.approx(1.5)
+    assert "(1.50 h into the run)" in out.stdout
     # Every game through GTP is kept as SGF that a library we did not write reads back.
     from sgfmill import sgf as sgfmill
 

@@ -63,7 +63,7 @@ from training.go import Position
 from training.gtp import RandomPlayer
 from training.gtp_client import find_gnugo
 from training.mcts import Evaluate, Mcts
-from training.model_store import list_models
+from training.model_store import ModelStoreError, list_models, model_stem, read_manifest
 from training.net import load_model, make_evaluator
 from training.run_dir import RunDir
 
@@ -104,6 +104,7 @@ class Row:
     vs_gnugo: dict[str, dict] = field(default_factory=dict)  # str(level) -> summary, games
     rating: float | None = None
     rating_ci: tuple[float, float] | None = None
+    hours: float | None = None  # from generation 0's model to this one's (stops included)
 
     @property
     def budget(self) -> Budget:
@@ -178,6 +179,24 @@ def default_generations(available: Sequence[int], count: int = 5) -> list[int]:
     return sorted({available[int(round(i))] for i in picks})
 
 
+def run_hours(models: Path, generations: Sequence[int]) -> dict[int, float]:
+    """Hours from the publication of generation 0 to that of each generation (the model
+    manifests' `created`); generations without a readable manifest are left out."""
+    try:
+        start = read_manifest(models / f"{model_stem(0)}.json").created
+    except ModelStoreError:
+        return {}
+    out = {}
+    for g in generations:
+        try:
+            created = read_manifest(models / f"{model_stem(g)}.json").created
+        except ModelStoreError:
+            continue
+        if start > 0 and created >= start:
+            out[g] = (created - start) / 3600
+    return out
+
+
 def model_path(run_dir: Path, generation: int) -> Path:
     return RunDir(run_dir).model(generation)
 
@@ -207,10 +226,11 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
         return evaluators[g]
 
     rows = []
+    hours = run_hours(RunDir(run_dir).models, generations)
     for g in generations:
         for budget in budgets:
             row = Row(g, None, None, None, (0, 0, 0), budget.simulations,
-                      budget.seconds_per_move)
+                      budget.seconds_per_move, hours=hours.get(g))
             seed = cfg.run.seed * 1_000_003 + 7919 * (g + 1)
             ours = gnugo.Engines(gnugo.engine_command(
                 model_path(run_dir, g), simulations=budget.simulations,
@@ -311,6 +331,8 @@ def format_row(row: Row) -> str:
                 f"[{lo:+.0f}, {hi:+.0f}]"
     if row.rating is not None:
         text += f"   rating {row.rating:+.0f} [{row.rating_ci[0]:+.0f}, {row.rating_ci[1]:+.0f}]"
+    if row.hours is not None:
+        text += f"   ({row.hours:.2f} h into the run)"
     return text
 
 
@@ -332,7 +354,8 @@ def _win_rate(row: Row, opponent: str) -> tuple[float, float, float] | None:
 
 def plot(rows: Sequence[Row], path: Path) -> None:
     """strength.png: win rates (Wilson 95% bands) and the rating (or Elo against generation
-    0) by generation, and by budget when there are several."""
+    0) by generation, by budget when there are several, and the rating against the run's
+    wall time when the models say when they were made (what each hour of the run bought)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -341,7 +364,8 @@ def plot(rows: Sequence[Row], path: Path) -> None:
 
     budgets = list(dict.fromkeys(r.budget for r in rows))
     opponents = _opponents(rows)
-    panels = 3 if len(budgets) > 1 else 2
+    timed = [r for r in rows if r.rating is not None and r.hours is not None]
+    panels = 2 + (len(budgets) > 1) + bool(timed)
     fig, axes = plt.subplots(panels, 1, figsize=(7, 3 * panels))
     top, middle = axes[0], axes[1]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -389,7 +413,24 @@ def plot(rows: Sequence[Row], path: Path) -> None:
     middle.set_xlabel("generation")
     for ax in (top, middle):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if panels == 3:
+    if timed:
+        ax = axes[-1]
+        for j, budget in enumerate(budgets):
+            mine = sorted((r for r in timed if r.budget == budget), key=lambda r: r.hours)
+            xs = [r.hours for r in mine]
+            ax.plot(xs, [r.rating for r in mine], marker="o", ls=styles[j % len(styles)],
+                    color="tab:purple", label=str(budget))
+            ax.fill_between(xs, [r.rating_ci[0] for r in mine], [r.rating_ci[1] for r in mine],
+                            alpha=0.15, color="tab:purple")
+            for r in mine:
+                ax.annotate(f"gen {r.generation}", (r.hours, r.rating), fontsize="x-small",
+                            textcoords="offset points", xytext=(3, 3))
+        ax.axhline(ANCHOR_ELO, color="grey", lw=0.8, ls="--")
+        ax.set_xlabel("hours of the run (from generation 0's model)")
+        ax.set_ylabel(f"Elo, {anchor_of(rows)} = {ANCHOR_ELO:g}")
+        if len(budgets) > 1:
+            ax.legend(fontsize="small")
+    if len(budgets) > 1:
         bottom = axes[2]
         newest = max(r.generation for r in rows)
         mine = {r.budget: r for r in rows if r.generation == newest}
