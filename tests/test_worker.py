@@ -18,8 +18,8 @@ from distributed.status import WorkerState, read_heartbeat
 from tests.conftest import REPO
 from training import model_store
 from training.records import read_batch
-from training.records import batch_name_or_none
-from training.worker import Worker, outbox_batches
+from training.records import batch_name_or_none, outbox_batches
+from training.worker import Worker
 
 
 def _publish(cfg, folder: Path, generation: int, seed: int = 0) -> model_store.Manifest:

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from distributed.transfer import fsync_dir
-from training.records import BATCH_SUFFIX, DEFAULT_MAX_BYTES, batch_name_or_none
+from training.records import BATCH_SUFFIX, DEFAULT_MAX_BYTES, batch_name_or_none, outbox_batches
 from training.run_dir import LEDGER_NAME, RunDir  # noqa: F401 - LEDGER_NAME kept importable here
 
 log = logging.getLogger(__name__)
@@ -617,8 +617,6 @@ class LocalSource:
         self.timeout_s = timeout_s
 
     def list_batches(self) -> list[str]:
-        from training.worker import outbox_batches
-
         return outbox_batches(self.outbox)
 
     def fetch(self, name: str, dest: Path) -> int:

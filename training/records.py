@@ -41,6 +41,7 @@ import io
 import json
 import logging
 import math
+import os
 import re
 import sys
 import time
@@ -190,6 +191,15 @@ def batch_name(worker: str, generation: int, seq: int) -> str:
     name = f"{worker}_{generation:06d}_{seq:08d}{BATCH_SUFFIX}"
     parse_batch_name(name)  # one rule for what a valid name is
     return name
+
+
+def outbox_batches(outbox: str | os.PathLike) -> list[str]:
+    """Names of complete batch files in an outbox (temporary and partial names skipped)."""
+    try:
+        names = os.listdir(outbox)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if not n.startswith(".") and n.endswith(BATCH_SUFFIX))
 
 
 def parse_batch_name(name: str) -> BatchName:

@@ -61,7 +61,7 @@ from distributed.transfer import write_json_atomic
 from training import model_store
 from training.logsetup import configure_logging
 from training.model_store import Manifest, ModelStoreError
-from training.records import BATCH_SUFFIX, batch_name, batch_name_or_none
+from training.records import BATCH_SUFFIX, batch_name, batch_name_or_none, outbox_batches
 from training.run_dir import RunDir
 from training.signals import on_stop_signals
 
@@ -98,15 +98,6 @@ class WorkerSummary:
 def batch_file_name(worker: str, generation: int, seq: int) -> str:
     """`<worker>_<gen:06d>_<seq:08d>.npz.zst` (the records module owns the format)."""
     return batch_name(worker, generation, seq)
-
-
-def outbox_batches(outbox: str | os.PathLike) -> list[str]:
-    """Names of complete batch files in an outbox (temporary and partial names skipped)."""
-    try:
-        names = os.listdir(outbox)
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if not n.startswith(".") and n.endswith(BATCH_SUFFIX))
 
 
 class Worker:
