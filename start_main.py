@@ -21,7 +21,7 @@ from pathlib import Path
 
 from configs import DEFAULT_CONFIG_PATH, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
-from training.logsetup import configure_logging
+from training.run.logsetup import configure_logging
 
 log = logging.getLogger("start_main")
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     run_dir = Path(cfg.run.dir)
-    from training.run_lock import RunFolderBusy, RunLock
+    from training.run.run_lock import RunFolderBusy, RunLock
 
     if run_dir.exists():  # before --fresh moves it aside under a running coach
         try:

@@ -34,10 +34,10 @@ from pathlib import Path
 import yaml
 
 from configs import load_config
-from training import rating
-from training.arena import play_arena, play_gnugo
-from training.model_store import list_models, model_stem
-from training.net import load_model, make_evaluator
+from training.learn.net import load_model, make_evaluator
+from training.play import rating
+from training.play.arena import play_arena, play_gnugo
+from training.run.model_store import list_models, model_stem
 
 REPO = Path(__file__).resolve().parent.parent
 

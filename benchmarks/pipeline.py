@@ -1,7 +1,7 @@
 """Benchmark: the distributed pipeline end to end, on hosts in network namespaces.
 
 Everything here is the real coach (`training.coach.Coach` in distributed mode, its
-`training.ssh_workers.SSHFleet`, `SSHConnector`, the exactly-once `Collector` with validation
+`training.fleet.ssh_workers.SSHFleet`, `SSHConnector`, the exactly-once `Collector` with validation
 by replay) against real sshd hosts (`distributed.sshd_hosts.NetnsHosts`, needs root). The worker
 daemons are simulated (`training.simworker`: the real folder protocol, random legal games at a
 set pace), except in the self-play part of the scaling table, which runs real
@@ -74,11 +74,11 @@ class SimCluster:
                  games_per_s: float = 5.0, overrides: dict[str, Any] | None = None,
                  hosts: Any = None):
         from configs import load_config, override
-        from distributed.sshd_hosts import NetnsHosts
         from distributed.ssh_connector import SSHConnector
+        from distributed.sshd_hosts import NetnsHosts
         from training.coach import Coach
+        from training.fleet.ssh_workers import SSHFleet
         from training.simworker import SIM_START_COMMAND
-        from training.ssh_workers import SSHFleet
 
         self.state = Path(state)
         self.own_hosts = hosts is None
@@ -193,10 +193,10 @@ class SimCluster:
 def model_sync(state: Path, config: Path, counts: list[int], repeats: int) -> dict[str, Any]:
     """Seconds to push the config's published model to 1, 8, 32 hosts (connections open)."""
     from configs import WorkerSpec, load_config, override
-    from distributed.sshd_hosts import NetnsHosts
     from distributed.ssh_connector import SSHConnector
-    from training import model_store
-    from training.net import net_from_config, save_model
+    from distributed.sshd_hosts import NetnsHosts
+    from training.learn.net import net_from_config, save_model
+    from training.run import model_store
 
     cfg = load_config(config)
     models = state / "models"
@@ -292,8 +292,8 @@ def collection(state: Path, config: Path, n: int, seconds: float, games_per_s: f
 def real_daemons(state: Path, config: Path, n: int, seconds: float) -> dict[str, Any]:
     """Games/hour of `n` real `start_worker.py` daemons side by side (one thread each)."""
     from configs import load_config
-    from training import model_store
-    from training.net import net_from_config, save_model
+    from training.learn.net import net_from_config, save_model
+    from training.run import model_store
 
     cfg = load_config(config)
     src = state / "models"

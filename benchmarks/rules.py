@@ -31,8 +31,8 @@ import time
 import numba
 import numpy as np
 
-from training import fastgo
-from training.go import Position
+from training.go import fastgo
+from training.go.rules import Position
 
 
 def time_runs(run, repeats: int) -> tuple[float, float]:

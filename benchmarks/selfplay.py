@@ -45,8 +45,8 @@ import numpy as np
 import torch
 
 from configs import GoConfig, MctsConfig, SelfPlayConfig
-from training.net import PolicyValueNet, compile_for_inference, make_evaluator, resolve_device
-from training.selfplay import SelfPlay
+from training.learn.net import PolicyValueNet, compile_for_inference, make_evaluator, resolve_device
+from training.search.selfplay import SelfPlay
 
 HISTORY = 8
 SEARCHES = ("puct", "gumbel", "gumbel-pcr", "puct-pcr")

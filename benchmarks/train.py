@@ -12,7 +12,7 @@ pooling, policy and value heads only).
 
 Beside self-play (`--beside-selfplay N`): samples/s of one trainer process alone, then with N
 real self-play processes on the same cores (each in its own session, as local mode starts
-them) at equal priority, then at `training.local_workers.WORKER_NICE` (`start_worker.py
+them) at equal priority, then at `training.fleet.local_workers.WORKER_NICE` (`start_worker.py
 --nice`). The JSON has `samples_per_s_alone`, `samples_per_s_beside_nice0` and
 `samples_per_s_beside_niced`.
 
@@ -21,7 +21,7 @@ the config's net (global pooling, auxiliary heads and their losses) and of the p
 net alternate, so that a busy machine slows both alike; the JSON has `samples_per_s_config`,
 `samples_per_s_plain` and `inference_positions_per_s_{config,plain}` (batch 64, trace).
 
-Inference (`--inference`): positions/s of `training.net.make_evaluator` by batch size for
+Inference (`--inference`): positions/s of `training.learn.net.make_evaluator` by batch size for
 eager PyTorch, a frozen TorchScript trace and torch.compile, one thread; the last line is a
 JSON object with every figure and the best form per batch size.
 
@@ -48,8 +48,8 @@ import numpy as np
 import torch
 
 from configs import dump_config, load_config, override
-from training.net import PolicyValueNet, make_evaluator
-from training.samples import synthetic_samples
+from training.learn.net import PolicyValueNet, make_evaluator
+from training.learn.samples import synthetic_samples
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,8 +74,8 @@ def _run_trainer(cmd_prefix: list[str], cfg_path: Path, run_dir: Path, samples: 
 SELFPLAY_CHILD = """
 import sys, torch
 from configs import load_config
-from training.net import make_evaluator, net_from_config
-from training.selfplay import SelfPlay
+from training.learn.net import make_evaluator, net_from_config
+from training.search.selfplay import SelfPlay
 from training.worker import lower_priority
 cfg, nice = load_config(sys.argv[1]), int(sys.argv[2])
 if nice:
@@ -105,7 +105,7 @@ def _start_selfplay(n: int, cfg_path: Path, nice: int) -> list[subprocess.Popen]
 
 def bench_beside_selfplay(args: argparse.Namespace) -> dict:
     """One trainer alone, then beside N self-play processes at nice 0 and at WORKER_NICE."""
-    from training.local_workers import WORKER_NICE
+    from training.fleet.local_workers import WORKER_NICE
 
     cfg = override(load_config(args.config), {
         "go.board_size": args.board_size, "net.blocks": args.blocks,
@@ -216,7 +216,7 @@ def bench_training(args: argparse.Namespace) -> dict:
 
 def bench_heads_cost(args: argparse.Namespace) -> dict:
     """Training and inference speed of the config's net against the plain net, interleaved."""
-    from training.net import net_from_config
+    from training.learn.net import net_from_config
     from training.trainer import _losses, loss_weights
 
     torch.set_num_threads(1)

@@ -28,7 +28,7 @@ DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "config.yaml"
 
 WORKER_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
 """The one rule for a worker's (and a training node's) name: it is part of every batch file
-name (`training.records.batch_name`), of remote paths and of log names."""
+name (`training.go.records.batch_name`), of remote paths and of log names."""
 
 
 def is_worker_name(name: str) -> bool:

@@ -17,7 +17,7 @@ Several workers may share one host and one root (one per GPU): everything per wo
 its name.
 
 Every value that enters a shell command goes through `shlex.quote` (`q`). The run folder on
-the coach's side is `training.run_dir.RunDir`'s; this is the worker host's twin.
+the coach's side is `training.run.run_dir.RunDir`'s; this is the worker host's twin.
 
 It must not: run anything on a host (the connector sends the text built here; the one local
 command is `git ls-files` for the deploy archive), or know about Go or torch (the preflight

@@ -24,7 +24,7 @@ per-worker connection, lock and retry loop (`_connection`, `_with_retries`, `_ex
 split of transport from lifecycle would leave one half calling the other's private machinery;
 what could leave without that (the shell text, the folder layout, the command line, the
 transfers) already lives in `remote`, `cli` and `transfer`. The error classes stay too: the
-SSH workers (`training.ssh_workers`), the command line and the tests import them from here.
+SSH workers (`training.fleet.ssh_workers`), the command line and the tests import them from here.
 
 It must not: import `training` or torch.
 """

@@ -257,7 +257,7 @@ def printable(text: object, limit: int = 400) -> str:
 
     For showing text in a table cell or a log line, not for keeping it: the collector's
     reason files escape every control character instead and drop none
-    (`training.collector._escaped`)."""
+    (`training.fleet.collector._escaped`)."""
     text = _ESCAPES.sub("", str(text)).replace("\n", " ").replace("\t", " ")
     return "".join(c if c.isprintable() else "?" for c in text)[:limit]
 

@@ -10,16 +10,16 @@ import torch
 
 from configs import override
 from tests.conftest import REPO, gnugo_path, require_tool
-from training import model_store
-from training.arena import (
+from training.run import model_store
+from training.play.arena import (
     MatchResult,
     decide,
     evaluate_generation,
     play_arena,
 )
-from training.gnugo import engine_command
-from training.metrics import read_metrics
-from training.net import load_model, make_evaluator, net_from_config, save_model
+from training.learn.net import load_model, make_evaluator, net_from_config, save_model
+from training.play.gnugo import engine_command
+from training.run.metrics import read_metrics
 
 
 def _save_net(cfg, path, generation, seed):
@@ -121,6 +121,6 @@ def test_the_coach_evaluation_against_gnugo_is_judged_and_reaches_the_metrics(ti
 
 
 def test_arena_cli_requires_a_subcommand():
-    proc = subprocess.run([sys.executable, "-m", "training.arena"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "training.play.arena"], capture_output=True,
                           text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 2 and "evaluate" in proc.stderr

@@ -1,10 +1,10 @@
-"""Load balancing in plain numbers (`training.balance`): small hand-computed cases."""
+"""Load balancing in plain numbers (`training.fleet.balance`): small hand-computed cases."""
 
 from __future__ import annotations
 
 import pytest
 
-from training import balance
+from training.fleet import balance
 
 W12 = ["worker1", "worker2"]
 

@@ -10,9 +10,9 @@ import pytest
 
 from configs import override
 from distributed.status import Heartbeat, WorkerState, parse_status_text
-from training import balance
-from training.collector import Collector, LocalSource, validate_with_records
-from training.records import BatchMeta, random_record, write_batch
+from training.fleet import balance
+from training.fleet.collector import Collector, LocalSource, validate_with_records
+from training.go.records import BatchMeta, random_record, write_batch
 
 N, KOMI = 5, 0.5
 
@@ -120,7 +120,7 @@ def _coach(cfg, run_dir, names, **overrides):
     """A coach with a local fleet of `names` (worker1..N; no process started) whose workers
     all read Active."""
     from training.coach import Coach
-    from training.local_workers import LocalFleet
+    from training.fleet.local_workers import LocalFleet
 
     cfg = override(cfg, {"run.dir": str(run_dir), **overrides})
     coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
@@ -171,7 +171,7 @@ def test_without_weights_nothing_is_capped_and_weight_is_measured_speed():
 
 
 def test_the_coach_balances_with_its_config_and_its_workers_numbers(tiny_cfg, run_dir):
-    """The coach hands `training.balance` the configured weights, its active workers and the
+    """The coach hands `training.fleet.balance` the configured weights, its active workers and the
     games each delivered this generation; its supervisors get the quotas."""
     cfg = override(tiny_cfg, {"distributed.workers": [
         {"host": "a", "user": "u"}, {"host": "b", "user": "u"}]})
@@ -192,7 +192,7 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     coach.fleet.members["worker2"].games_collected = 10
     coach.states["worker2"] = WorkerState.OFFLINE
     coach.generation = 3
-    from training.collector import WorkerTally
+    from training.fleet.collector import WorkerTally
 
     coach.collector.tally["worker2"] = WorkerTally(batches=1, games=10, rejected=2)
     coach._write_status()
@@ -236,7 +236,7 @@ def _round_result(generation: int, loss: float):
     """A round result with every required field (zeros but the generation and the loss)."""
     from dataclasses import MISSING, fields
 
-    from training.round_result import RoundResult
+    from training.learn.round_result import RoundResult
 
     values = {f.name: 0 for f in fields(RoundResult)
               if f.default is MISSING and f.default_factory is MISSING}
@@ -280,7 +280,7 @@ def _round_coach(tiny_cfg, run_dir):
 
 def test_the_round_result_file_gives_the_loss_and_the_model_goes_out_before_its_arena(
         tiny_cfg, run_dir):
-    from training import round_result
+    from training.learn import round_result
 
     coach = _round_coach(tiny_cfg, run_dir)
     prepared = run_dir.parent / "prepared.json"

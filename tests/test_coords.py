@@ -1,9 +1,9 @@
-"""Tests for training.coords: flat index <-> point <-> GTP text, on several board sizes."""
+"""Tests for training.go.coords: flat index <-> point <-> GTP text, on several board sizes."""
 
 import pytest
 
-from training import coords
-from training.coords import BLACK, WHITE
+from training.go import coords
+from training.go.coords import BLACK, WHITE
 
 
 @pytest.mark.parametrize("n", [5, 9, 13, 19])

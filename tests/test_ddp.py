@@ -22,7 +22,7 @@ import pytest
 
 from configs import dump_config, load_config, override
 from tests.conftest import REPO
-from training.samples import synthetic_samples
+from training.learn.samples import synthetic_samples
 from training.trainer import train_round
 
 TINY = REPO / "configs" / "tiny.yaml"
@@ -113,7 +113,7 @@ def test_only_rank_0_writes_files(ddp_run, work):
 
 
 def test_ddp_loss_matches_one_process_on_the_same_total_batch(ddp_run, work, tmp_path):
-    from training.samples import SampleArrays
+    from training.learn.samples import SampleArrays
 
     cfg = override(load_config(TINY), {"replay.validation_fraction": 0.05})
     data = SampleArrays.load(work / "samples.npz", cfg.replay.validation_fraction)
@@ -209,10 +209,10 @@ def test_two_nodes_on_loopback_train_together(work):
 def test_two_ranks_train_from_the_real_replay_window(work):
     """Default data: the replay window over run/replay, opened identically on both ranks;
     equal weights after steps of two micro-batches each show no_sync + the final all-reduce."""
-    from training.net import load_model, make_evaluator
-    from training.records import BatchMeta, batch_name, write_batch
-    from training.selfplay import SelfPlay
-    from training.train_state import write_initial_model
+    from training.go.records import BatchMeta, batch_name, write_batch
+    from training.learn.net import load_model, make_evaluator
+    from training.learn.train_state import write_initial_model
+    from training.search.selfplay import SelfPlay
 
     cfg = load_config(TINY)
     run = work / "window_run"

@@ -24,7 +24,7 @@ from configs import dump_config, override
 from distributed.status import WorkerState, parse_status_text
 from tests.conftest import REPO
 from tests.sshd import require_sshd
-from training import model_store
+from training.run import model_store
 from training.sandbox import sandbox_config, start_hosts
 
 pytestmark = [pytest.mark.slow, pytest.mark.ssh]

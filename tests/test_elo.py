@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from training.elo import chain, elo_from_score, estimate, score_from_elo, sprt
+from training.play.elo import chain, elo_from_score, estimate, score_from_elo, sprt
 
 
 def test_even_results_are_zero_elo_with_a_symmetric_interval():

@@ -22,7 +22,7 @@ import pytest
 from configs import dump_config, override
 from distributed.status import WorkerState, parse_status_text
 from tests.conftest import REPO
-from training import model_store
+from training.run import model_store
 
 pytestmark = pytest.mark.slow
 

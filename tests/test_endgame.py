@@ -1,16 +1,17 @@
 """The end of a game as a judge scores it: dead stones, the score without them, clean-up, and
-the model engine's pass in reply to a pass (`training.endgame`, `training.players.NetPlayer`,
-the GTP commands `final_score`, `final_status_list`, `kgs-genmove_cleanup`)."""
+the model engine's pass in reply to a pass (`training.go.endgame`,
+`training.play.players.NetPlayer`, the GTP commands `final_score`, `final_status_list`,
+`kgs-genmove_cleanup`)."""
 
 import os
 import sys
 
 import pytest
 
-from training import endgame
-from training.coords import BLACK, EMPTY, WHITE, from_gtp, to_gtp
-from training.go import Position, area_score, neighbors
-from training.gtp_client import GtpClient
+from training.go import endgame
+from training.go.coords import BLACK, EMPTY, WHITE, from_gtp, to_gtp
+from training.go.rules import Position, area_score, neighbors
+from training.play.gtp_client import GtpClient
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 5
@@ -120,7 +121,7 @@ def model_file(tmp_path, bias: float) -> str:
     import torch
 
     from configs import load_config
-    from training.net import net_from_config, save_model
+    from training.learn.net import net_from_config, save_model
 
     cfg = load_config(os.path.join(REPO, "configs", "tiny.yaml"))
     net = net_from_config(cfg.net, cfg.go.board_size)
@@ -148,7 +149,7 @@ def intruded_position() -> Position:
 
 
 def test_net_player_passes_after_a_pass_when_the_judged_board_is_won(tmp_path):
-    from training.players import NetPlayer
+    from training.play.players import NetPlayer
 
     player = NetPlayer(model_file(tmp_path, 0.0), simulations=8)
     player.ownership = lambda position, color=None: OWNERSHIP  # a trained net's opinion
@@ -166,7 +167,7 @@ def test_net_player_passes_after_a_pass_when_the_judged_board_is_won(tmp_path):
 
 
 def test_net_player_ownership_is_blacks_view_whoever_is_to_move(tmp_path):
-    from training.players import NetPlayer
+    from training.play.players import NetPlayer
 
     player = NetPlayer(model_file(tmp_path, 3.0), simulations=8)
     pos = intruded_position()

@@ -1,4 +1,4 @@
-"""The fast engine (training.fastgo) against the reference rules (training.go).
+"""The fast engine (training.go.fastgo) against the reference rules (training.go.rules).
 
 Random games are played in both engines at once; at every ply they must agree on the set of
 legal moves, the board, the captures and, at the end, the score. The default run plays a
@@ -14,9 +14,9 @@ import pytest
 from numba import njit
 
 from tests.test_go import TRIPLE_KO, load_board
-from training import fastgo
-from training.coords import BLACK, from_gtp
-from training.go import IllegalMove, Position
+from training.go import fastgo
+from training.go.coords import BLACK, from_gtp
+from training.go.rules import IllegalMove, Position
 
 DIFF_GAMES = int(os.environ.get("AZGO_DIFF_GAMES", "0"))
 # board size -> random games in the default run, and the divisor applied to AZGO_DIFF_GAMES

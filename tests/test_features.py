@@ -1,13 +1,13 @@
-"""Tests for training.features: the planes, numpy == njit, and the 8 symmetries."""
+"""Tests for training.go.features: the planes, numpy == njit, and the 8 symmetries."""
 
 import random
 
 import numpy as np
 import pytest
 
-from training import fastgo
-from training.coords import from_gtp
-from training.features import (
+from training.go import fastgo
+from training.go.coords import from_gtp
+from training.go.features import (
     NUM_SYMMETRIES,
     area_ownership,
     inverse,
@@ -19,7 +19,7 @@ from training.features import (
     transform_policy,
     write_planes,
 )
-from training.go import Position, area_score
+from training.go.rules import Position, area_score
 
 
 def test_plane_layout_side_to_move_first_then_opponent_then_color():

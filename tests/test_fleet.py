@@ -1,4 +1,4 @@
-"""training.fleet with the SSH fleet against a real loopback sshd and a fake worker daemon
+"""training.fleet.fleet with the SSH fleet against a real loopback sshd and a fake worker daemon
 (tests/sshd.py): what a host gets at start (`--min-seq` from the coach's ledger, a config
 without the other machines), and a supervisor stuck past its deadline abandoned, its
 connection closed, and a fresh one carrying on."""
@@ -57,7 +57,7 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
 
 def test_ssh_worker_starts_with_the_ledgers_min_seq_and_a_config_without_other_hosts(
         sshd_server, tmp_path):
-    from training.ssh_workers import SSHFleet
+    from training.fleet.ssh_workers import SSHFleet
 
     cfg = _cfg(sshd_server, tmp_path)
     (tmp_path / "run").mkdir()
@@ -91,8 +91,8 @@ def test_a_stuck_supervisor_is_abandoned_and_a_fresh_one_carries_on(sshd_server,
     import os
     import signal
 
-    from training.fleet import Fleet
-    from training.ssh_workers import SSHBackend, SSHFleet, write_worker_config
+    from training.fleet.fleet import Fleet
+    from training.fleet.ssh_workers import SSHBackend, SSHFleet, write_worker_config
 
     class _ShortDeadline(SSHBackend):
         def deadline_s(self, op: str) -> float:
@@ -155,8 +155,8 @@ def test_bring_ups_run_at_most_the_bound_at_once(tmp_path, monkeypatch):
     """Forty workers started together: never more than MAX_CONCURRENT_BRING_UPS bring-ups
     at once (a fleet of hundreds must not open hundreds of sessions in the same second), and
     every worker is still brought up."""
-    from training import fleet as fleet_mod
-    from training.collector import Collector, LocalSource, validate_with_records
+    from training.fleet import fleet as fleet_mod
+    from training.fleet.collector import Collector, LocalSource, validate_with_records
 
     monkeypatch.setattr(fleet_mod, "MAX_CONCURRENT_BRING_UPS", 3)
     lock = threading.Lock()

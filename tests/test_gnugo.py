@@ -7,10 +7,10 @@
    the side to move (`is_legal`, asked for every point, pipelined) must equal ours. GNU Go
    with --positional-superko implements the same ko rule as ours, so no difference is
    expected; the test asserts exact equality.
-2. GNU Go plays whole games against `python -m training.gtp` through `training.referee`,
+2. GNU Go plays whole games against `python -m training.gtp` through `training.play.referee`,
    which checks every move against our reference rules and that the other side accepts it.
-3. GNU Go as the judge (`training.referee.judge_game`) of a hand-built settled position with a
-   dead stone, and `training.gnugo` series: colours, seeds and openings as promised, every
+3. GNU Go as the judge (`training.play.referee.judge_game`) of a hand-built settled position with a
+   dead stone, and `training.play.gnugo` series: colours, seeds and openings as promised, every
    game judged.
 
 Default run: a few dozen games per size; `AZGO_DIFF_GAMES=1000 pytest tests/test_gnugo.py`
@@ -24,12 +24,12 @@ import sys
 
 import pytest
 
-from training import fastgo
-from training.coords import BLACK, WHITE, from_gtp, to_gtp
-from training.go import Position
-from training import gnugo as series
-from training.gtp_client import GtpClient, find_gnugo
-from training.referee import GameResult, judge_game, parse_score, play_game
+from training.go import fastgo
+from training.go.coords import BLACK, WHITE, from_gtp, to_gtp
+from training.go.rules import Position
+from training.play import gnugo as series
+from training.play.gtp_client import GtpClient, find_gnugo
+from training.play.referee import GameResult, judge_game, parse_score, play_game
 
 pytestmark = pytest.mark.gnugo
 

@@ -1,12 +1,13 @@
-"""Tests for the reference rules, training.go, from ASCII boards and GTP points (minigo style).
+"""Tests for the reference rules, training.go.rules, from ASCII boards and GTP points
+(minigo style).
 
 Boards are written top row first: X black, O white, . empty.
 """
 
 import pytest
 
-from training.coords import BLACK, EMPTY, WHITE, from_gtp
-from training.go import IllegalMove, Position
+from training.go.coords import BLACK, EMPTY, WHITE, from_gtp
+from training.go.rules import IllegalMove, Position
 
 
 def load_board(text: str) -> tuple[int, ...]:

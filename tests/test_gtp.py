@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from training.coords import BLACK, WHITE, from_gtp
-from training.endgame import judged_score
-from training.go import Position
+from training.go.coords import BLACK, WHITE, from_gtp
+from training.go.endgame import judged_score
+from training.go.rules import Position
 from training.gtp import RandomPlayer
-from training.gtp_client import GtpClient, GtpEngineError, GtpError
-from training.referee import play_game
+from training.play.gtp_client import GtpClient, GtpEngineError, GtpError
+from training.play.referee import play_game
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENGINE = [sys.executable, "-m", "training.gtp"]
@@ -149,7 +149,7 @@ def test_model_flag_with_a_missing_file_fails_clearly():
 
 @pytest.mark.slow
 def test_model_flag_plays_legal_moves_with_a_tiny_network(tmp_path, tiny_cfg):
-    from training.net import net_from_config, save_model
+    from training.learn.net import net_from_config, save_model
 
     size = tiny_cfg.go.board_size
     path = tmp_path / "model_000001.pt"
@@ -192,7 +192,7 @@ def test_absurd_komi_is_refused_and_the_random_engine_stays_up(engine):
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from configs import load_config
-    from training.net import net_from_config, save_model
+    from training.learn.net import net_from_config, save_model
 
     cfg = load_config(os.path.join(REPO, "configs", "tiny.yaml"))
     path = tmp_path_factory.mktemp("model") / "model_000001.pt"
@@ -242,7 +242,7 @@ def test_mcts_player_timed_search_runs_chunks_until_the_time_is_used(tiny_cfg, a
 
     import numpy as np
 
-    from training.players import MctsPlayer
+    from training.play.players import MctsPlayer
 
     tiny_cfg = replace(tiny_cfg, mcts=replace(tiny_cfg.mcts, algorithm=algorithm))
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from configs import GoConfig, MctsConfig
-from training.coords import from_gtp
-from training.mcts import Mcts, _completed_sigma, _pick_child_gumbel, halving_schedule
+from training.go.coords import from_gtp
+from training.search.mcts import Mcts, _completed_sigma, _pick_child_gumbel, halving_schedule
 from tests.test_mcts import Counting, hashed, uniform, winning_point
 
 N = 5

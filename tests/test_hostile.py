@@ -1,6 +1,6 @@
 """Hostile input: every bad batch, name, host key, shell string and config is refused clearly.
 
-Batches go through the REAL collection path: `training.collector.Collector` with the coach's
+Batches go through the REAL collection path: `training.fleet.collector.Collector` with the coach's
 validator (`validate_with_records`), from a local worker's outbox (`LocalSource`) and over SFTP
 from a real loopback sshd (tests/sshd.py) through the source the coach's SSH fleet collects
 with: `SSHFleet(...).backend(name).source()`, an `SSHSource` on the worker's own outbox
@@ -34,8 +34,8 @@ from configs import Config, ConfigError, WorkerSpec, load_config
 from distributed.remote import WorkerPaths
 from distributed.transfer import compress_bytes, write_atomic
 from tests.sshd import keygen, make_config, sshd_server  # noqa: F401 - sshd_server: fixture
-from training import records
-from training.collector import (
+from training.go import records
+from training.fleet.collector import (
     MAX_BATCH_BYTES,
     Collector,
     LocalSource,
@@ -222,7 +222,7 @@ def outbox(tmp_path: Path) -> Path:
 def _ssh_fleet(cfg: Config, srv, tmp_path: Path, known_hosts: Path | None = None, **dist):
     """The coach's SSH fleet for worker `WORKER` on the loopback sshd `srv`, its folder under
     `tmp_path/remote` (short timeouts: `tests.sshd.make_config`). Nothing is started."""
-    from training.ssh_workers import SSHFleet
+    from training.fleet.ssh_workers import SSHFleet
 
     spec = WorkerSpec(host=srv.addr, user=srv.user, name=WORKER, port=srv.port,
                       key_path=str(srv.client_key), remote_dir=str(tmp_path / "remote"))
@@ -634,7 +634,7 @@ from distributed.transfer import (  # noqa: E402
     VerifyError,
     copy_file,
 )
-from training.collector import SLOW_FETCH_TRIES  # noqa: E402
+from training.fleet.collector import SLOW_FETCH_TRIES  # noqa: E402
 
 
 @contextlib.contextmanager

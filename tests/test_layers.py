@@ -1,8 +1,8 @@
 """The import arrows of docs/DESIGN.md, checked by parsing every module with ast.
 
-- Every module of configs/, distributed/, training/ and the two start scripts has a place in
-  `LAYERS` (a new module fails here until it is placed, a name left after a rename fails
-  too), and imports only from its own layer or from the lower layers its entry names,
+- Every module of configs/, distributed/, training/ and the two start scripts has a layer
+  (`_layers()`: training/'s rooms by folder, `BASE` by name; a module in a folder that is not
+  a room fails here), and imports only from its own layer or from the lower layers it names,
   wherever the import statement stands (module level, inside a function, under
   `if TYPE_CHECKING:` or `if __name__ == "__main__":`).
 - No import circle among the project's modules: none through module-level imports (Python's
@@ -27,43 +27,23 @@ import pytest
 
 from tests.conftest import REPO
 
-PURE = ["coords", "go", "fastgo", "features", "mcts", "records", "sgf", "replay_buffer",
-        "placement"]
-
 # Layers, lowest first: (name, the layers it may import from besides its own, what it holds,
-# its modules). A module's layer is its role; docs/DESIGN.md lists the same table. `hosts`
-# builds on `base` but, by the test below, on none of its training/ modules.
-LAYERS: list[tuple[str, tuple[str, ...], str, tuple[str, ...]]] = [
-    ("base", (),
-     "the vocabulary, the rules of record, file formats and the files of a run",
-     ("configs", "configs.schema", "configs.flags",
-      "distributed", "distributed.transfer",
-      "training", "training.coords", "training.go", "training.endgame", "training.records",
-      "training.sgf", "training.model_store", "training.run_dir", "training.round_result",
-      "training.metrics", "training.elo", "training.rating", "training.placement",
-      "training.balance", "training.logsetup", "training.signals", "training.run_lock",
-      "training.child_process", "training.training_error")),
-    ("hosts", ("base",),
-     "distributed/: SSH to the worker hosts, their folders, heartbeats and status.txt",
-     ("distributed.status", "distributed.remote", "distributed.restart_requests",
-      "distributed.config_edit", "distributed.ssh_connector", "distributed.cli",
-      "distributed.sshd_hosts")),
-    ("engine", ("base",),
-     "Go at speed: array rules, features, the net, the search, whole games and players",
-     ("training.fastgo", "training.features", "training.net", "training.mcts",
-      "training.selfplay", "training.players", "training.gtp_client", "training.referee",
-      "training.gnugo", "training.gtp", "training.arena")),
-    ("pipeline", ("base", "hosts", "engine"),
-     "games and models between processes and machines, and one training round",
-     ("training.replay_buffer", "training.worker", "training.simworker", "training.collector",
-      "training.fleet", "training.local_workers", "training.ssh_workers",
-      "training.remote_training", "training.trainer", "training.samples", "training.ddp",
-      "training.node_relay", "training.train_state")),
-    ("top", ("base", "hosts", "engine", "pipeline"),
-     "the coach and the command-line tools",
-     ("training.coach", "training.rounds", "training.strength", "training.sandbox",
-      "start_main", "start_worker")),
+# its modules). In training/ a layer is a folder (a room): every module under training/<room>/
+# is in that room, so a new module is placed by where it is saved. `hosts` builds on `base`
+# but, by the test below, on none of training/. docs/DESIGN.md describes the same order.
+BASE = ("configs", "configs.schema", "configs.flags", "distributed", "distributed.transfer")
+ROOMS = [
+    ("go", ("base",), "the game: rules, array boards, features, records, SGF"),
+    ("run", ("base",), "a run's files and processes: run folder, models, metrics, logs"),
+    ("search", ("base", "go"), "tree search and self-play"),
+    ("learn", ("base", "go", "run"), "the net, the replay window, the parts of a round"),
+    ("play", ("base", "go", "run", "search", "learn"),
+     "GTP players, referee, GNU Go series, arena, ratings"),
+    ("fleet", ("base", "hosts", "go", "run", "learn"),
+     "the workers: supervision, local and SSH backends, the collector, balancing"),
 ]
+PURE_ROOMS = ("go", "search")  # no torch, no paramiko; and these modules of other rooms:
+PURE = ["training.learn.replay_buffer", "training.fleet.placement"]
 
 PROJECT = ("configs", "distributed", "training", "start_main", "start_worker")
 
@@ -102,7 +82,27 @@ def project_modules() -> dict[str, Path]:
     paths = [REPO / "start_main.py", REPO / "start_worker.py"]
     for folder in ("configs", "distributed", "training"):
         paths += _modules(folder)
+    for room in sorted(p for p in (REPO / "training").iterdir() if (p / "__init__.py").exists()):
+        paths += _modules(str(room.relative_to(REPO)))
     return {_module_name(p): p for p in paths}
+
+
+def _room_modules(room: str) -> tuple[str, ...]:
+    return tuple(_module_name(p) for p in _modules(f"training/{room}"))
+
+
+def _layers() -> list[tuple[str, tuple[str, ...], str, tuple[str, ...]]]:
+    names = list(project_modules())
+    hosts = tuple(m for m in names if m.startswith("distributed.") and m not in BASE)
+    rooms = [(room, below, what, _room_modules(room)) for room, below, what in ROOMS]
+    placed = {m for *_, mods in rooms for m in mods} | set(BASE) | set(hosts)
+    top = tuple(m for m in names if m not in placed and (
+        m.count(".") <= 1 and m.split(".")[0] in ("training", "start_main", "start_worker")))
+    return [("base", (), "the config, and file transfer", BASE),
+            ("hosts", ("base",), "distributed/: SSH to the worker hosts, status.txt", hosts),
+            *rooms,
+            ("top", ("base", "hosts", *(r for r, _, _ in ROOMS)),
+             "training/*.py: the coach and the commands", top)]
 
 
 WHERE = {"module": "at module level", "function": "inside a function",
@@ -154,7 +154,7 @@ def _targets(node: ast.Import | ast.ImportFrom, source: str,
         package = package[: len(package) - (node.level - 1)]
         base = ".".join([*package, base] if base else package)
     out = []
-    for alias in node.names:  # `from training import records` imports training.records
+    for alias in node.names:  # `from training import records` imports training.go.records
         sub = _resolve(f"{base}.{alias.name}", modules)
         out.append(sub if sub == f"{base}.{alias.name}" else _resolve(base, modules))
     return [t for t in out if t]
@@ -193,7 +193,7 @@ def import_edges() -> tuple[Edge, ...]:
 
 
 def layer_of() -> dict[str, str]:
-    return {m: layer for layer, _, _, mods in LAYERS for m in mods}
+    return {m: layer for layer, _, _, mods in _layers() for m in mods}
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -236,29 +236,31 @@ def _graph(kinds: set[str]) -> dict[str, set[str]]:
 
 
 def test_layer_table_is_well_formed():
-    names = [layer for layer, _, _, _ in LAYERS]
+    layers = _layers()
+    names = [layer for layer, _, _, _ in layers]
     assert len(set(names)) == len(names), names
-    for i, (layer, below, _, mods) in enumerate(LAYERS):
+    for i, (layer, below, _, mods) in enumerate(layers):
         assert set(below) <= set(names[:i]), f"{layer} may only build on layers listed before it"
-    placed = [m for _, _, _, mods in LAYERS for m in mods]
+        assert mods, f"layer {layer} has no modules (a room folder gone?)"
+    placed = [m for _, _, _, mods in layers for m in mods]
     twice = sorted({m for m in placed if placed.count(m) > 1})
     assert not twice, f"modules placed in two layers: {twice}"
 
 
 def test_every_module_has_a_layer():
     unplaced = sorted(set(project_modules()) - set(layer_of()))
-    assert not unplaced, (f"modules without a layer: {unplaced}; add each to LAYERS here and "
-                          "to the module list in docs/DESIGN.md")
+    assert not unplaced, (f"modules without a layer: {unplaced}; a new room folder goes into "
+                          "ROOMS here and into docs/DESIGN.md")
 
 
 def test_every_placed_module_exists():
     gone = sorted(set(layer_of()) - set(project_modules()))
-    assert not gone, f"LAYERS names modules that do not exist (renamed or removed?): {gone}"
+    assert not gone, f"BASE names modules that do not exist (renamed or removed?): {gone}"
 
 
 def test_imports_point_only_to_the_same_layer_or_below():
     layer = layer_of()
-    allowed = {name: {name, *below} for name, below, _, _ in LAYERS}
+    allowed = {name: {name, *below} for name, below, _, _ in _layers()}
     wrong = [f"{e.source} ({layer[e.source]}) imports {e.target} ({layer[e.target]}), "
              f"line {e.line}, {WHERE[e.kind]}"
              for e in import_edges()
@@ -293,17 +295,23 @@ def test_distributed_knows_no_go_and_no_torch(path):
     assert not _top(_imports(path)) & {"training", "torch", "numba"}, path
 
 
-@pytest.mark.parametrize("name", PURE)
+def _pure() -> list[str]:
+    return [m for room in PURE_ROOMS for m in _room_modules(room)] + PURE
+
+
+@pytest.mark.parametrize("name", _pure())
 def test_core_imports_no_torch_and_no_paramiko(name):
-    path = REPO / "training" / f"{name}.py"
-    assert path.exists(), f"{path.name} is gone: update PURE"
+    path = project_modules().get(name)
+    assert path is not None, f"{name} is gone: update PURE"
     assert not _top(_imports(path)) & {"torch", "paramiko"}, path
 
 
 def test_only_distributed_imports_paramiko():
-    for folder in ("training", "configs", "benchmarks"):
-        for path in _modules(folder):
+    for name, path in project_modules().items():
+        if not name.startswith("distributed"):
             assert "paramiko" not in _top(_imports(path)), path
+    for path in _modules("benchmarks"):
+        assert "paramiko" not in _top(_imports(path)), path
 
 
 def test_configs_import_only_stdlib_and_yaml():
@@ -315,7 +323,8 @@ def test_configs_import_only_stdlib_and_yaml():
 
 
 def test_nothing_edits_sys_path():
-    for folder in ("training", "distributed", "configs", "benchmarks", "tests", "."):
+    for folder in ("training", "distributed", "configs", "benchmarks", "tests", ".",
+                   *(f"training/{room}" for room, _, _ in ROOMS)):
         for path in _modules(folder):
             if path.name == "test_layers.py":
                 continue

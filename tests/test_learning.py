@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from configs import override
-from training.go import Position
+from training.go.records import BatchMeta, batch_name, write_batch
+from training.go.rules import Position
 from training.gtp import RandomPlayer
-from training.net import load_model, make_evaluator
-from training.players import MctsPlayer
-from training.records import BatchMeta, batch_name, write_batch
-from training.selfplay import SelfPlay
-from training.train_state import write_initial_model
+from training.learn.net import load_model, make_evaluator
+from training.learn.train_state import write_initial_model
+from training.play.players import MctsPlayer
+from training.search.selfplay import SelfPlay
 from training.trainer import train_round
 
 GENERATIONS = 3

@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from configs import override
-from training import fastgo
-from training.features import planes as reference_planes
-from training.features import write_planes
-from training.go import Position
-from training.mcts import Mcts
-from training.records import BatchMeta, batch_name, random_record, write_batch
-from training.replay_buffer import ReplayWindow
-from training.selfplay import SelfPlay
+from training.go import fastgo
+from training.go.features import planes as reference_planes
+from training.go.features import write_planes
+from training.go.records import BatchMeta, batch_name, random_record, write_batch
+from training.go.rules import Position
+from training.learn.replay_buffer import ReplayWindow
+from training.search.mcts import Mcts
+from training.search.selfplay import SelfPlay
 
 
 def _stand_in(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,8 +87,8 @@ def test_self_play_positions_reach_the_window_unchanged(tiny_cfg, run_dir):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_net_trained_on_games_black_always_wins_says_so(tiny_cfg, run_dir, seed):
     """records -> window -> trainer -> evaluator keep the value's sign (side to move's view)."""
-    from training.net import load_model, make_evaluator
-    from training.train_state import write_initial_model
+    from training.learn.net import load_model, make_evaluator
+    from training.learn.train_state import write_initial_model
     from training.trainer import train_round
 
     torch.set_num_threads(1)
@@ -181,7 +181,7 @@ def test_self_play_never_passes_first_while_a_real_move_is_left(tiny_cfg):
 
 
 def test_the_arena_keeps_the_full_rules(tiny_cfg):
-    from training.selfplay import play_match
+    from training.search.selfplay import play_match
 
     pairs = play_match(_loves_pass, _loves_pass, 2, tiny_cfg.go, tiny_cfg.mcts, seed=1,
                        history=tiny_cfg.net.history, opening_moves=0)

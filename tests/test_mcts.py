@@ -2,7 +2,7 @@
 
 The evaluators here read only what the project's contracts fix: `legal` (an occupied point is
 never legal), the first input plane (the side to move's stones now) and the last one (ones
-when black is to move), see training/net.py and training/features.py.
+when black is to move), see training/learn/net.py and training/go/features.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from configs import GoConfig, MctsConfig
-from training.coords import BLACK, from_gtp
-from training.mcts import Mcts, choose_moves
+from training.go.coords import BLACK, from_gtp
+from training.search.mcts import Mcts, choose_moves
 
 N = 5
 A = N * N

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from training.metrics import MetricsError, plot_progress, read_metrics, record_metrics
+from training.run.metrics import MetricsError, plot_progress, read_metrics, record_metrics
 
 
 def test_values_from_several_parts_merge_into_one_row_per_generation(run_dir):

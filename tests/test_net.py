@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from training.features import NUM_SYMMETRIES, transform_planes, transform_policy
-from training.net import (
+from training.go.features import NUM_SYMMETRIES, transform_planes, transform_policy
+from training.learn.net import (
     ModelError,
     PolicyValueNet,
     global_pool,
@@ -18,7 +18,7 @@ from training.net import (
     plain_state_dict,
     save_model,
 )
-from training.replay_buffer import symmetry_permutations
+from training.learn.replay_buffer import symmetry_permutations
 
 
 def _random_planes(net: PolicyValueNet, batch: int, seed: int = 0) -> np.ndarray:

@@ -39,9 +39,9 @@ import numpy as np
 import pytest
 
 from tests.test_go import TRIPLE_KO, load_board
-from training import fastgo
-from training.coords import from_gtp
-from training.go import SUPERKO, Position
+from training.go import fastgo
+from training.go.coords import from_gtp
+from training.go.rules import SUPERKO, Position
 
 DIFF_GAMES = int(os.environ.get("AZGO_DIFF_GAMES", "0"))
 # board size -> (random games in the default run, divisor of AZGO_DIFF_GAMES)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from training.placement import plan_workers
+from training.fleet.placement import plan_workers
 
 
 def test_workers_spread_evenly_over_gpus():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from configs import override
-from training.records import (
+from training.go.records import (
     BatchError,
     BatchMeta,
     batch_name,
@@ -19,8 +19,8 @@ from training.records import (
     load_batch,
     write_batch,
 )
-from training.replay_buffer import ReplayWindow
-from training.selfplay import SelfPlay
+from training.learn.replay_buffer import ReplayWindow
+from training.search.selfplay import SelfPlay
 from tests.test_mcts import Counting, hashed, uniform
 
 FULL_SIMS, FAST_SIMS = 8, 2
@@ -159,7 +159,7 @@ def test_fast_search_moves_have_no_policy_target_in_the_window(tiny_cfg, run_dir
 
 def test_the_policy_loss_skips_rows_without_a_target(tiny_cfg):
     torch = pytest.importorskip("torch")
-    from training.net import net_from_config
+    from training.learn.net import net_from_config
     from training.trainer import _losses
 
     torch.manual_seed(0)

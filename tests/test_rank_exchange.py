@@ -36,8 +36,8 @@ def _rank(rank: int, port: int, folder: str, hostile: bool) -> None:
     import torch
     import torch.distributed as dist
 
-    from training import ddp, node_relay
-    from training.training_error import TrainingError
+    from training.learn import ddp, node_relay
+    from training.learn.training_error import TrainingError
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=30))

@@ -1,4 +1,4 @@
-"""training.rating: the Wilson interval and the anchored pool fit, against closed forms."""
+"""training.play.rating: the Wilson interval and the anchored pool fit, against closed forms."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from training.rating import Result, fit, wilson
+from training.play.rating import Result, fit, wilson
 
 
 def test_wilson_interval_matches_its_closed_forms():

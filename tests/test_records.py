@@ -19,9 +19,9 @@ from sgfmill import sgf
 
 from distributed.transfer import compress_bytes
 from tests.conftest import REPO
-from training.coords import from_gtp
-from training.go import Position
-from training.records import (
+from training.go.coords import from_gtp
+from training.go.rules import Position
+from training.go.records import (
     BatchError,
     BatchMeta,
     GameRecord,
@@ -34,7 +34,7 @@ from training.records import (
     replay_boards,
     write_batch,
 )
-from training.sgf import from_sgf, result_text, to_sgf
+from training.go.sgf import from_sgf, result_text, to_sgf
 
 N = 5
 KOMI = 0.5
@@ -565,7 +565,7 @@ def test_cli_prints_a_summary_and_writes_sgf(run_dir):
     path = write_batch_to(run_dir, games)
     out_dir = run_dir / "sgf"
     proc = subprocess.run(
-        [sys.executable, "-m", "training.records", str(path), "--sgf-dir", str(out_dir)],
+        [sys.executable, "-m", "training.go.records", str(path), "--sgf-dir", str(out_dir)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -578,7 +578,7 @@ def test_cli_prints_a_summary_and_writes_sgf(run_dir):
 def test_cli_reports_a_rejected_batch(run_dir):
     path = write_batch_to(run_dir, _games(2))
     path.write_bytes(path.read_bytes()[:40])
-    proc = subprocess.run([sys.executable, "-m", "training.records", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "training.go.records", str(path)],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "rejected" in proc.stderr and path.name in proc.stderr
@@ -586,7 +586,7 @@ def test_cli_reports_a_rejected_batch(run_dir):
 
 def test_cli_bench_prints_one_json_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "training.records", "--bench", "5", "--bench-games", "3"],
+        [sys.executable, "-m", "training.go.records", "--bench", "5", "--bench-games", "3"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -603,8 +603,8 @@ def _uniform_evaluator(planes: np.ndarray, legal: np.ndarray):
 
 
 def test_real_selfplay_games_validate(run_dir, tiny_cfg):
-    """The contract with training.selfplay: its records pass validation unchanged."""
-    from training.selfplay import SelfPlay
+    """The contract with training.search.selfplay: its records pass validation unchanged."""
+    from training.search.selfplay import SelfPlay
 
     cfg = tiny_cfg
     sp = SelfPlay(_uniform_evaluator, cfg.go, cfg.mcts, cfg.self_play,

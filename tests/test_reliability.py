@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from distributed.status import WorkerState, parse_status_text
-from training import model_store
+from training.run import model_store
 from training.simworker import read_written
 
 REPO = Path(__file__).resolve().parent.parent
@@ -269,7 +269,7 @@ def _hostile_batch(outbox: Path, worker: str) -> str:
 
     import numpy as np
 
-    from training import records
+    from training.go import records
 
     rng = np.random.default_rng(5)
     recs = [records.random_record(5, 0.5, rng, simulations=8) for _ in range(3)]
@@ -516,7 +516,7 @@ def _tmpfs(path: Path, size: str) -> None:
 def test_worker_disk_full_shows_error_and_ingests_no_partial_batch(tmp_path, run_dir):
     """The worker folder on a 400 KB tmpfs: the daemon stays up in Error, nothing partial is
     collected, and once the coach's collection frees space it writes its kept games."""
-    from training.collector import Collector, LocalSource, validate_with_records
+    from training.fleet.collector import Collector, LocalSource, validate_with_records
 
     config = write_config(tmp_path, distributed={"batch_size": 40, "max_outbox_batches": 1000})
     folder = tmp_path / "small"

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from configs import ReplayConfig
-from training import features
-from training.go import Position
+from training.go import features
+from training.go.rules import Position
 from tests.conftest import REPO
-from training.records import (
+from training.go.records import (
     BatchMeta,
     GameRecord,
     batch_name,
@@ -28,7 +28,7 @@ from training.records import (
     replay_boards,
     write_batch,
 )
-from training.replay_buffer import (
+from training.learn.replay_buffer import (
     SIDECAR_VERSION,
     TARGETS,
     ReplayWindow,
@@ -466,7 +466,7 @@ def test_a_sidecar_written_at_ingest_is_used_as_is(replay, run_dir):
 
 def test_cli_prints_the_window(replay):
     _fill(replay, 2)
-    proc = subprocess.run([sys.executable, "-m", "training.replay_buffer", str(replay),
+    proc = subprocess.run([sys.executable, "-m", "training.learn.replay_buffer", str(replay),
                            "--config", str(REPO / "configs" / "tiny.yaml")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from configs import override
-from training.coords import BLACK, WHITE, from_gtp
-from training.go import Position
-from training.players import MctsPlayer
-from training.selfplay import (
+from training.go.coords import BLACK, WHITE, from_gtp
+from training.go.rules import Position
+from training.play.players import MctsPlayer
+from training.search.selfplay import (
     SelfPlay,
     false_resignation_rate,
     game_seed,
@@ -165,7 +165,7 @@ def test_mcts_player_finds_the_winning_point_and_passes_when_over(tiny_cfg):
 
 def test_self_play_with_a_real_network(tiny_cfg):
     torch = pytest.importorskip("torch")
-    from training.net import make_evaluator, net_from_config
+    from training.learn.net import make_evaluator, net_from_config
 
     torch.manual_seed(0)
     threads = torch.get_num_threads()
@@ -187,7 +187,7 @@ def test_the_benchmark_measures_a_tiny_setting():
     """benchmarks/selfplay.py's machinery on a 5x5 board with a 1-block net (not a timing)."""
     torch = pytest.importorskip("torch")
     from benchmarks.selfplay import Setting, make_net, network_limit, selfplay_speed
-    from training.net import compile_for_inference, make_evaluator
+    from training.learn.net import compile_for_inference, make_evaluator
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -221,8 +221,8 @@ def mild(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def test_gumbel_self_play_stores_the_improved_policy_and_passes_the_batch_checks(tiny_cfg):
-    from training.records import POLICY_SCALE, BatchMeta, decode_batch, encode_batch
     from distributed.transfer import compress_bytes
+    from training.go.records import POLICY_SCALE, BatchMeta, decode_batch, encode_batch
 
     cfg = gumbel_cfg(tiny_cfg, **{"self_play.resign_threshold": -1.0})
     sp = SelfPlay(mild, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=3)

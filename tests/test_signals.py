@@ -1,4 +1,4 @@
-"""training.signals: a second stop signal inside the first handler must not deadlock."""
+"""training.run.signals: a second stop signal inside the first handler must not deadlock."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.conftest import REPO
 # callback again would wait for the lock forever.
 CHILD = """
 import os, signal, threading, time
-from training.signals import on_stop_signals
+from training.run.signals import on_stop_signals
 lock = threading.Lock()
 calls = []
 def stop():
@@ -29,7 +29,7 @@ time.sleep(0.1)
 print("stopped", len(calls))
 """
 
-NAIVE = CHILD.replace("from training.signals import on_stop_signals",
+NAIVE = CHILD.replace("from training.run.signals import on_stop_signals",
                       "def on_stop_signals(cb):\n"
                       "    for s in (signal.SIGTERM, signal.SIGINT):\n"
                       "        signal.signal(s, lambda *a: cb())")

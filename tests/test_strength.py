@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tests.conftest import REPO, gnugo_path, require_tool
-from training.go import area_score
-from training.model_store import publish_model
-from training.net import net_from_config, save_model
+from training.go.rules import area_score
+from training.learn.net import net_from_config, save_model
+from training.run.model_store import publish_model
 from training.strength import default_generations, play_vs_random, read_history
 
 

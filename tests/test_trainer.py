@@ -15,11 +15,11 @@ import torch
 
 from configs import override
 from tests.conftest import REPO
-from training import round_result
-from training.net import load_model
-from training.run_dir import RunDir
-from training.samples import SampleArrays, synthetic_samples
-from training.train_state import (
+from training.learn import round_result
+from training.learn.net import load_model
+from training.learn.samples import SampleArrays, synthetic_samples
+from training.run.run_dir import RunDir
+from training.learn.train_state import (
     WarmupSchedule,
     load_checkpoint,
     scaled_lr,
@@ -32,7 +32,7 @@ from training.trainer import (
     relaunch_command,
     train_round,
 )
-from training.training_error import TrainingError
+from training.learn.training_error import TrainingError
 
 
 @pytest.fixture

@@ -37,10 +37,10 @@ def _summary(proc: subprocess.CompletedProcess | tuple[str, str], code: int) -> 
 
 def _make_window_run(cfg, run: Path, batches: int = 2, games: int = 12) -> None:
     """run/models/model_000000.pt and `batches` real self-play batch files in run/replay."""
-    from training.net import load_model, make_evaluator
-    from training.records import BatchMeta, batch_name, write_batch
-    from training.selfplay import SelfPlay
-    from training.train_state import write_initial_model
+    from training.go.records import BatchMeta, batch_name, write_batch
+    from training.learn.net import load_model, make_evaluator
+    from training.learn.train_state import write_initial_model
+    from training.search.selfplay import SelfPlay
 
     (run / "replay").mkdir(parents=True)
     net, _ = load_model(write_initial_model(cfg, run))
@@ -151,7 +151,7 @@ def _coach(work: Path, node_host, name: str, changes: dict):
     """A Coach (distributed, no self-play workers) with one training node and a run folder
     holding the base window and checkpoint; its own master port."""
     from training.coach import Coach
-    from training.remote_training import TrainingNodes
+    from training.fleet.remote_training import TrainingNodes
     from training.sandbox import sandbox_config
 
     folder, server = node_host

@@ -16,9 +16,9 @@ import pytest
 from configs import override
 from distributed.status import WorkerState, read_heartbeat
 from tests.conftest import REPO
-from training import model_store
-from training.records import read_batch
-from training.records import batch_name_or_none, outbox_batches
+from training.go.records import read_batch
+from training.go.records import batch_name_or_none, outbox_batches
+from training.run import model_store
 from training.worker import Worker
 
 
@@ -26,7 +26,7 @@ def _publish(cfg, folder: Path, generation: int, seed: int = 0) -> model_store.M
     """Write a real random net as generation `generation` into a worker's models/ folder."""
     import torch
 
-    from training.net import net_from_config, save_model
+    from training.learn.net import net_from_config, save_model
 
     torch.manual_seed(seed)
     src = folder.parent / "published"

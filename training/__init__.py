@@ -1,19 +1,20 @@
 """AlphaZero-style Go training: self-play workers, the coach, training rounds and evaluation.
 
-The modules sit in layers (docs/DESIGN.md, "Layout", lists each with its job; the table in
-tests/test_layers.py is checked against every import):
+`ls training/` is the floor plan: the commands and the coach at the top, the library in rooms
+below them (docs/DESIGN.md, "Layout", says what each holds; tests/test_layers.py checks every
+import against this order):
 
-- base: coords, go, records, sgf, model_store, run_dir, round_result, metrics, elo, rating,
-  placement, balance, logsetup, signals, run_lock, child_process, training_error
-- engine: fastgo, features, net, mcts, selfplay, players, gtp_client, referee, gnugo, gtp,
-  arena
-- pipeline: replay_buffer, samples, ddp, node_relay, train_state, trainer, worker, simworker,
-  collector, fleet, local_workers, ssh_workers, remote_training
-- top: coach, rounds, strength, sandbox
+- go/      the game: rules, array boards, features, records, SGF (no torch)
+- run/     a run's files and processes: run folder, models, metrics, logs, signals
+- search/  tree search and self-play (no torch)
+- learn/   the net, the replay window, the parts of a training round
+- play/    GTP players, referee, GNU Go series, arena, ratings
+- fleet/   worker supervision, local and SSH backends, the collector, load balancing
+- top      coach, rounds, and the commands: trainer, worker, simworker, gtp, strength, sandbox
 
-A module imports only from its own layer and the lower layers its row names there (engine
-builds on base alone; pipeline and top on everything below them). `distributed/` (the hosts
-layer, with `distributed.transfer` in base) never imports this package.
+A room imports only from the rooms below it (go and run at the bottom; search on go; learn on
+go and run; play on go, run, search and learn; fleet on go, run, learn and `distributed/`); the
+top imports any room. `distributed/` never imports this package.
 
 It must not: import anything itself (importing a submodule stays as cheap as that submodule).
 """

@@ -1,9 +1,9 @@
 """The coach: workers -> collect games -> train -> publish the next model -> status.
 
 `Coach(cfg).run()` is the main node's loop, the same for local worker processes
-(`training.local_workers.LocalFleet`, the default) and SSH hosts
-(`training.ssh_workers.SSHFleet`, `--distributed`). Every worker has its own supervisor
-thread (`training.fleet`) that brings it up, reads its heartbeat, restarts its daemon, pushes
+(`training.fleet.local_workers.LocalFleet`, the default) and SSH hosts
+(`training.fleet.ssh_workers.SSHFleet`, `--distributed`). Every worker has its own supervisor
+thread (`training.fleet.fleet`) that brings it up, reads its heartbeat, restarts its daemon, pushes
 it the newest model and collects its outbox through the `Collector` (exactly once, validated
 by replay, rejects quarantined), each network operation under a deadline. The loop itself
 never touches a host, so one dead link delays nobody; each pass (every
@@ -16,21 +16,21 @@ never touches a host, so one dead link delays nobody; each pass (every
      (`distributed.status.HeartbeatTracker`): a worker whose heartbeat has not changed for
      `offline_after_s` is Offline whatever its network does;
   3. each worker's load-balancing quota, read by its supervisor (the arithmetic, in plain
-     numbers, is `training.balance`);
+     numbers, is `training.fleet.balance`);
   4. train (`training.rounds`): once `self_play.games_per_worker` x active workers new games
      have arrived since the last round, run one training round as a subprocess
      (`python -m training.trainer`, or `torchrun` for several GPUs) while collecting goes
      on; then (optional gating) publish `models/model_<gen>.pt.zst` + manifest, which every
      supervisor pushes to its worker;
   5. `distributed/status.txt` (atomic), the metrics row and `progress.png`
-     (`training.metrics`), a progress line in the log.
+     (`training.run.metrics`), a progress line in the log.
 
-The run folder's paths are `training.run_dir.RunDir`'s. One coach per run folder:
+The run folder's paths are `training.run.run_dir.RunDir`'s. One coach per run folder:
 `run_dir/coach.lock` is held (fcntl) while it runs, and a second coach on the same folder is
 refused with the first one's pid (`RunFolderBusy`).
 
 Load balancing (`distributed.load_balancing`, `worker_weights`; the rule is spelled out in
-`training.balance`): a worker's weight is its share of each generation's games. With weights,
+`training.fleet.balance`): a worker's weight is its share of each generation's games. With weights,
 a worker that reached its share is simply not collected from (its surplus batches wait in its
 outbox, bounded: the worker pauses at `max_outbox_batches`) until the others catch up; a
 weight of 2.0 means "twice the games of a 1.0 worker in every generation". Without weights
@@ -41,7 +41,7 @@ the last training round started.
 
 Resume: everything the loop needs is on disk (published models, checkpoints, the ledger), so
 a coach started again on the same run folder (`--resume`, the default when it exists) picks up
-where the last one stopped; batches are counted exactly once (see `training.collector`).
+where the last one stopped; batches are counted exactly once (see `training.fleet.collector`).
 
 It must not: play games, talk to a host from its loop (supervisors and jobs do), age
 heartbeats other than through `HeartbeatTracker`, touch paramiko (the SSH fleet goes through
@@ -73,13 +73,13 @@ from distributed.status import (
     write_status,
 )
 from distributed.transfer import TransferStats, write_atomic
-from training import balance
-from training.collector import Collector, validate_with_records
-from training.fleet import Fleet, Job
+from training.fleet import balance
+from training.fleet.collector import Collector, validate_with_records
+from training.fleet.fleet import Fleet, Job
 from training.rounds import REPO, Round, Rounds
-from training.run_dir import RunDir
-from training.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
-from training.signals import on_stop_signals
+from training.run.run_dir import RunDir
+from training.run.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
+from training.run.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +198,11 @@ class Coach:
 
     def _make_fleet(self) -> Fleet:
         if self.distributed:
-            from training.ssh_workers import SSHFleet
+            from training.fleet.ssh_workers import SSHFleet
 
             return SSHFleet(self.cfg, self.run_dir, self.run_config_path, stats=self.stats,
                             next_seq=self.collector.next_seq)
-        from training.local_workers import LocalFleet
+        from training.fleet.local_workers import LocalFleet
 
         return LocalFleet(self.cfg, self.run_dir, self.run_config_path,
                           next_seq=self.collector.next_seq, worker_class=self.worker_class,
@@ -221,7 +221,7 @@ class Coach:
         """Run folder, collector, generation 0, the fleet and the training nodes: everything
         `run` needs before it starts workers (no process is started, no host contacted)."""
         self._prepare_run_dir()
-        from training.replay_buffer import sidecar_dir
+        from training.learn.replay_buffer import sidecar_dir
 
         self.collector = Collector(self.run_dir, validate_with_records(
             self.cfg.go.board_size, self.cfg.go.komi,
@@ -354,7 +354,7 @@ class Coach:
 
     def quotas(self) -> dict[str, int | None]:
         """Games each active worker may still deliver before the others catch up (None = no
-        cap); see `training.balance.quotas`."""
+        cap); see `training.fleet.balance.quotas`."""
         dist = self.cfg.distributed
         capped = balance.capped(dist.load_balancing, dist.worker_weights)
         members = self.fleet.members
@@ -463,7 +463,7 @@ class Coach:
 
     def window(self) -> tuple[int, int, float | None]:
         """(games, positions, mean generation) of the replay window (newest batches)."""
-        from training.replay_buffer import window_size
+        from training.learn.replay_buffer import window_size
 
         r = self.cfg.replay
         entries = sorted(self.collector.ingested_entries(), key=lambda e: e.get("time", 0))

@@ -5,24 +5,24 @@ clear_board komi play genmove undo showboard final_score final_status_list
 kgs-genmove_cleanup. Replies are `=[id] text` or `?[id] message` followed by a blank line, ids
 echoed. An illegal `play` is answered `? illegal move` and leaves the board unchanged.
 `final_score` is the area score of the current board with komi (`B+3.5`, `W+0.5`, `0`) after
-removing the stones the player calls dead (a model: its ownership map, `training.endgame`;
+removing the stones the player calls dead (a model: its ownership map, `training.go.endgame`;
 the random player: none, so Tromp-Taylor); `final_status_list dead|alive|seki` lists those
 groups, one per line. `kgs-genmove_cleanup` is `genmove` for a player that captures every
 dead opponent stone before it passes (servers send it when the players disagree about dead
 stones), so that Tromp-Taylor and the judge agree.
 
 Who chooses the moves is a *player*: any object with
-`genmove(position: training.go.Position, color: int) -> move` (a flat index, PASS, or
+`genmove(position: training.go.rules.Position, color: int) -> move` (a flat index, PASS, or
 `None` to resign). `GtpEngine(player)` owns the board and the protocol; the player only
-chooses. A command or a player that fails raises `training.gtp_client.GtpError` (the one
+chooses. A command or a player that fails raises `training.play.gtp_client.GtpError` (the one
 class of a GTP failure, shared with the client); its message is the `? message` reply.
 
 Until a trained network exists the player is `RandomPlayer`: a uniformly random legal move
 that does not fill one of its own single-point eyes, passing when no other move is left.
-With `--model FILE` the player is `training.players.NetPlayer`: the trained network with MCTS
+With `--model FILE` the player is `training.play.players.NetPlayer`: the trained network with MCTS
 (torch is imported only then), under an explicit budget per move: `--simulations N` or
 `--seconds-per-move S` (chunks of simulations until the time is used; see
-`training.players.MctsPlayer`), with the search settings of `--config` (default
+`training.play.players.MctsPlayer`), with the search settings of `--config` (default
 configs/config.yaml's defaults).
 
 `komi` takes a finite number of at most `MAX_KOMI` in size; anything else (`nan`, `inf`,
@@ -42,10 +42,10 @@ import random
 import sys
 from typing import Protocol, TextIO
 
-from training.coords import EMPTY, MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
-from training.endgame import final_status, judged_score
-from training.go import IllegalMove, Position, neighbors
-from training.gtp_client import GtpError
+from training.go.coords import EMPTY, MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
+from training.go.endgame import final_status, judged_score
+from training.go.rules import IllegalMove, Position, neighbors
+from training.play.gtp_client import GtpError
 
 NAME = "azgo"
 VERSION = "0.1.0"
@@ -282,7 +282,7 @@ def make_player(model: str | None, simulations: int, seed: int | None, *,
     import torch
 
     from configs import ConfigError, load_config
-    from training.players import NetPlayer
+    from training.play.players import NetPlayer
 
     try:
         cfg = load_config(config)

@@ -4,7 +4,7 @@ coach publishes.
 `Rounds` runs one round at a time for a `training.coach.Coach`; the coach's loop calls
 `advance` once per pass, and nothing here waits:
 
-  1. due: once the generation's new games (`Coach.generation_target`, see `training.balance`)
+  1. due: once the generation's new games (`Coach.generation_target`, see `training.fleet.balance`)
      and `training.min_new_positions` new positions have arrived, and no failed round is
      backing off (`distributed.backoff_max_s`);
   2. start: without training nodes at once; with them (`distributed.training_nodes`) their
@@ -13,7 +13,7 @@ coach publishes.
      output in `logs/trainer_<gen>.log`; games that arrive meanwhile count for the next round;
   4. finish: the trainer exited. A non-zero exit or no model file fails the round: the log's
      tail is logged and the round retried after the backoff. Otherwise its result is read
-     from `rounds/round_<gen>.json` (`training.round_result`): a missing file leaves the
+     from `rounds/round_<gen>.json` (`training.learn.round_result`): a missing file leaves the
      round's loss unknown (a warning), an unreadable one is logged as an error, and either way
      the round counts. Then the evaluation starts in a thread (the arena in a child process,
      stopped with the coach); without gating (`evaluation.gating: none`) the model is
@@ -22,13 +22,13 @@ coach publishes.
   5. conclude: a promoted model not yet published is published and pushed (the supervisors
      push it to every worker); the generation's metrics row and the plot.
 
-Publishing writes `models/model_<gen>.pt.zst` + manifest (`training.model_store`); a model
+Publishing writes `models/model_<gen>.pt.zst` + manifest (`training.run.model_store`); a model
 refused by gating keeps its number and the next round trains one past it.
 
 It must not: talk to a host from the coach's loop (the training nodes' start is a Job, model
-pushes are the supervisors'), play games, decide load balancing (`training.balance`), or import
-torch at module level (the trainer and the arena run in other processes; only generation 0,
-a random net, is made here).
+pushes are the supervisors'), play games, decide load balancing (`training.fleet.balance`), or
+import torch at module level (the trainer and the arena run in other processes; only
+generation 0, a random net, is made here).
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from configs import Config
-from training import model_store, round_result
-from training.fleet import Job
-from training.round_result import RoundResult, RoundResultError
-from training.signals import die_with_parent
+from training.fleet.fleet import Job
+from training.learn import round_result
+from training.learn.round_result import RoundResult, RoundResultError
+from training.run import model_store
+from training.run.signals import die_with_parent
 
 if TYPE_CHECKING:
     from training.coach import Coach
@@ -122,7 +123,7 @@ class Rounds:
         if trained:  # the coach stopped between training and publishing: publish now
             gen = trained[-1]
         else:
-            from training.net import net_from_config, save_model
+            from training.learn.net import net_from_config, save_model
 
             import torch
 
@@ -231,7 +232,7 @@ class Rounds:
                      ",".join(s.name for s in specs) or "-")
         self.training_nodes = None
         if specs:
-            from training.remote_training import TrainingNodes
+            from training.fleet.remote_training import TrainingNodes
 
             self.training_nodes = TrainingNodes(self.cfg, str(self.paths.config))
 
@@ -249,7 +250,7 @@ class Rounds:
             gen, self.cfg.training.master_port)), deadline)
 
     def _launch_when_nodes_ready(self) -> None:
-        from training.remote_training import NodeStartError
+        from training.fleet.remote_training import NodeStartError
 
         job = self.node_start
         if job.overdue():
@@ -363,8 +364,8 @@ class Rounds:
         ev = self.cfg.evaluation
         if ev.gating == "none" and ev.games == 0 and ev.gnugo_games == 0:
             return True
-        from training import arena
-        from training.child_process import ChildFailed, ChildStopped, run_in_child
+        from training.play import arena
+        from training.run.child_process import ChildFailed, ChildStopped, run_in_child
 
         try:  # in a child process: stopped at once when the coach stops (see child_process)
             result = run_in_child(arena.evaluate_generation, self.cfg, self.paths.root,
@@ -379,7 +380,7 @@ class Rounds:
 
     def _record_progress(self, generation: int, train_s: float) -> None:
         """The coach's columns of the generation's metrics row, and the plot."""
-        from training import metrics
+        from training.run import metrics
 
         snap = self.coach.snapshot()
         try:

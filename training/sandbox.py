@@ -35,7 +35,7 @@ from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config, override
 from distributed.sshd_hosts import SSHServer, keygen
-from training.signals import on_stop_signals
+from training.run.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from configs import Config, ConfigError, load_config
 from distributed.transfer import sha256_file
-from training.logsetup import configure_logging
+from training.run.logsetup import configure_logging
 from training.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ SIM_START_COMMAND = ("{python}", "-m", "training.simworker", "--name", "{name}",
                      "{config}", "--dir", "{dir}", "--models-dir", "{models}", "--gpu-id",
                      "{gpu_id}", "--log-to-stderr-only")
 """`SSHConnector(start_command=...)` for simulated workers on SSH hosts (same flags as
-`training.ssh_workers.START_COMMAND`); the pace comes from `$AZGO_SIM_GAMES_PER_S` or a
+`training.fleet.ssh_workers.START_COMMAND`); the pace comes from `$AZGO_SIM_GAMES_PER_S` or a
 `--games-per-s` appended to it."""
 
 
@@ -106,7 +106,7 @@ def _copy_record(rec: Any) -> Any:
 
 def make_pool(cfg: Config, n: int, seed: int) -> list[Any]:
     """`n` random legal games on the config's board (the pool SimWorker draws from)."""
-    from training.records import random_record
+    from training.go.records import random_record
 
     rng = np.random.default_rng(seed)
     cap = cfg.go.max_moves or None

@@ -12,18 +12,18 @@ For every chosen generation and every search budget it plays
   fills its own eye), searching as in self-play: no noise, the most visited move, and no pass
   first while a real move is left when `self_play.early_pass` is false. With a simulations
   budget all games are searched at once and scored by our rules (both rule engines must
-  agree); with a time budget they go through `training.gnugo` like the GNU Go games;
-- GNU Go at each level of `--gnugo` (`training.gnugo`: GNU Go 3.8 with Chinese rules and
+  agree); with a time budget they go through `training.play.gnugo` like the GNU Go games;
+- GNU Go at each level of `--gnugo` (`training.play.gnugo`: GNU Go 3.8 with Chinese rules and
   positional superko, a `--seed` per game, each random opening played with both colours,
   GNU Go's `final_score` of the replayed final position as the judge, our area count
   beside it and the games where the two disagree counted);
-- generation 0, through the coach's own arena (`training.arena.play_arena`), with the Elo
-  difference and its 95% interval (`training.elo`), for simulations budgets.
+- generation 0, through the coach's own arena (`training.play.arena.play_arena`), with the Elo
+  difference and its 95% interval (`training.play.elo`), for simulations budgets.
 
 Budgets: `--simulations 32,128,512` and/or `--seconds-per-move 0.5,1` (a time budget: the
 engine searches in chunks of simulations until the time is used); each is its own player, so
 strength against thinking time is one curve. Win rates carry Wilson 95% intervals. The
-**rating** is a joint fit (`training.rating`) of every (generation, budget) against the pool:
+**rating** is a joint fit (`training.play.rating`) of every (generation, budget) against the pool:
 the random player and the GNU Go levels played, with GNU Go level 1 anchored at
 `ANCHOR_ELO` = 0 (the lowest level played when 1 is not), so a rating reads "Elo above
 GNU Go 3.8 level 1 on this board and komi". Without GNU Go games there is no rating.
@@ -56,16 +56,16 @@ import numpy as np
 
 from configs import Config, ConfigError, dump_config, load_config
 from distributed.transfer import write_atomic
-from training import gnugo, rating
-from training.arena import MatchResult, play_arena
-from training.coords import BLACK
-from training.go import Position
+from training.go.coords import BLACK
+from training.go.rules import Position
 from training.gtp import RandomPlayer
-from training.gtp_client import find_gnugo
-from training.mcts import Evaluate, Mcts
-from training.model_store import ModelStoreError, list_models, model_stem, read_manifest
-from training.net import load_model, make_evaluator
-from training.run_dir import RunDir
+from training.learn.net import load_model, make_evaluator
+from training.play import gnugo, rating
+from training.play.arena import MatchResult, play_arena
+from training.play.gtp_client import find_gnugo
+from training.run.model_store import ModelStoreError, list_models, model_stem, read_manifest
+from training.run.run_dir import RunDir
+from training.search.mcts import Evaluate, Mcts
 
 ANCHOR_ELO = 0.0
 """The rating of GNU Go level 1 (or the lowest level played): the fixed point of the scale."""

@@ -29,7 +29,7 @@ results and metrics stays policy + value, so that runs with and without the head
 
 Files (rank 0, then a barrier), where run_dir.RunDir puts them:
 checkpoints/checkpoint_<gen:06d>.pt (train_state), models/model_<gen:06d>.pt (net.save_model),
-one metrics row (training.metrics) and rounds/round_<gen:06d>.json (round_result: what the
+one metrics row (training.run.metrics) and rounds/round_<gen:06d>.json (round_result: what the
 coach reads; the same as the JSON summary line).
 
 A round is made of: samples (sample arrays, batches as tensors), ddp (the process group and its
@@ -64,8 +64,9 @@ from torch.utils.data import DistributedSampler
 
 from configs import Config, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
-from training import metrics, round_result
-from training.ddp import (
+from training.learn import round_result
+from training.run import metrics
+from training.learn.ddp import (
     DistContext,
     all_gather_floats,
     all_gather_json,
@@ -76,14 +77,14 @@ from training.ddp import (
     shutdown,
     under_torchrun,
 )
-from training.logsetup import configure_logging
-from training.net import ModelError, net_from_config, net_from_payload, save_model
-from training.node_relay import open_replay_window, resolve_start_shared
-from training.round_result import RoundResult
-from training.run_dir import RunDir
-from training.samples import TARGETS, SampleArrays, SampleDataset, fetch_batch
-from training.signals import die_with_parent
-from training.train_state import (
+from training.learn.net import ModelError, net_from_config, net_from_payload, save_model
+from training.learn.node_relay import open_replay_window, resolve_start_shared
+from training.learn.round_result import RoundResult
+from training.learn.samples import TARGETS, SampleArrays, SampleDataset, fetch_batch
+from training.run.logsetup import configure_logging
+from training.run.run_dir import RunDir
+from training.run.signals import die_with_parent
+from training.learn.train_state import (
     WarmupSchedule,
     rng_from_json,
     rng_json,
@@ -93,7 +94,7 @@ from training.train_state import (
     seed_everything,
     set_rng_state,
 )
-from training.training_error import TrainingError
+from training.learn.training_error import TrainingError
 
 log = logging.getLogger(__name__)
 

@@ -58,12 +58,12 @@ from typing import Any, Callable, Sequence
 from configs import Config, ConfigError, load_config
 from distributed.status import HEARTBEAT_NAME, Heartbeat, WorkerState
 from distributed.transfer import write_json_atomic
-from training import model_store
-from training.logsetup import configure_logging
-from training.model_store import Manifest, ModelStoreError
-from training.records import BATCH_SUFFIX, batch_name, batch_name_or_none, outbox_batches
-from training.run_dir import RunDir
-from training.signals import on_stop_signals
+from training.go.records import batch_name, batch_name_or_none, outbox_batches
+from training.run import model_store
+from training.run.logsetup import configure_logging
+from training.run.model_store import Manifest, ModelStoreError
+from training.run.run_dir import RunDir
+from training.run.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class Worker:
 
     def load_evaluator(self, model_path: Path) -> tuple[Callable, int]:
         """Load a decompressed model file; returns (evaluate, generation)."""
-        from training.net import load_model, make_evaluator
+        from training.learn.net import load_model, make_evaluator
 
         net, info = load_model(model_path, self.device)
         return make_evaluator(net, self.device, max_batch=self.cfg.self_play.batch_size), (
@@ -195,14 +195,14 @@ class Worker:
     def make_selfplay(self, evaluate: Callable, generation: int) -> Any:
         """The self-play engine: `.step() -> [GameRecord]`, `.set_evaluator(fn, gen)`,
         `.discard_unfinished() -> int`."""
-        from training.selfplay import SelfPlay
+        from training.search.selfplay import SelfPlay
 
         return SelfPlay(evaluate, self.cfg.go, self.cfg.mcts, self.cfg.self_play,
                         history=self.cfg.net.history, generation=generation, seed=self.seed)
 
     def write_batch(self, records: Sequence[Any], path: Path) -> None:
         """Write finished games as one batch file (atomically: temporary name, rename)."""
-        from training.records import BatchMeta, write_batch
+        from training.go.records import BatchMeta, write_batch
 
         meta = BatchMeta.from_records(self.name, records, max_moves=self.cfg.go.max_moves)
         write_batch(path, records, meta, level=self.cfg.distributed.compression_level)

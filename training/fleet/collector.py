@@ -1,0 +1,641 @@
+"""Exactly-once ingestion of game batches from worker outboxes into the run's replay folder.
+
+Vocabulary:
+  - batch name: `<worker>_<gen:06d>_<seq:08d>.npz.zst`, unique per worker; it is the
+    idempotency key. A worker *owns* the batch names that carry its own name; only those are
+    ever collected for it. A name is *known* once it is in `replay/` (ingested), in
+    `quarantine/` (rejected) or in the ledger under its owner.
+  - source: where a worker's outbox lives; a `BatchSource` lists, fetches and deletes
+    batch files (a local folder in local mode, SFTP in distributed mode). A source fetches
+    regular files only, capped while reading and within a deadline; a file it refuses as
+    such raises `BatchRefused`, one too slow to read `FetchTooSlow`.
+  - ledger: `run_dir/ledger.jsonl` (`RunDir.ledger`), one JSON line per ingested or
+    rejected batch (name, worker, generation, games, positions, sha256, status, time).
+  - foreign name: anything a worker lists that is not a batch name it owns (another worker's
+    batch name, junk, a name with a folder part). It is rejected under the LISTING worker's
+    name and ledger key `foreign:<worker>:<repr(name)>`, its bytes (if any are kept) go to
+    `quarantine/foreign/<worker>/<sha256 of the name>.bin`, so it can never shadow the
+    owner's real batch of that name.
+  - rejection budget: a worker may have `max_rejected` files rejected while this collector
+    lives (`distributed.max_rejected_batches`); at that count its collection stops and
+    `over_budget[worker]` (and `CollectResult.over_budget`) says why. `resume(worker)`
+    gives it a fresh budget.
+
+The steps for one batch, in this order, each safe to repeat after a crash:
+  1. known name?  -> only delete the worker's copy (a coach that died after step 4 ends here);
+  2. fetch to `incoming/<name>.partial` (regular file, capped, deadline, fsynced), rename to
+     `incoming/<name>`;
+  3. validate by replay (`records.read_batch`: every game through the rules) and check the
+     board size and komi against the run's config; a bad batch, or ANY failure while
+     validating (deep JSON, a huge shape, an unknown zip method, a bomb), goes to
+     `quarantine/` with `<name>.reason.txt` and is counted against its worker;
+  4. `os.replace` into `replay/<name>`, fsync the folder (the replay window sees all or
+     nothing);
+  5. append the ledger line (fsync);
+  6. delete the worker's copy.
+On start, files in `replay/` or `quarantine/` missing from the ledger (a crash between 4 and 5)
+get their ledger line, a torn last ledger line is closed with a newline (so it never fuses
+with the next), and `incoming/` leftovers are removed: nothing is lost or counted twice.
+
+Bounds: at most `names_per_pass` names are handled per `collect` call (the rest wait for the
+next pass), at most `max_parallel_validations` batches are validated at once (memory), and
+rejected files' bytes are kept in `quarantine/` only while it holds less than
+`quarantine_max_bytes` (the reason file is always kept).
+
+Paths: the run folder's `replay/`, `incoming/`, `quarantine/` and `ledger.jsonl` are spelled by
+`training.run.run_dir.RunDir`.
+
+Threads: `collect` may be called concurrently for different workers (one supervisor thread
+each). Download and validation run outside the lock; the ledger append and the renames into
+`replay/` and `quarantine/` run under one lock; calls for one worker are serialized.
+
+It must not: train, talk SSH itself (a source does), or trust a batch before replaying it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from distributed.transfer import fsync_dir
+from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, batch_name_or_none,
+                                 outbox_batches)
+from training.run.run_dir import RunDir
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_BYTES = DEFAULT_MAX_BYTES
+"""The largest batch file a source fetches (compressed; 100 19x19 games are ~3 MB): the cap on
+a batch's decompressed size (`records.DEFAULT_MAX_BYTES`), which its compressed file stays
+below."""
+FETCH_TIMEOUT_S = 120.0
+"""A local fetch's deadline (SFTP fetches use `distributed.transfer_timeout_s`)."""
+DEFAULT_MAX_REJECTED = 20
+DEFAULT_NAMES_PER_PASS = 64
+DEFAULT_QUARANTINE_MAX_BYTES = 256 << 20
+"""Bytes of rejected files kept in `quarantine/` (a disk budget, not a file size)."""
+DECOMPRESS_TIMEOUT_S = 20.0
+"""A batch whose zstd layer takes longer than this to decompress is rejected (a bomb)."""
+SLOW_FETCH_TRIES = 3
+"""A name whose fetch overran its deadline this many times is rejected (a trickle)."""
+_REASON_MAX_CHARS = 2000
+
+
+class BatchRejected(Exception):
+    """A batch failed validation; the message names the file and the reason."""
+
+
+class SourceError(Exception):
+    """A worker's outbox could not be listed, fetched or cleaned (network, disk)."""
+
+
+class BatchRefused(SourceError):
+    """The source refused the file itself: not a regular file (a symlink, FIFO, device), over
+    the size cap, or it grew while read. Never retried: the name is rejected."""
+
+
+class FetchTooSlow(SourceError):
+    """The fetch ran past its deadline (a trickle or a huge file); retried on a later pass,
+    rejected after `SLOW_FETCH_TRIES`."""
+
+
+class BatchSource(Protocol):
+    """A worker's outbox as the collector sees it."""
+
+    def list_batches(self) -> list[str]: ...
+
+    def fetch(self, name: str, dest: Path) -> int:
+        """Copy the batch to `dest` atomically (via a partial name, fsynced): regular files
+        only, capped while reading, within a deadline; returns bytes moved. Raises
+        BatchRefused, FetchTooSlow or SourceError."""
+
+    def delete(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What validation learned about a batch."""
+
+    games: int
+    positions: int
+    generations: tuple[int, ...]  # model generation of each game
+
+
+@dataclass
+class WorkerTally:
+    """Per-worker ingestion counts (rebuilt from the ledger on restart)."""
+
+    batches: int = 0
+    games: int = 0
+    positions: int = 0
+    rejected: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class CollectResult:
+    ingested: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    duplicates: int = 0  # known names whose worker copy was only deleted
+    games: int = 0
+    positions: int = 0
+    bytes: int = 0
+    deferred: int = 0  # names left for a later pass (names_per_pass reached)
+    over_budget: str = ""  # non-empty: this worker's collection is stopped, and why
+
+
+def validate_with_records(board_size: int, komi: float, *,
+                          sidecar_dir: str | os.PathLike | None = None,
+                          max_generation: Callable[[], int] | None = None,
+                          max_bytes: int | None = None,
+                          decompress_timeout_s: float = DECOMPRESS_TIMEOUT_S
+                          ) -> Callable[[Path], BatchInfo]:
+    """The coach's validator: bound the zstd layer (size and time, streaming, no memory),
+    replay every game (`records.load_batch`), check the board size, komi and that no game
+    claims a model newer than the coach published; then, with `sidecar_dir`, write the
+    replay window's sidecar from that one replay."""
+
+    def validate(path: Path) -> BatchInfo:
+        from distributed.transfer import TransferError, check_decompressed_size
+        from training.go import records
+
+        limit_bytes = records.DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+        try:
+            check_decompressed_size(path, limit_bytes, timeout_s=decompress_timeout_s)
+        except TransferError as e:
+            raise BatchRejected(f"{path.name}: cannot decompress within bounds: {e}") from e
+        limit = max_generation() if max_generation is not None else None
+        try:
+            batch = records.load_batch(path, max_generation=limit, max_bytes=limit_bytes)
+        except records.BatchError as e:
+            raise BatchRejected(str(e)) from e
+        games = batch.records
+        if not games:
+            raise BatchRejected(f"{path.name}: holds no games")
+        for i, g in enumerate(games):
+            if g.board_size != board_size or float(g.komi) != float(komi):
+                raise BatchRejected(
+                    f"{path.name}: game {i} is {g.board_size}x{g.board_size} komi {g.komi}, "
+                    f"this run plays {board_size}x{board_size} komi {komi}; check the "
+                    "worker's config"
+                )
+        if sidecar_dir is not None:
+            from training.learn.replay_buffer import write_sidecar
+
+            try:
+                write_sidecar(batch, path.name, sidecar_dir)
+            except OSError as e:  # the trainer rebuilds a missing sidecar itself
+                log.warning("%s: sidecar not written: %s", path.name, e)
+        return BatchInfo(len(games), sum(g.num_moves for g in games),
+                         tuple(int(g.generation) for g in games))
+
+    return validate
+
+
+class Collector:
+    """Moves batches from worker sources into `run_dir/replay` exactly once."""
+
+    def __init__(self, run_dir: str | os.PathLike, validate: Callable[[Path], BatchInfo], *,
+                 max_rejected: int = DEFAULT_MAX_REJECTED,
+                 names_per_pass: int = DEFAULT_NAMES_PER_PASS,
+                 quarantine_max_bytes: int = DEFAULT_QUARANTINE_MAX_BYTES,
+                 max_parallel_validations: int = 2):
+        paths = RunDir(run_dir)
+        self.run_dir = paths.root
+        self.replay_dir = paths.replay
+        self.quarantine_dir = paths.quarantine
+        self.incoming_dir = paths.incoming
+        self.ledger_path = paths.ledger
+        for d in (self.replay_dir, self.quarantine_dir, self.incoming_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.validate = validate
+        self.max_rejected = max_rejected
+        self.names_per_pass = names_per_pass
+        self.quarantine_max_bytes = quarantine_max_bytes
+        self.entries: dict[str, dict] = {}
+        self.tally: dict[str, WorkerTally] = {}
+        self.over_budget: dict[str, str] = {}  # worker -> why its collection stopped
+        self.rejected_since_start: dict[str, int] = {}
+        self._slow: dict[tuple[str, str], int] = {}  # (worker, name) -> deadline overruns
+        self._lock = threading.RLock()  # ledger, entries, tallies, renames into the run
+        self._worker_locks: dict[str, threading.Lock] = {}
+        self._validations = threading.BoundedSemaphore(max(1, max_parallel_validations))
+        self._quarantine_bytes = 0
+        self._recover()
+
+    # ------------------------------------------------------------------ state
+
+    def _recover(self) -> None:
+        self._close_torn_line()
+        for line_no, line in enumerate(self._ledger_lines(), 1):
+            try:
+                entry = json.loads(line)
+                self._count(entry, in_place=True)
+            except (ValueError, KeyError, TypeError, RecursionError):
+                # a line torn by a crash mid-append; the reconcile below re-adds its batch
+                log.warning("%s line %d unreadable, skipped", self.ledger_path, line_no)
+        for leftover in self.incoming_dir.iterdir():
+            leftover.unlink(missing_ok=True)
+        for folder, status in ((self.replay_dir, "ingested"), (self.quarantine_dir, "rejected")):
+            for name in sorted(os.listdir(folder)):
+                if name in self.entries or not name.endswith(BATCH_SUFFIX):
+                    continue
+                log.warning("%s/%s is not in the ledger (coach stopped mid-ingest); adding it",
+                            folder.name, name)
+                entry = self._entry(name, folder / name, status, None)
+                if status == "ingested":
+                    try:
+                        info = self.validate(folder / name)
+                        entry.update(games=info.games, positions=info.positions,
+                                     generation_mean=_mean(info.generations))
+                    except Exception as e:  # noqa: BLE001 - validated before; keep, say so
+                        log.error("%s no longer validates: %s: %s", name, type(e).__name__, e)
+                self._append(entry)
+        self._quarantine_bytes = _folder_bytes(self.quarantine_dir)
+        if self.entries:
+            log.info("ledger: %d batches known (%d games ingested)", len(self.entries),
+                     sum(t.games for t in self.tally.values()))
+
+    def _close_torn_line(self) -> None:
+        """A crash mid-append leaves a last line without its newline: end it, so that the
+        next line is never glued to it (the torn line is then skipped as unreadable)."""
+        try:
+            with open(self.ledger_path, "rb+") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() == 0:
+                    return
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                    log.warning("%s: the last line was torn (no newline); closed it",
+                                self.ledger_path)
+        except FileNotFoundError:
+            return
+
+    def _ledger_lines(self) -> list[str]:
+        try:
+            text = self.ledger_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return []
+        return [ln for ln in text.splitlines() if ln.strip()]
+
+    def _count(self, entry: dict, *, in_place: bool = False) -> None:
+        """Add a ledger entry to `entries` and `tally`. Outside start-up the dicts are
+        replaced, not changed (copy on write): another thread iterating `entries` or `tally`
+        (the coach's status table) holds a dict that never changes under it."""
+        name = entry["name"]
+        if name in self.entries:
+            return
+        if in_place:
+            self.entries[name] = entry
+        else:
+            self.entries = {**self.entries, name: entry}
+        if entry["worker"] not in self.tally:
+            new = WorkerTally()
+            if in_place:
+                self.tally[entry["worker"]] = new
+            else:
+                self.tally = {**self.tally, entry["worker"]: new}
+        t = self.tally[entry["worker"]]
+        if entry["status"] == "ingested":
+            t.batches += 1
+            t.games += int(entry.get("games", 0))
+            t.positions += int(entry.get("positions", 0))
+            t.bytes += int(entry.get("size", 0))
+        else:
+            t.rejected += 1
+
+    def _entry(self, name: str, path: Path | None, status: str, reason: str | None) -> dict:
+        from distributed.transfer import sha256_file
+
+        parsed = batch_name_or_none(name)
+        worker, gen, seq = parsed if parsed else ("?", -1, -1)
+        is_file = path is not None and path.is_file()
+        entry = {"name": name, "worker": worker, "generation": gen, "seq": seq,
+                 "status": status, "time": time.time(), "games": 0, "positions": 0,
+                 "size": path.stat().st_size if is_file else 0,
+                 "sha256": sha256_file(path) if is_file else ""}
+        if reason:
+            entry["reason"] = reason
+        return entry
+
+    def _append(self, entry: dict) -> None:
+        with self._lock:
+            line = json.dumps(entry, sort_keys=True) + "\n"
+            with open(self.ledger_path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            self._count(entry)
+
+    def is_known(self, name: str) -> bool:
+        """The batch `name` was ingested or rejected under its owner (its worker's copy may
+        only be deleted)."""
+        parsed = batch_name_or_none(name)
+        with self._lock:
+            entry = self.entries.get(name)
+            if entry is not None and parsed is not None and entry.get("worker") == parsed[0]:
+                return True
+        return (self.replay_dir / name).exists() or (self.quarantine_dir / name).exists()
+
+    def next_seq(self, worker: str) -> int:
+        """One past the highest sequence number seen from `worker` (its restart floor)."""
+        with self._lock:
+            seqs = [int(e.get("seq", -1)) for e in self.entries.values()
+                    if e["worker"] == worker]
+        return max(seqs, default=-1) + 1
+
+    def ingested_entries(self) -> list[dict]:
+        with self._lock:
+            return [e for e in self.entries.values() if e["status"] == "ingested"]
+
+    def resume(self, worker: str) -> None:
+        """Give a worker stopped over its rejection budget a fresh budget (it was fixed)."""
+        with self._lock:
+            self.over_budget.pop(worker, None)
+            self.rejected_since_start.pop(worker, None)
+
+    def quarantine_path(self, worker: str, name: str) -> Path:
+        """Where the bytes of `name`, rejected from `worker`, are kept (`.reason.txt` beside):
+        `quarantine/<name>` for the worker's own batch names, else
+        `quarantine/foreign/<worker>/<digest>.bin`."""
+        parsed = batch_name_or_none(name) if _is_bare_name(name) else None
+        if parsed is not None and parsed[0] == worker:
+            return self.quarantine_dir / name
+        return (self.quarantine_dir / "foreign" / _safe_worker(worker)
+                / f"{_digest(worker, name)}.bin")
+
+    def _worker_lock(self, worker: str) -> threading.Lock:
+        with self._lock:
+            return self._worker_locks.setdefault(worker, threading.Lock())
+
+    # ------------------------------------------------------------------ collecting
+
+    def collect(self, worker: str, source: BatchSource, *, max_games: int | None = None,
+                current_generation: int = 0) -> CollectResult:
+        """Ingest the batches waiting in one worker's outbox (oldest first).
+
+        `max_games` stops after that many games were ingested (load balancing leaves the rest
+        in the worker's outbox for the next generation). At most `names_per_pass` names are
+        handled (`deferred` counts the rest). A worker over its rejection budget is not
+        listed at all (`over_budget` says why). Raises SourceError when the source fails;
+        what was ingested before stays ingested.
+        """
+        result = CollectResult()
+        with self._worker_lock(worker):
+            if worker in self.over_budget:
+                result.over_budget = self.over_budget[worker]
+                return result
+            owned: list[tuple[int, str]] = []
+            foreign: list[str] = []
+            for name in source.list_batches():
+                parsed = batch_name_or_none(name) if _is_bare_name(name) else None
+                if parsed is not None and parsed[0] == worker:
+                    owned.append((parsed[2], name))
+                else:
+                    foreign.append(name)
+            todo = [n for _, n in sorted(owned)] + foreign
+            handled = 0
+            for i, name in enumerate(todo):
+                if max_games is not None and result.games >= max_games:
+                    break
+                if handled >= self.names_per_pass or worker in self.over_budget:
+                    result.deferred = len(todo) - i
+                    break
+                if i < len(owned):
+                    handled += 1
+                    self._collect_owned(worker, name, source, result, current_generation)
+                elif self._collect_foreign(worker, name, source, result):
+                    handled += 1
+            result.over_budget = self.over_budget.get(worker, "")
+        return result
+
+    def _collect_owned(self, worker: str, name: str, source: BatchSource,
+                       result: CollectResult, current_generation: int) -> None:
+        if self.is_known(name):
+            source.delete(name)
+            result.duplicates += 1
+            log.info("%s already ingested; deleted the worker's copy", name)
+            return
+        incoming = self.incoming_dir / name
+        try:
+            nbytes = source.fetch(name, incoming)
+        except BatchRefused as e:
+            self._reject(worker, name, name, None, f"{name}: refused: {e}", source, result)
+            return
+        except FetchTooSlow as e:
+            if not self._too_slow(worker, name, e):
+                raise
+            self._reject(worker, name, name, None, f"{name}: not fetched in "
+                         f"{SLOW_FETCH_TRIES} tries: {e}", source, result)
+            return
+        result.bytes += nbytes
+        try:
+            with self._validations:  # bounds the memory of concurrent replays
+                info = self.validate(incoming)
+        except BatchRejected as e:
+            self._reject(worker, name, name, incoming, str(e), source, result)
+            return
+        except Exception as e:  # noqa: BLE001 - untrusted input: any failure is a rejection
+            # RecursionError (nested JSON), MemoryError (a huge declared shape),
+            # NotImplementedError (an unknown zip method), OSError, ...: the batch is bad,
+            # never a reason to stop collecting or to fetch it again
+            log.warning("%s: validation failed with %s", name, type(e).__name__,
+                        exc_info=not isinstance(e, (RecursionError, MemoryError)))
+            self._reject(worker, name, name, incoming,
+                         f"{name}: validation failed: {type(e).__name__}: {e}", source, result)
+            return
+        with self._lock:
+            entry = self._entry(name, incoming, "ingested", None)
+            os.replace(incoming, self.replay_dir / name)
+            fsync_dir(self.replay_dir)  # the rename is durable before the ledger says so
+            entry.update(games=info.games, positions=info.positions,
+                         generation_mean=_mean(info.generations),
+                         coach_generation=current_generation)
+            self._append(entry)
+        source.delete(name)
+        result.ingested.append(name)
+        result.games += info.games
+        result.positions += info.positions
+        log.info("ingested %s from %s: games=%d positions=%d bytes=%d", name, worker,
+                 info.games, info.positions, nbytes)
+
+    def _collect_foreign(self, worker: str, name: str, source: BatchSource,
+                         result: CollectResult) -> bool:
+        """A listed name that is not a batch of `worker`: rejected under `worker`, never
+        under the name's apparent owner. Returns whether any file operation was done."""
+        key = f"foreign:{worker}:{name!r}"
+        bare = _is_bare_name(name)
+        if key in self.entries:
+            if not bare:
+                return False  # never handed back to the source: nothing to do
+            source.delete(name)  # rejected before; the delete had failed
+            return True
+        if not bare:
+            # A name with a folder part (`../x`, `/tmp/x`) is never joined to a path nor
+            # handed back to the source: not fetched, not deleted, counted once.
+            self._reject(worker, name, key, None,
+                         f"{name!r}: not a plain file name (it has a folder part)", None,
+                         result)
+            return False
+        what = ("a batch name of another worker" if batch_name_or_none(name) else
+                "not a batch name")
+        reason = f"{name!r}: {what}, not a batch name of worker {worker!r}"
+        local = self.incoming_dir / f"foreign-{_digest(worker, name)}"
+        try:
+            source.fetch(name, local)
+        except (BatchRefused, FetchTooSlow) as e:
+            reason += f"; refused: {e}"
+            local = None
+        except SourceError:
+            return True  # the listing's file went away, or the link failed: next pass
+        self._reject(worker, name, key, local, reason, source, result)
+        return True
+
+    def _too_slow(self, worker: str, name: str, err: Exception) -> bool:
+        """Count one deadline overrun of a name; True once it has used up its tries."""
+        with self._lock:
+            n = self._slow[(worker, name)] = self._slow.get((worker, name), 0) + 1
+        log.warning("%s: fetch of %s overran its deadline (%d/%d): %s", worker, name, n,
+                    SLOW_FETCH_TRIES, err)
+        return n >= SLOW_FETCH_TRIES
+
+    def _reject(self, worker: str, name: str, key: str, path: Path | None, reason: str,
+                source: BatchSource | None, result: CollectResult) -> None:
+        """Count a rejected file against `worker`: its bytes to quarantine while within the
+        budget, its reason file, the ledger line, then the worker's copy deleted."""
+        reason = _escaped(reason)[:_REASON_MAX_CHARS]
+        target = self.quarantine_path(worker, name)
+        folder, stem = target.parent, target.name
+        with self._lock:
+            folder.mkdir(parents=True, exist_ok=True)
+            entry = self._entry(key, path, "rejected", reason)
+            entry["worker"] = worker
+            if key != name:
+                entry.update(generation=-1, seq=-1, listed_name=name[:300])
+            kept = False
+            if path is not None and path.is_file():
+                size = path.stat().st_size
+                if self._quarantine_bytes + size <= self.quarantine_max_bytes:
+                    os.replace(path, folder / stem)
+                    self._quarantine_bytes += size
+                    kept = True
+                else:
+                    path.unlink(missing_ok=True)
+                    reason += (f" [its {size} bytes were not kept: quarantine/ is at its "
+                               f"{self.quarantine_max_bytes}-byte budget]")
+            (folder / f"{stem}.reason.txt").write_text(reason + "\n", encoding="utf-8")
+            entry["kept"] = kept
+            self._append(entry)
+            self._slow.pop((worker, name), None)
+            n = self.rejected_since_start[worker] = self.rejected_since_start.get(worker, 0) + 1
+            if n >= self.max_rejected and worker not in self.over_budget:
+                self.over_budget[worker] = (
+                    f"{n} files rejected from worker {worker} (limit "
+                    f"distributed.max_rejected_batches = {self.max_rejected}); collection "
+                    f"from it is stopped. Last: {reason[:300]}. Fix or replace the host, "
+                    "then restart the worker")
+                log.error("worker %s: %s", worker, self.over_budget[worker])
+        result.rejected.append(name)
+        log.error("rejected %s from %s (%s): %s", ascii(name)[:120], worker,
+                  "quarantined" if kept else "reason kept", reason)
+        if source is not None:
+            source.delete(name)
+
+
+def _is_bare_name(name: str) -> bool:
+    """A plain file name: no folder part, not . or .., no NUL, not too long.
+
+    Odd but plain names (spaces, newlines, `;`) are safe to reject: names are never handed
+    to a shell, and only owned batch names (bounded by their rule) become local file names.
+    """
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and len(name.encode("utf-8", "surrogateescape")) <= 255
+    )
+
+
+def _digest(worker: str, name: str) -> str:
+    """A short, fixed-length local file name for a listed name (which may be 255 bytes of
+    anything: a local name built from it could pass NAME_MAX with a suffix)."""
+    raw = f"{worker}\0{name}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(raw).hexdigest()[:24]
+
+
+def _safe_worker(worker: str) -> str:
+    return worker if _is_bare_name(worker) and len(worker) <= 64 else _digest(worker, "")
+
+
+def _escaped(text: str) -> str:
+    """`text` with every non-printable character written as its escape (`\\n`, `\\x1b`).
+
+    Not `distributed.status.printable`, on purpose: a reason goes to the ledger and to
+    `<name>.reason.txt`, the record of why a file was refused, so no character of it is
+    dropped (an escape sequence stays visible as `\\x1b[...`, a newline as `\\n`); the
+    caller caps its length. `printable` is for one cell of `status.txt`: it drops escape
+    sequences, shows other control characters as '?' and cuts the text to one short line.
+    """
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _mean(values: Any) -> float:
+    values = list(values)
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+class LocalSource:
+    """A local worker's outbox folder (local mode): regular files only, capped, fsynced."""
+
+    def __init__(self, outbox: str | os.PathLike, *, max_bytes: int = MAX_BATCH_BYTES,
+                 timeout_s: float = FETCH_TIMEOUT_S):
+        self.outbox = Path(outbox)
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+
+    def list_batches(self) -> list[str]:
+        return outbox_batches(self.outbox)
+
+    def fetch(self, name: str, dest: Path) -> int:
+        from distributed.transfer import DeadlineError, TransferError, VerifyError, copy_file
+
+        src = self.outbox / name
+        try:
+            return copy_file(src, dest, max_bytes=self.max_bytes,
+                             timeout_s=self.timeout_s).size
+        except VerifyError as e:
+            raise BatchRefused(str(e)) from e
+        except DeadlineError as e:
+            raise FetchTooSlow(str(e)) from e
+        except (TransferError, OSError) as e:
+            raise SourceError(f"{src}: cannot copy: {e}") from e
+
+    def delete(self, name: str) -> None:
+        try:
+            (self.outbox / name).unlink(missing_ok=True)
+        except OSError as e:
+            raise SourceError(f"{self.outbox / name}: cannot delete: {e}") from e

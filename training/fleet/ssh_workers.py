@@ -1,0 +1,252 @@
+"""Distributed mode: worker daemons on SSH hosts, each driven through a connector of its own.
+
+An `SSHFleet` (a `training.fleet.fleet.Fleet`) is the coach's view of `distributed.workers`; each
+worker's `SSHBackend` owns one `SSHConnector` for that host alone, so a dead link, a stuck
+transfer or a held lock on one host never touches another (after an abandoned operation the
+supervisor gets a fresh backend with a fresh connector; `abort` closes the old one's socket).
+
+Bringing a worker up (`prepare_host`, shared with `training.fleet.remote_training`): preflight
+(Python, torch, GPUs, disk; problems make it Error and it is retried with backoff) -> deploy
+the project's exact version (unless `distributed.deploy` is off) -> upload the run's config,
+redacted (`worker_config`: no other worker's host, user or key path) -> start the daemon
+detached (`python -m training.worker ... --min-seq N`, N from the coach's ledger, so a wiped
+remote folder never reuses a batch number; its own session and pid file, log in
+`<remote_dir>/logs/worker_<name>.log`). Each worker's folder on its host is
+`<remote_dir>/workers/<name>` (models/, outbox/, status.json); a new model goes to its models/
+(model first, manifest last), and the generation two before it is deleted there.
+
+Errors are translated for the supervisor: a connection or transfer failure is `Unreachable`
+(Offline once the heartbeat ages; the connector reconnects on the next call, so a worker comes
+back by itself when its link does), a refused host key or login, a failed preflight or a
+daemon that exits at start is `WorkerFault` (Error).
+
+It must not: import paramiko (only `distributed/` does), or decide when to train.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import posixpath
+from pathlib import Path
+from typing import Callable
+
+from configs import Config, WorkerSpec, dump_config
+from distributed import remote
+from distributed.ssh_connector import (
+    AuthError,
+    DeployError,
+    HostKeyError,
+    RemoteCommandError,
+    SSHConnector,
+    SSHError,
+)
+from distributed.status import Heartbeat, StatusFormatError
+from distributed.transfer import (
+    DeadlineError,
+    TransferError,
+    TransferStats,
+    VerifyError,
+    write_atomic,
+)
+from training.fleet.collector import MAX_BATCH_BYTES, BatchRefused, FetchTooSlow, SourceError
+from training.fleet.fleet import Backend, Fleet, Unreachable, WorkerFault
+from training.go.records import BATCH_SUFFIX
+from training.run.model_store import Manifest, model_stem
+from training.run.run_dir import RunDir
+
+log = logging.getLogger(__name__)
+
+START_COMMAND = ("{python}", "-m", "training.worker", "--name", "{name}", "--config", "{config}",
+                 "--dir", "{dir}", "--models-dir", "{models}", "--gpu-id", "{gpu_id}",
+                 "--log-to-stderr-only")
+_ERRORS = (SSHError, TransferError, OSError)
+_FAULTS = (HostKeyError, AuthError, DeployError, RemoteCommandError, VerifyError,
+           StatusFormatError)
+
+
+def worker_config(cfg: Config) -> Config:
+    """The config a worker host gets: the run's, without any host, user, key path or weight
+    of the other machines (a worker host needs none of them)."""
+    dist = dataclasses.replace(cfg.distributed, workers=(), training_nodes=(),
+                               worker_weights={}, master_addr=None)
+    return dataclasses.replace(cfg, distributed=dist)
+
+
+def write_worker_config(cfg: Config, path: Path) -> Path:
+    """`worker_config(cfg)` written atomically to `path` (pushed to every host)."""
+    write_atomic(path, dump_config(worker_config(cfg)))
+    return path
+
+
+def prepare_host(connector: SSHConnector, name: str, config_file: Path, deploy: bool) -> None:
+    """Preflight, deploy (when on) and the run's config: once before a host's first start.
+    Raises SSHError (a failed preflight is a RemoteCommandError naming the problems)."""
+    report = connector.preflight(name)
+    if not report.ok:
+        raise RemoteCommandError(f"{name}: preflight: " + "; ".join(report.problems),
+                                 worker=name, action="preflight")
+    if deploy:
+        connector.deploy(name)
+    connector.put(name, config_file, connector.paths(name).config)
+
+
+def translate(err: Exception) -> Exception:
+    """A connector error as the supervisor's `Unreachable` or `WorkerFault`."""
+    if isinstance(err, _FAULTS):
+        return WorkerFault(str(err))
+    return Unreachable(str(err))
+
+
+class SSHSource:
+    """One worker's outbox over SFTP (a `collector.BatchSource`)."""
+
+    def __init__(self, connector: SSHConnector, name: str, outbox: str):
+        self.connector = connector
+        self.name = name
+        self.outbox = outbox
+
+    def list_batches(self) -> list[str]:
+        try:
+            names = self.connector.listdir(self.name, self.outbox)
+        except _ERRORS as e:
+            raise SourceError(f"{self.name}: cannot list {self.outbox}: {e}") from e
+        return sorted(n for n in names if n.endswith(BATCH_SUFFIX) and not n.startswith("."))
+
+    def fetch(self, name: str, dest: Path) -> int:
+        """Regular files only, capped while reading, within distributed.transfer_timeout_s
+        (`transfer.get_file`); a refused file is BatchRefused, a too slow one FetchTooSlow."""
+        try:
+            return self.connector.get(self.name, posixpath.join(self.outbox, name), dest,
+                                      max_bytes=MAX_BATCH_BYTES).size
+        except VerifyError as e:  # a symlink, FIFO, device, oversized or growing file
+            raise BatchRefused(f"{self.name}: {name}: {e}") from e
+        except DeadlineError as e:
+            raise FetchTooSlow(f"{self.name}: {name}: {e}") from e
+        except _ERRORS as e:
+            raise SourceError(f"{self.name}: cannot download {name}: {e}") from e
+
+    def delete(self, name: str) -> None:
+        try:
+            self.connector.remove(self.name, posixpath.join(self.outbox, name))
+        except _ERRORS as e:
+            raise SourceError(f"{self.name}: cannot delete {name}: {e}") from e
+
+
+class SSHBackend(Backend):
+    """One worker daemon on an SSH host (see the module docstring)."""
+
+    def __init__(self, cfg: Config, spec: WorkerSpec, config_file: Path, *,
+                 stats: TransferStats, start_command: tuple[str, ...] = START_COMMAND,
+                 project: remote.ProjectInfo | None = None):
+        self.cfg, self.spec, self.name = cfg, spec, spec.name
+        self.host = spec.host
+        self.gpu = "cpu" if spec.gpu_id < 0 else str(spec.gpu_id)
+        self.config_file, self.stats = Path(config_file), stats
+        self.start_command, self.project = tuple(start_command), project
+        self.connector = SSHConnector(dataclasses.replace(cfg.distributed, workers=(spec,)),
+                                      start_command=self.start_command, stats=stats,
+                                      project=project)
+        self._outbox: str | None = None
+
+    def deadline_s(self, op: str) -> float:
+        """Every attempt's own timeouts plus the backoffs between them, and a margin."""
+        d = self.cfg.distributed
+        per_try = d.connect_timeout_s + {
+            "prepare": 4 * max(d.command_timeout_s, 300.0),
+            "stop": d.command_timeout_s + d.stop_grace_s,
+            "start": 2 * d.command_timeout_s,
+            "check daemon": d.command_timeout_s,
+            "push model": 2 * d.transfer_timeout_s,
+        }.get(op, d.transfer_timeout_s)
+        return (d.retries + 1) * per_try + d.retries * d.backoff_max_s + 5.0
+
+    def _call(self, fn: Callable, *args):
+        try:
+            return fn(*args)
+        except _ERRORS + (StatusFormatError,) as e:
+            raise translate(e) from e
+
+    def prepare(self) -> None:
+        self._call(prepare_host, self.connector, self.name, self.config_file,
+                   self.cfg.distributed.deploy)
+
+    def start(self, min_seq: int) -> int:
+        self.connector.start_command = (*self.start_command, "--min-seq", str(min_seq))
+        return self._call(self.connector.start, self.name)
+
+    def is_running(self) -> bool:
+        return self._call(self.connector.is_running, self.name) is not None
+
+    def stop(self) -> None:
+        self._call(self.connector.stop, self.name)
+
+    def read_heartbeat(self) -> Heartbeat | None:
+        try:
+            return self._call(self.connector.read_heartbeat, self.name)
+        except Unreachable as e:
+            if isinstance(e.__cause__, FileNotFoundError):
+                return None  # reachable, no heartbeat yet
+            raise
+
+    def push_model(self, models_dir: Path, manifest: Manifest) -> None:
+        """Model file, then manifest; then the model two generations older is deleted."""
+        def push() -> None:
+            models = self.connector.paths(self.name).models
+            for local in (manifest.zst_name, manifest.json_name):
+                self.connector.put(self.name, Path(models_dir) / local,
+                                   posixpath.join(models, local))
+            old = manifest.generation - 2
+            if old >= 0:
+                stem = model_stem(old)
+                for suffix in (".json", ".pt.zst"):  # manifest first: never a dangling one
+                    self.connector.remove(self.name, posixpath.join(models, stem + suffix))
+
+        self._call(push)
+
+    def source(self) -> SSHSource:
+        if self._outbox is None:
+            try:
+                self._outbox = self.connector.paths(self.name).outbox
+            except _ERRORS as e:
+                raise SourceError(f"{self.name}: unreachable: {e}") from e
+        return SSHSource(self.connector, self.name, self._outbox)
+
+    def abort(self) -> None:
+        self.connector.close()
+
+    def fresh(self) -> SSHBackend:
+        return SSHBackend(self.cfg, self.spec, self.config_file, stats=self.stats,
+                          start_command=self.start_command, project=self.project)
+
+    def close(self) -> None:
+        self.connector.close()
+
+
+class SSHFleet(Fleet):
+    """Worker daemons on the configured SSH hosts, one `SSHBackend` each.
+
+    `connector` (optional) only lends its start command (e.g. a simulated daemon's) and
+    project info; each worker still gets a connector of its own."""
+
+    def __init__(self, cfg: Config, run_dir: str | os.PathLike, config_file: str | os.PathLike,
+                 *, stats: TransferStats | None = None,
+                 next_seq: Callable[[str], int] = lambda name: 0,
+                 connector: SSHConnector | None = None,
+                 start_command: tuple[str, ...] | None = None):
+        self.run_dir = Path(run_dir)
+        self.source_config = Path(config_file)
+        self.config_file = RunDir(self.run_dir).worker_config
+        self.start_command = tuple(start_command or (connector.start_command if connector
+                                                     else START_COMMAND))
+        self.project = connector.project if connector is not None else None
+        if connector is not None:
+            connector.close()
+        super().__init__(cfg, next_seq=next_seq, stats=stats)
+
+    def backends_for(self, cfg: Config) -> list[Backend]:
+        write_worker_config(cfg, self.config_file)
+        return [SSHBackend(cfg, spec, self.config_file, stats=self.stats,
+                           start_command=self.start_command, project=self.project)
+                for spec in cfg.distributed.workers]

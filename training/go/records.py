@@ -1,0 +1,797 @@
+"""Finished self-play games: `GameRecord` and game batch files (SGF: `training.go.sgf`).
+
+Vocabulary (see `training.go.coords`): N is the board size, A = N*N points, a move is a flat index
+``row * N + col`` (row 0 = top) or PASS = ``A``; a policy vector has P = A + 1 entries, pass
+last. A *game batch* is one file of finished games from one worker (docs/DESIGN.md, "Game
+batch"), named ``<worker>_<gen:06d>_<seq:08d>.npz.zst``; the name is the coach's idempotency
+key.
+
+Batch file layout: a zstd-compressed ``.npz`` (written with ``np.savez``; read with
+``allow_pickle=False`` only) holding, for G games with T_g moves each and M = sum(T_g):
+
+    meta            0-d unicode   JSON of `BatchMeta`
+    offsets         int64 [G+1]   game g's moves are rows offsets[g]:offsets[g+1]
+    moves           int16 [M]     flat index or PASS
+    visits          uint16 [M, P] the policy target per move: root visit counts (PUCT), or
+                                  the improved policy in units of 1/POLICY_SCALE (Gumbel)
+    values          float16 [M]   root value, side to move's view, in [-1, 1]
+    full_search     bool [M]      the move got a full search, so its `visits` row is a policy
+                                  target (playout cap randomization; false: a fast search,
+                                  value target only). Optional: missing (older batches) = true
+    result          int8 [G]      +1 black won, -1 white won, 0 draw
+    score           float32 [G]   Tromp-Taylor score, black's view, komi included; NaN if resigned
+    resigned, resign_disabled     bool [G]
+    would_resign_as int8 [G]      0, or the colour that would have resigned (resign disabled)
+    board_size      int16 [G],  komi float32 [G],  generation int32 [G],  seed int64 [G],
+    simulations     int32 [G]
+
+`read_batch`/`load_batch` trust nothing in a file: they bound the decompressed size, refuse
+pickles, check every array's dtype and shape and every value's range, and replay every game
+through the reference rules (`training.go.rules.Position`, the check of record). Each failure is a
+`BatchError` naming the file, the game and the reason, with a short `kind` per failure.
+
+This module must not import torch, and never writes a file other processes read except through
+`distributed.transfer.write_atomic` (temp name, then rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import math
+import os
+import re
+import sys
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from distributed.transfer import (
+    DecompressionLimitError,
+    TransferError,
+    compress_bytes,
+    decompress_bytes,
+    write_atomic,
+)
+from configs.schema import WORKER_NAME_PATTERN
+from training.go.coords import BLACK, MAX_SIZE, MIN_SIZE, WHITE
+from training.go.rules import IllegalMove, Position
+from training.go.sgf import result_text, to_sgf
+
+log = logging.getLogger(__name__)
+
+RULES = "tromp-taylor-positional-superko"
+FORMAT_VERSION = 1
+BATCH_SUFFIX = ".npz.zst"
+DEFAULT_MAX_BYTES = 256 << 20
+"""Default cap on a batch's decompressed size (a 19x19 batch of 100 games is about 30 MB)."""
+
+_BATCH_NAME_RE = re.compile(  # the worker part is the config's name rule: one rule for both
+    rf"^(?P<worker>{WORKER_NAME_PATTERN})_(?P<gen>\d{{6,9}})_(?P<seq>\d{{8,12}})"
+    + re.escape(BATCH_SUFFIX) + "$")
+
+
+@dataclass
+class GameRecord:
+    """One finished game of self-play, with the search's policy target for every move.
+
+    Shapes: T moves, P = N*N + 1 policy entries (pass last).
+    """
+
+    board_size: int
+    komi: float
+    moves: np.ndarray
+    """int16 [T]: flat index row*N+col (row 0 = top), PASS = N*N."""
+    visits: np.ndarray
+    """uint16 [T, N*N+1]: root visit counts per move, the policy target."""
+    result: int
+    """+1 black won, -1 white won, 0 draw."""
+    score: float
+    """Tromp-Taylor area score from black's view with komi; NaN when resigned."""
+    resigned: bool
+    resign_disabled: bool
+    would_resign_as: int
+    """0, or the colour (1 black, -1 white) that would have resigned in a resign-disabled game."""
+    generation: int
+    seed: int
+    simulations: int
+    values: np.ndarray
+    """float16 [T]: root value, from the side to move's view."""
+    full_search: np.ndarray | None = None
+    """bool [T]: the move's `visits` row is a policy target (a full search); False: a fast
+    search of playout cap randomization, trained for the value only. None: all True (a
+    record read from a batch always has the array)."""
+
+    @property
+    def num_moves(self) -> int:
+        return int(len(self.moves))
+
+
+@dataclass(frozen=True)
+class BatchMeta:
+    """What a batch file says about itself (stored as JSON inside the file)."""
+
+    worker: str
+    generation: int
+    """The generation in the file name: by convention the oldest model generation that
+    played a game of the batch (games carry their own generation)."""
+    board_size: int
+    komi: float
+    simulations: int
+    max_moves: int = 0
+    """The move cap the games were played under; 0 means 2 * board_size**2."""
+    rules: str = RULES
+    created: float = field(default_factory=time.time)
+    """Unix time the batch was written."""
+    version: int = FORMAT_VERSION
+
+    @property
+    def move_cap(self) -> int:
+        return self.max_moves or 2 * self.board_size**2
+
+    @classmethod
+    def from_records(
+        cls, worker: str, records: Sequence[GameRecord], *, max_moves: int = 0
+    ) -> "BatchMeta":
+        """The meta of a non-empty batch, taken from its games (generation: the oldest).
+
+        Pass the config's `go.max_moves`: validation replays games under that move cap.
+        """
+        if not records:
+            raise ValueError("BatchMeta.from_records needs at least one game")
+        first = records[0]
+        return cls(
+            worker=worker,
+            generation=min(int(r.generation) for r in records),
+            board_size=int(first.board_size),
+            komi=float(first.komi),
+            simulations=max(int(r.simulations) for r in records),
+            max_moves=int(max_moves),
+        )
+
+
+class BatchName(NamedTuple):
+    worker: str
+    generation: int
+    seq: int
+
+
+class BatchError(ValueError):
+    """A batch file that must not be trained on. `kind` is a short tag per kind of failure."""
+
+    def __init__(self, path: str | Path, reason: str, *, kind: str, game: int | None = None):
+        self.path = str(path)
+        self.reason = reason
+        self.kind = kind
+        self.game = game
+        where = f"{self.path}: game {game}" if game is not None else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass
+class Batch:
+    """A validated batch: its meta, its games, and each game's boards [T+1, N*N] int8."""
+
+    meta: BatchMeta
+    records: list[GameRecord]
+    boards: list[np.ndarray]
+
+
+# ------------------------------------------------------------------------------------ names
+
+
+def batch_name(worker: str, generation: int, seq: int) -> str:
+    """The file name of a batch: "<worker>_<gen:06d>_<seq:08d>.npz.zst"."""
+    name = f"{worker}_{generation:06d}_{seq:08d}{BATCH_SUFFIX}"
+    parse_batch_name(name)  # one rule for what a valid name is
+    return name
+
+
+def outbox_batches(outbox: str | os.PathLike) -> list[str]:
+    """Names of complete batch files in an outbox (temporary and partial names skipped)."""
+    try:
+        names = os.listdir(outbox)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if not n.startswith(".") and n.endswith(BATCH_SUFFIX))
+
+
+def parse_batch_name(name: str) -> BatchName:
+    """Split a batch file name into (worker, generation, seq); ValueError for anything else."""
+    if not isinstance(name, str) or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"{name!r} is not a bare batch file name (no folders allowed)")
+    m = _BATCH_NAME_RE.match(name)
+    if m is None:
+        raise ValueError(
+            f"{name!r} is not a batch file name: expected <worker>_<gen:06d>_<seq:08d>"
+            f"{BATCH_SUFFIX}, worker made of letters, digits, '_' and '-' (at most 64)"
+        )
+    return BatchName(m["worker"], int(m["gen"]), int(m["seq"]))
+
+
+def batch_name_or_none(name: str) -> BatchName | None:
+    """(worker, generation, seq) of a batch file name, or None for anything else."""
+    try:
+        return parse_batch_name(name)
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------------------------ write
+
+_GAME_DTYPES = {
+    "result": np.int8,
+    "score": np.float32,
+    "resigned": np.bool_,
+    "resign_disabled": np.bool_,
+    "would_resign_as": np.int8,
+    "board_size": np.int16,
+    "komi": np.float32,
+    "generation": np.int32,
+    "seed": np.int64,
+    "simulations": np.int32,
+}
+_MOVE_DTYPES = {
+    "moves": np.int16, "visits": np.uint16, "values": np.float16, "full_search": np.bool_,
+}
+_ARRAYS = {"meta", "offsets", *_GAME_DTYPES, *_MOVE_DTYPES}
+_OPTIONAL_ARRAYS = {"full_search"}
+"""Arrays that older batches lack; `_load_npz` fills them in (full_search: all true)."""
+POLICY_SCALE = 10_000
+"""A Gumbel search's improved policy is stored in `visits` as round(p * POLICY_SCALE)."""
+
+
+def encode_batch(records: Sequence[GameRecord], meta: BatchMeta) -> bytes:
+    """The uncompressed .npz bytes of a batch (see the module docstring for the layout)."""
+    p = meta.board_size**2 + 1
+    lengths = [r.num_moves for r in records]
+    offsets = np.zeros(len(records) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    arrays: dict[str, np.ndarray] = {
+        "meta": np.array(json.dumps(asdict(meta), sort_keys=True)),
+        "offsets": offsets,
+    }
+    for key, dtype in _MOVE_DTYPES.items():
+        parts = [np.ones(r.num_moves, np.bool_) if getattr(r, key) is None
+                 else np.asarray(getattr(r, key)) for r in records]
+        empty = np.zeros((0, p) if key == "visits" else (0,), dtype)
+        arrays[key] = np.concatenate([empty, *[a.astype(dtype, copy=False) for a in parts]])
+    for key, dtype in _GAME_DTYPES.items():
+        arrays[key] = np.array([getattr(r, key) for r in records], dtype=dtype)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def write_batch(
+    path: str | Path, records: Sequence[GameRecord], meta: BatchMeta, *, level: int = 3
+) -> int:
+    """Write a batch file atomically (temp name, then rename); returns its size in bytes."""
+    data = compress_bytes(encode_batch(records, meta), level=level)
+    write_atomic(path, data)
+    log.debug("wrote %s games=%d bytes=%d", path, len(records), len(data))
+    return len(data)
+
+
+# ------------------------------------------------------------------------------------- read
+
+
+def read_batch(
+    path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, max_generation: int | None = None
+) -> tuple[BatchMeta, list[GameRecord]]:
+    """Read and fully validate a batch file; BatchError names the file, game and reason."""
+    batch = load_batch(path, max_bytes=max_bytes, max_generation=max_generation)
+    return batch.meta, batch.records
+
+
+def load_batch(
+    path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, max_generation: int | None = None
+) -> Batch:
+    """`read_batch`, also keeping each game's replayed boards (for the replay window)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise BatchError(path, f"cannot read the file: {e.strerror}", kind="unreadable") from e
+    return decode_batch(raw, path, max_bytes=max_bytes, max_generation=max_generation)
+
+
+def decode_batch(
+    raw: bytes,
+    path: str | Path = "<bytes>",
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_generation: int | None = None,
+) -> Batch:
+    """Validate the compressed bytes of a batch file; `path` is used in error messages."""
+    try:
+        data = decompress_bytes(raw, max_bytes)
+    except DecompressionLimitError as e:
+        raise BatchError(
+            path,
+            f"decompresses to more than {max_bytes} bytes (a corrupt file or a decompression "
+            "bomb); rejected",
+            kind="too_large",
+        ) from e
+    except TransferError as e:
+        raise BatchError(
+            path, f"not a valid zstd file (truncated or corrupt): {e}", kind="corrupt_zstd"
+        ) from e
+    arrays = _load_npz(data, path, max_bytes)
+    meta = _parse_meta(arrays.pop("meta"), path)
+    _check_name(path, meta)
+    if max_generation is not None and meta.generation > max_generation:
+        raise BatchError(
+            path,
+            f"generation {meta.generation} is newer than the newest published model "
+            f"({max_generation}); the batch is not from this run",
+            kind="generation_too_new",
+        )
+    offsets = _check_arrays(arrays, meta, path)
+    _check_values(arrays, meta, path, max_generation)
+    records, boards = [], []
+    for g in range(len(offsets) - 1):
+        a, b = int(offsets[g]), int(offsets[g + 1])
+        rec = GameRecord(
+            board_size=int(arrays["board_size"][g]),
+            komi=float(arrays["komi"][g]),
+            moves=arrays["moves"][a:b],
+            visits=arrays["visits"][a:b],
+            result=int(arrays["result"][g]),
+            score=float(arrays["score"][g]),
+            resigned=bool(arrays["resigned"][g]),
+            resign_disabled=bool(arrays["resign_disabled"][g]),
+            would_resign_as=int(arrays["would_resign_as"][g]),
+            generation=int(arrays["generation"][g]),
+            seed=int(arrays["seed"][g]),
+            simulations=int(arrays["simulations"][g]),
+            values=arrays["values"][a:b],
+            full_search=arrays["full_search"][a:b],
+        )
+        boards.append(_replay_checked(rec, meta.move_cap, path, g))
+        records.append(rec)
+    return Batch(meta, records, boards)
+
+
+def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.ndarray]:
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        if data[:1] == b"\x80":  # pickle protocol 2+ opcode
+            raise BatchError(
+                path, "holds a pickle, not an npz archive; pickles are never loaded",
+                kind="pickle",
+            ) from None
+        raise BatchError(path, "the decompressed data is not an npz archive", kind="not_npz") \
+            from None
+    with zf:
+        declared = sum(i.file_size for i in zf.infolist())
+    if declared > max_bytes:  # members compressed inside the zip: a second bomb layer
+        raise BatchError(
+            path,
+            f"npz members declare {declared} bytes, more than the limit of {max_bytes}",
+            kind="too_large",
+        )
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            names = set(npz.files)
+            missing = sorted(_ARRAYS - _OPTIONAL_ARRAYS - names)
+            extra = sorted(names - _ARRAYS)
+            if missing:
+                raise BatchError(
+                    path, f"missing arrays {', '.join(missing)}", kind="missing_array"
+                )
+            if extra:
+                raise BatchError(
+                    path, f"unexpected arrays {', '.join(extra)}", kind="unexpected_array"
+                )
+            for key in sorted(names):
+                arrays[key] = npz[key]
+    except BatchError:
+        raise
+    except ValueError as e:
+        if "pickle" in str(e).lower():
+            raise BatchError(
+                path,
+                "an array holds Python objects (a pickle); pickles are never loaded",
+                kind="pickle",
+            ) from e
+        raise BatchError(path, f"unreadable npz archive: {e}", kind="not_npz") from e
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
+        raise BatchError(path, f"unreadable npz archive: {e}", kind="not_npz") from e
+    if "full_search" not in arrays:  # an older batch: every move was a full search
+        moves = arrays["moves"]
+        arrays["full_search"] = np.ones(len(moves) if moves.ndim == 1 else 0, np.bool_)
+    return arrays
+
+
+def _parse_meta(arr: np.ndarray, path: str | Path) -> BatchMeta:
+    if arr.shape != () or arr.dtype.kind != "U":
+        raise BatchError(path, "meta must be a 0-d unicode array of JSON", kind="bad_meta")
+    try:
+        raw = json.loads(str(arr))
+    except json.JSONDecodeError as e:
+        raise BatchError(path, f"meta is not valid JSON: {e}", kind="bad_meta") from e
+    if not isinstance(raw, dict):
+        raise BatchError(path, "meta must be a JSON object", kind="bad_meta")
+    types = {
+        "worker": str, "generation": int, "board_size": int, "komi": (int, float),
+        "simulations": int, "max_moves": int, "rules": str, "created": (int, float),
+        "version": int,
+    }
+    if set(raw) != set(types):
+        raise BatchError(
+            path,
+            f"meta keys {sorted(raw)} differ from the expected {sorted(types)}",
+            kind="bad_meta",
+        )
+    for key, tp in types.items():
+        if not isinstance(raw[key], tp) or isinstance(raw[key], bool):
+            raise BatchError(path, f"meta.{key} has the wrong type: {raw[key]!r}", kind="bad_meta")
+    meta = BatchMeta(**raw)
+    problems = []
+    if meta.version != FORMAT_VERSION:
+        problems.append(f"format version {meta.version} (this reader knows {FORMAT_VERSION})")
+    if meta.rules != RULES:
+        problems.append(f"rules {meta.rules!r} (expected {RULES!r})")
+    if not MIN_SIZE <= meta.board_size <= MAX_SIZE:
+        problems.append(f"board size {meta.board_size} outside {MIN_SIZE}..{MAX_SIZE}")
+    if not (math.isfinite(meta.komi) and abs(meta.komi) <= 1000 and meta.komi * 2 % 1 == 0):
+        problems.append(f"komi {meta.komi} is not a multiple of 0.5")
+    if meta.generation < 0 or meta.simulations < 1 or meta.max_moves < 0:
+        problems.append("negative generation, max_moves or simulations < 1")
+    if problems:
+        raise BatchError(path, "bad meta: " + "; ".join(problems), kind="bad_meta")
+    return meta
+
+
+def _check_name(path: str | Path, meta: BatchMeta) -> None:
+    """If the file has a batch name, it must agree with the meta inside."""
+    try:
+        name = parse_batch_name(Path(path).name)
+    except ValueError:
+        return  # a partial download or a test file: nothing to compare
+    if name.worker != meta.worker or name.generation != meta.generation:
+        raise BatchError(
+            path,
+            f"file name says worker {name.worker!r} generation {name.generation}, "
+            f"the meta inside says worker {meta.worker!r} generation {meta.generation}",
+            kind="name_mismatch",
+        )
+
+
+def _check_arrays(arrays: dict[str, np.ndarray], meta: BatchMeta, path) -> np.ndarray:
+    """Dtypes and shapes of every array; returns the offsets."""
+    p = meta.board_size**2 + 1
+    offsets = arrays["offsets"]
+    if offsets.dtype != np.int64 or offsets.ndim != 1 or len(offsets) < 1:
+        raise BatchError(path, f"offsets must be int64 [G+1], got {offsets.dtype} "
+                         f"{list(offsets.shape)}", kind="dtype")
+    n_games = len(offsets) - 1
+    if arrays["moves"].ndim != 1:
+        raise BatchError(path, f"array moves has shape {list(arrays['moves'].shape)}, expected "
+                         "[M] (the moves of every game, concatenated)", kind="shape")
+    n_moves = len(arrays["moves"])
+    if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != n_moves:
+        raise BatchError(
+            path,
+            f"offsets must rise from 0 to the number of moves ({n_moves})",
+            kind="offsets",
+        )
+    _check_visit_values(arrays["visits"], offsets, path)
+    expected = {key: (dt, (n_moves,)) for key, dt in _MOVE_DTYPES.items()}
+    expected["visits"] = (np.uint16, (n_moves, p))
+    expected.update({key: (dt, (n_games,)) for key, dt in _GAME_DTYPES.items()})
+    for key, (dtype, shape) in expected.items():
+        arr = arrays[key]
+        if arr.dtype != dtype:
+            raise BatchError(
+                path, f"array {key} has dtype {arr.dtype}, expected {np.dtype(dtype)}",
+                kind="dtype",
+            )
+        if arr.shape != shape:
+            raise BatchError(
+                path,
+                f"array {key} has shape {list(arr.shape)}, expected {list(shape)} "
+                f"({n_games} games, {n_moves} moves, board {meta.board_size})",
+                kind="shape",
+            )
+    return offsets
+
+
+def _game_of(offsets: np.ndarray, row: int) -> int:
+    return int(np.searchsorted(offsets, row, side="right") - 1)
+
+
+def _check_visit_values(visits: np.ndarray, offsets: np.ndarray, path) -> None:
+    """NaN, negative, fractional and overflowing visit counts, before the dtype check."""
+    if visits.dtype.kind not in "uif":
+        raise BatchError(path, f"visits has dtype {visits.dtype}, expected uint16", kind="dtype")
+    if visits.ndim != 2:
+        return  # the shape check names it
+    checks = []
+    if visits.dtype.kind == "f":
+        checks.append((~np.isfinite(visits), "NaN or infinite visit count", "visits_nan"))
+    if visits.dtype.kind in "if":
+        checks.append((visits < 0, "negative visit count", "visits_negative"))
+    if visits.dtype.kind == "f":
+        checks.append((visits != np.floor(visits), "fractional visit count", "visits_fraction"))
+    if visits.dtype.itemsize > 2 or visits.dtype.kind == "f":
+        checks.append((visits > 65535, "visit count over 65535 (uint16 overflow)",
+                       "visits_overflow"))
+    for bad, what, kind in checks:
+        with np.errstate(invalid="ignore"):
+            rows = np.flatnonzero(bad.any(axis=1))
+        if len(rows):
+            g = _game_of(offsets, int(rows[0]))
+            t = int(rows[0] - offsets[g]) if 0 <= g < len(offsets) else int(rows[0])
+            raise BatchError(path, f"{what} at move {t}", kind=kind, game=g)
+
+
+def _check_values(arrays, meta: BatchMeta, path, max_generation: int | None) -> None:
+    """Ranges of per-move and per-game values (vectorised over the whole batch)."""
+    offsets = arrays["offsets"]
+    p = meta.board_size**2 + 1
+
+    def first(bad: np.ndarray, per_move: bool) -> tuple[int, str]:
+        i = int(np.flatnonzero(bad)[0])
+        if per_move:
+            g = _game_of(offsets, i)
+            return g, f" at move {i - int(offsets[g])}"
+        return i, ""
+
+    moves, visits, values = arrays["moves"], arrays["visits"], arrays["values"]
+    games = {k: arrays[k] for k in _GAME_DTYPES}
+    per_move = [
+        ((moves < 0) | (moves >= p), f"move outside 0..{p - 1} (PASS = {p - 1})", "move_range"),
+        (visits.sum(axis=1, dtype=np.int64) == 0, "policy with no visits (sums to 0)",
+         "empty_policy"),
+        (visits[np.arange(len(moves)), np.clip(moves, 0, p - 1)] == 0,
+         "the move played has no visits (the policy target disagrees with the move)",
+         "unvisited_move"),
+        (~np.isfinite(values) | (np.abs(values) > 1), "root value not finite or outside [-1, 1]",
+         "bad_value"),
+    ]
+    per_game = [
+        (games["board_size"] != meta.board_size,
+         f"board size differs from the batch's {meta.board_size}", "board_size_mismatch"),
+        (games["komi"] != np.float32(meta.komi), f"komi differs from the batch's {meta.komi}",
+         "komi_mismatch"),
+        (~np.isin(games["result"], (-1, 0, 1)), "result must be -1, 0 or +1", "bad_result"),
+        (games["generation"] < 0, "negative generation", "bad_generation"),
+        (games["simulations"] < 1, "simulations < 1", "bad_simulations"),
+        (~np.isin(games["would_resign_as"], (-1, 0, 1))
+         | ((games["would_resign_as"] != 0) & ~games["resign_disabled"])
+         | (games["resigned"] & games["resign_disabled"]),
+         "inconsistent resignation flags (resigned with resignation disabled, or "
+         "would_resign_as set while resignation was enabled)", "resign_flags"),
+        (games["resigned"] & (games["result"] == 0), "a resigned game cannot be a draw",
+         "bad_result"),
+        (games["resigned"] != np.isnan(games["score"]),
+         "score must be NaN exactly when the game was resigned", "bad_score"),
+        (np.diff(offsets) > meta.move_cap, f"more moves than the move cap {meta.move_cap}",
+         "after_end"),
+    ]
+    if max_generation is not None:
+        per_game.insert(0, (games["generation"] > max_generation,
+                            f"generation newer than the newest model {max_generation}",
+                            "generation_too_new"))
+    for bad, what, kind, is_move in [(*c, True) for c in per_move] + [
+        (*c, False) for c in per_game
+    ]:
+        if bad.any():
+            g, where = first(bad, is_move)
+            raise BatchError(path, what + where, kind=kind, game=g)
+
+
+def _replay_checked(rec: GameRecord, move_cap: int, path, g: int) -> np.ndarray:
+    """Replay one game through the reference rules; boards int8 [T+1, N*N]."""
+    n = rec.board_size
+    pos = Position(n, rec.komi, max_moves=move_cap)
+    for t, move in enumerate(rec.moves.tolist()):
+        if pos.is_over():
+            raise BatchError(
+                path, f"move {t} is played after the game ended ({_end_reason(pos)})",
+                kind="after_end", game=g,
+            )
+        try:
+            pos.play(move)
+        except IllegalMove as e:
+            raise BatchError(path, f"move {t}: {e}", kind="illegal_move", game=g) from e
+    boards = np.array(pos.boards, dtype=np.int8)
+    # the policy target may only put visits on empty points (or pass)
+    occupied = boards[:-1] != 0
+    if np.any(rec.visits[:, :-1][occupied]):
+        t = int(np.flatnonzero((rec.visits[:, :-1] * occupied).any(axis=1))[0])
+        raise BatchError(path, f"visits on an occupied point at move {t}",
+                         kind="visits_on_occupied", game=g)
+    if rec.resigned:
+        if pos.is_over():
+            raise BatchError(path, f"resigned after the game had ended ({_end_reason(pos)})",
+                             kind="after_end", game=g)
+        if rec.result != -pos.to_play:  # the side to move is the one that resigns
+            raise BatchError(path, f"result {rec.result:+d} of a resignation: the side to move "
+                             f"({pos.to_play:+d}) resigned, so {-pos.to_play:+d} won",
+                             kind="result_mismatch", game=g)
+        return boards
+    if not pos.is_over():
+        raise BatchError(
+            path, f"the game stops after {len(rec.moves)} moves without two passes, the move "
+            f"cap ({move_cap}) or a resignation", kind="unfinished", game=g,
+        )
+    score = pos.score()
+    if not math.isclose(rec.score, score, abs_tol=1e-3):
+        raise BatchError(path, f"score {rec.score:g} disagrees with the replayed Tromp-Taylor "
+                         f"score {score:g}", kind="score_mismatch", game=g)
+    expected = (score > 0) - (score < 0)
+    if rec.result != expected:
+        raise BatchError(path, f"result {rec.result:+d} disagrees with the replayed score "
+                         f"{score:g}", kind="result_mismatch", game=g)
+    return boards
+
+
+def _end_reason(pos: Position) -> str:
+    return "two passes" if pos.passes >= 2 else f"move cap {pos.max_moves}"
+
+
+def replay_boards(record: GameRecord, max_moves: int | None = None) -> np.ndarray:
+    """The board before each move and after the last, int8 [T+1, N*N]; IllegalMove if bad."""
+    pos = Position(record.board_size, record.komi, max_moves=max_moves)
+    for move in record.moves.tolist():
+        pos.play(move)
+    return np.array(pos.boards, dtype=np.int8)
+
+
+def random_record(
+    board_size: int,
+    komi: float,
+    rng: np.random.Generator,
+    *,
+    max_moves: int | None = None,
+    pass_prob: float = 0.02,
+    generation: int = 0,
+    simulations: int = 16,
+    seed: int = 0,
+) -> GameRecord:
+    """A random legal finished game with plausible visit counts (tests and stand-ins).
+
+    Moves are random empty points that the rules accept, passes with `pass_prob` (always once
+    no tried point is legal); visits go to the move played and a few other empty points.
+    """
+    n = board_size
+    p = n * n + 1
+    pos = Position(n, komi, max_moves=max_moves)
+    visits_rows = []
+    while not pos.is_over():
+        board = np.array(pos.board, dtype=np.int8)
+        empty = np.flatnonzero(board == 0)
+        move = n * n
+        if rng.random() >= pass_prob:
+            for q in rng.permutation(empty)[:8].tolist():
+                if pos.is_legal(q):
+                    move = q
+                    break
+        row = np.zeros(p, np.uint16)
+        extra = rng.choice(np.append(empty, n * n), size=min(3, len(empty) + 1), replace=False)
+        row[extra] = rng.integers(1, simulations, size=len(extra), dtype=np.uint16)
+        row[move] += simulations
+        visits_rows.append(row)
+        pos.play(move)
+    score = pos.score()
+    t = len(pos.moves)
+    return GameRecord(
+        board_size=n,
+        komi=float(komi),
+        moves=np.array(pos.moves, dtype=np.int16),
+        visits=np.array(visits_rows, dtype=np.uint16).reshape(t, p),
+        result=int((score > 0) - (score < 0)),
+        score=float(score),
+        resigned=False,
+        resign_disabled=False,
+        would_resign_as=0,
+        generation=generation,
+        seed=seed,
+        simulations=simulations,
+        values=rng.uniform(-1, 1, size=t).astype(np.float16),
+    )
+
+
+# -------------------------------------------------------------------------------------- CLI
+
+
+def _summary(path: Path, batch: Batch) -> str:
+    meta, recs = batch.meta, batch.records
+    lengths = [r.num_moves for r in recs]
+    wins = sum(r.result == BLACK for r in recs), sum(r.result == WHITE for r in recs)
+    lines = [
+        f"{path.name}: worker {meta.worker} generation {meta.generation} "
+        f"{meta.board_size}x{meta.board_size} komi {meta.komi:g} {meta.simulations} sims, "
+        f"{len(recs)} games, {sum(lengths)} positions, written "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(meta.created))} UTC",
+        f"black wins {wins[0]}, white wins {wins[1]}, draws {len(recs) - sum(wins)}, "
+        f"resigned {sum(r.resigned for r in recs)}, "
+        f"moves per game min/mean/max {min(lengths, default=0)}/"
+        f"{(sum(lengths) / max(len(lengths), 1)):.1f}/{max(lengths, default=0)}",
+    ]
+    for g, r in enumerate(recs):
+        lines.append(f"  game {g:3d}: {r.num_moves:3d} moves {result_text(r):>8s} "
+                     f"gen {r.generation} seed {r.seed}")
+    return "\n".join(lines)
+
+
+def measure_validation(board_size: int, n_games: int = 100, seed: int = 0) -> dict:
+    """Games and moves per second that `decode_batch` validates (random legal games)."""
+    rng = np.random.default_rng(seed)
+    games = [random_record(board_size, 7.5, rng, pass_prob=0.03, seed=i) for i in range(n_games)]
+    raw = compress_bytes(encode_batch(games, BatchMeta.from_records("bench", games)))
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        decode_batch(raw)
+        best = min(best, time.perf_counter() - start)
+    moves = sum(g.num_moves for g in games)
+    return {
+        "board_size": board_size,
+        "games": n_games,
+        "mean_moves": round(moves / n_games, 1),
+        "bytes_per_game": round(len(raw) / n_games),
+        "validate_games_per_s": round(n_games / best, 1),
+        "validate_moves_per_s": round(moves / best),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.go.records",
+        description="Validate a game batch file, print a summary, export games as SGF.",
+    )
+    parser.add_argument("file", type=Path, nargs="?",
+                        help="a <worker>_<gen>_<seq>.npz.zst batch file")
+    parser.add_argument("--sgf-dir", type=Path, help="write each game as SGF into this folder")
+    parser.add_argument("--game", type=int, help="only this game (0-based); print its SGF")
+    parser.add_argument("--max-mb", type=int, default=DEFAULT_MAX_BYTES >> 20,
+                        help="decompressed size limit in MiB")
+    parser.add_argument("--bench", type=int, metavar="N",
+                        help="measure validation speed on random N x N games instead")
+    parser.add_argument("--bench-games", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.bench:
+        print(json.dumps(measure_validation(args.bench, args.bench_games)))
+        return 0
+    if args.file is None:
+        parser.error("a batch FILE is needed (or --bench N)")
+    try:
+        batch = load_batch(args.file, max_bytes=args.max_mb << 20)
+    except BatchError as e:
+        print(f"rejected: {e}", file=sys.stderr)
+        return 1
+    print(_summary(args.file, batch))
+    games = range(len(batch.records))
+    if args.game is not None:
+        if not 0 <= args.game < len(batch.records):
+            print(f"--game {args.game}: the batch has games 0..{len(batch.records) - 1}",
+                  file=sys.stderr)
+            return 2
+        games = [args.game]
+        if args.sgf_dir is None:
+            print(to_sgf(batch.records[args.game], comment=f"{args.file.name} game {args.game}"),
+                  end="")
+    if args.sgf_dir is not None:
+        args.sgf_dir.mkdir(parents=True, exist_ok=True)
+        stem = args.file.name.removesuffix(BATCH_SUFFIX)
+        for g in games:
+            out = args.sgf_dir / f"{stem}_game{g:04d}.sgf"
+            write_atomic(out, to_sgf(batch.records[g], comment=f"{args.file.name} game {g}"))
+            print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

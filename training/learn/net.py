@@ -1,0 +1,598 @@
+"""The policy/value network: a ResNet, its model files, and a fast batched evaluator.
+
+Owns:
+- `PolicyValueNet(board_size, blocks, filters, history, value_hidden, ...)`: a conv stem,
+  `blocks` residual blocks (two 3x3 convs with BatchNorm and ReLU), a policy head giving N*N+1
+  logits (pass last) and a value head giving tanh in [-1, 1] from the side to move's view.
+  Options from KataGo ("Accelerating Self-Play Learning in Go", Wu 2019), each off by default
+  so that model files written without them rebuild the same net:
+  - `global_pooling`: every other block from the second is a global pooling block, and the
+    policy head is KataGo's (1x1 convs, a bias from global pooling, a logit per point, pass
+    from the pooled features). Pooling is mean, mean * (N - 14) / 10 and max over the board.
+  - `ownership_head`: the final owner of every point, pre-tanh [B, N*N] (side to move's view).
+  - `score_head`: the final area margin / N from the side to move's view, komi included [B].
+  - `opponent_policy_head`: logits [B, N*N+1] of the opponent's reply (the next move's target).
+  `forward(x)` returns (policy logits, value) and is what the evaluator traces;
+  `forward(x, heads=True)` returns a dict with every head, for training only.
+- Model files: `save_model(path, net, generation)` writes ONE `torch.save` dict holding a plain
+  state dict (no `module.`/`_orig_mod.` prefixes), the net's own config and its generation,
+  atomically (temp name + rename). `load_model(path)` rebuilds the net from that copy with
+  `torch.load(weights_only=True)`; it also accepts a trainer checkpoint (the model inside).
+- `make_evaluator(net, device)`: `evaluate(planes, legal=None) -> (priors, values)` under
+  `torch.inference_mode()`, as a frozen TorchScript trace (measured 1.5-2x faster than eager
+  on this CPU, see `benchmarks/train.py --inference`), torch.compile, or eager.
+
+Vocabulary: N is the board size; input planes C = 2 * history + 1 (for each of the last
+`history` positions the stones of the side to move, then the opponent's; then a plane of ones
+when black is to move, see training/go/features.py); a policy vector has N*N+1 entries.
+
+This module must not: know about search, games, files other than model files, or
+torch.distributed (only training/learn/ddp.py touches that); set torch's thread count (the
+caller does).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import os
+import pickle
+import warnings
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+MODEL_FORMAT = "azgo-model"
+MODEL_VERSION = 1
+_PREFIXES = ("module.", "_orig_mod.")
+
+Evaluator = Callable[..., "tuple[np.ndarray, np.ndarray]"]
+
+
+class ModelError(Exception):
+    """A model or checkpoint file that cannot be read or does not describe a net."""
+
+
+# ------------------------------------------------------------------------------- the network
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, filters: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(filters, filters, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(filters)
+        self.conv2 = nn.Conv2d(filters, filters, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(filters)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(x + self.bn2(self.conv2(y)))
+
+
+def global_pool(x: torch.Tensor) -> torch.Tensor:
+    """KataGo's global pooling: [B, C, N, N] -> [B, 3C] (mean, mean * (N - 14) / 10, max).
+
+    Invariant under the 8 board symmetries; the scaled mean lets one net tell board sizes
+    apart (a constant factor of the mean for a fixed N).
+    """
+    mean = x.mean(dim=(2, 3))
+    return torch.cat([mean, mean * ((x.shape[-1] - 14) / 10.0), x.amax(dim=(2, 3))], dim=1)
+
+
+class _PoolingBlock(nn.Module):
+    """A residual block with KataGo's global pooling bias structure.
+
+    The first 3x3 conv's output is split: `pool` channels go through BatchNorm, ReLU and
+    global pooling, and a linear layer turns them into a per-channel bias of the other
+    channels, which then feed the second conv. So every point sees a summary of the whole
+    board (life and death elsewhere, who is ahead) at the cost of one small linear layer.
+    """
+
+    def __init__(self, filters: int, pool: int):
+        super().__init__()
+        assert 1 <= pool < filters, (pool, filters)
+        self.regular = filters - pool
+        self.conv1 = nn.Conv2d(filters, filters, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(self.regular)
+        self.pool_bn = nn.BatchNorm2d(pool)
+        self.pool_fc = nn.Linear(3 * pool, self.regular)
+        self.conv2 = nn.Conv2d(self.regular, filters, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(filters)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv1(x)
+        g = F.relu(self.pool_bn(y[:, self.regular :]))
+        bias = self.pool_fc(global_pool(g))
+        y = F.relu(self.bn1(y[:, : self.regular]) + bias[:, :, None, None])
+        return F.relu(x + self.bn2(self.conv2(y)))
+
+
+class _PooledPolicyHead(nn.Module):
+    """KataGo's policy head: [B, F, N, N] -> logits [B, outputs, N*N+1] (pass last).
+
+    P = conv1x1(trunk); G = conv1x1(trunk) -> BN -> ReLU -> global pooling; P gets a
+    per-channel bias from G, then BN, ReLU and a 1x1 conv give one logit per point and
+    output; the pass logit comes from G alone. Output 0 is the policy, output 1 (if any) the
+    opponent's reply.
+    """
+
+    def __init__(self, filters: int, channels: int, outputs: int):
+        super().__init__()
+        self.p_conv = nn.Conv2d(filters, channels, 1, bias=False)
+        self.g_conv = nn.Conv2d(filters, channels, 1, bias=False)
+        self.g_bn = nn.BatchNorm2d(channels)
+        self.g_fc = nn.Linear(3 * channels, channels)
+        self.p_bn = nn.BatchNorm2d(channels)
+        self.out_conv = nn.Conv2d(channels, outputs, 1)
+        self.pass_fc = nn.Linear(3 * channels, outputs)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        g = global_pool(F.relu(self.g_bn(self.g_conv(h))))
+        p = self.p_conv(h) + self.g_fc(g)[:, :, None, None]
+        points = self.out_conv(F.relu(self.p_bn(p))).flatten(2)  # [B, outputs, N*N]
+        return torch.cat([points, self.pass_fc(g)[:, :, None]], dim=2)
+
+
+class PolicyValueNet(nn.Module):
+    """AlphaZero ResNet: planes [B, C, N, N] -> (policy logits [B, N*N+1], value [B]),
+    with KataGo's optional global pooling and training-only heads (see the module docs)."""
+
+    def __init__(
+        self,
+        board_size: int,
+        blocks: int,
+        filters: int,
+        history: int,
+        value_hidden: int,
+        global_pooling: bool = False,
+        ownership_head: bool = False,
+        score_head: bool = False,
+        opponent_policy_head: bool = False,
+    ):
+        super().__init__()
+        assert 2 <= board_size <= 25, board_size
+        assert blocks >= 1 and filters >= 1 and history >= 1 and value_hidden >= 1
+        self.board_size = board_size
+        self.blocks = blocks
+        self.filters = filters
+        self.history = history
+        self.value_hidden = value_hidden
+        self.global_pooling = bool(global_pooling)
+        self.ownership_head = bool(ownership_head)
+        self.score_head = bool(score_head)
+        self.opponent_policy_head = bool(opponent_policy_head)
+        self.in_planes = 2 * history + 1
+        self.num_moves = board_size * board_size + 1
+        points = board_size * board_size
+
+        self.stem = nn.Sequential(
+            nn.Conv2d(self.in_planes, filters, 3, padding=1, bias=False),
+            nn.BatchNorm2d(filters),
+            nn.ReLU(inplace=True),
+        )
+        # KataGo puts pooling in a few blocks spread over the tower: here blocks 2, 4, 6, ...
+        pool = max(1, filters // 4)
+        self.tower = nn.Sequential(*[
+            _PoolingBlock(filters, pool) if self.global_pooling and i % 2 == 1
+            else _ResidualBlock(filters)
+            for i in range(blocks)
+        ])
+        policies = 2 if self.opponent_policy_head else 1
+        if self.global_pooling:
+            self.policy_head = _PooledPolicyHead(filters, max(8, filters // 2), policies)
+        else:
+            self.policy_conv = nn.Sequential(
+                nn.Conv2d(filters, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU(inplace=True)
+            )
+            self.policy_fc = nn.Linear(2 * points, self.num_moves)
+            if self.opponent_policy_head:
+                self.opponent_policy_fc = nn.Linear(2 * points, self.num_moves)
+        self.value_conv = nn.Sequential(
+            nn.Conv2d(filters, 1, 1, bias=False), nn.BatchNorm2d(1), nn.ReLU(inplace=True)
+        )
+        self.value_fc1 = nn.Linear(points, value_hidden)
+        self.value_fc2 = nn.Linear(value_hidden, 1)
+        if self.score_head:
+            self.score_fc = nn.Linear(value_hidden, 1)
+        if self.ownership_head:
+            self.ownership_conv = nn.Conv2d(filters, 1, 1)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The constructor arguments; stored in model files so they rebuild the net."""
+        return {
+            "board_size": self.board_size,
+            "blocks": self.blocks,
+            "filters": self.filters,
+            "history": self.history,
+            "value_hidden": self.value_hidden,
+            "global_pooling": self.global_pooling,
+            "ownership_head": self.ownership_head,
+            "score_head": self.score_head,
+            "opponent_policy_head": self.opponent_policy_head,
+        }
+
+    def forward(self, x: torch.Tensor, heads: bool = False) -> Any:
+        """(policy logits [B, N*N+1], value [B]); with `heads`, a dict of every head:
+        policy, value, and where present ownership (pre-tanh [B, N*N]), score [B] and
+        opponent_policy [B, N*N+1]."""
+        h = self.tower(self.stem(x))
+        if self.global_pooling:
+            both = self.policy_head(h)
+            logits = both[:, 0]
+            opponent = both[:, 1] if self.opponent_policy_head else None
+        else:
+            p = self.policy_conv(h).flatten(1)
+            logits = self.policy_fc(p)
+            opponent = self.opponent_policy_fc(p) if self.opponent_policy_head and heads \
+                else None
+        v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
+        value = torch.tanh(self.value_fc2(v)).squeeze(1)
+        if not heads:
+            return logits, value
+        out = {"policy": logits, "value": value}
+        if opponent is not None:
+            out["opponent_policy"] = opponent
+        if self.score_head:
+            out["score"] = self.score_fc(v).squeeze(1)
+        if self.ownership_head:
+            out["ownership"] = self.ownership_conv(h).flatten(1)
+        return out
+
+
+def net_from_config(cfg_net: Any, board_size: int) -> PolicyValueNet:
+    """A freshly initialised net from the config's `net` section and the board size."""
+    return PolicyValueNet(
+        board_size=board_size,
+        blocks=cfg_net.blocks,
+        filters=cfg_net.filters,
+        history=cfg_net.history,
+        value_hidden=cfg_net.value_hidden,
+        global_pooling=cfg_net.global_pooling,
+        ownership_head=cfg_net.ownership_head,
+        score_head=cfg_net.score_head,
+        opponent_policy_head=cfg_net.opponent_policy_head,
+    )
+
+
+def unwrap(net: nn.Module) -> PolicyValueNet:
+    """The PolicyValueNet inside a DDP (`.module`) or torch.compile (`._orig_mod`) wrapper."""
+    while True:
+        if isinstance(net, PolicyValueNet):
+            return net
+        inner = getattr(net, "module", None)
+        if inner is None:
+            inner = getattr(net, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            raise TypeError(f"not a PolicyValueNet or a wrapper of one: {type(net).__name__}")
+        net = inner
+
+
+def plain_state_dict(net: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict on CPU, without `module.`/`_orig_mod.` prefixes of wrappers."""
+    out = {}
+    for key, value in net.state_dict().items():
+        changed = True
+        while changed:
+            changed = False
+            for prefix in _PREFIXES:
+                if key.startswith(prefix):
+                    key = key[len(prefix) :]
+                    changed = True
+        out[key] = value.detach().to("cpu").clone()
+    return out
+
+
+# ----------------------------------------------------------------------------- model files
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a model file says about itself besides the weights."""
+
+    path: str
+    generation: int
+    config: dict[str, Any]
+    """PolicyValueNet constructor arguments (board_size, blocks, filters, history, ...)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def board_size(self) -> int:
+        return int(self.config["board_size"])
+
+
+def model_payload(net: nn.Module, generation: int, meta: dict | None = None) -> dict:
+    """The dict a model file holds (also embedded in trainer checkpoints under "model")."""
+    inner = unwrap(net)
+    return {
+        "format": MODEL_FORMAT,
+        "version": MODEL_VERSION,
+        "generation": int(generation),
+        "config": dict(inner.config),
+        "state_dict": plain_state_dict(inner),
+        "meta": {k: _plain(v) for k, v in (meta or {}).items()},
+    }
+
+
+def _plain(value: Any) -> Any:
+    """numpy/torch scalars -> Python numbers, so that weights_only loading accepts them."""
+    if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def save_bytes(obj: Any) -> bytes:
+    """`torch.save` of `obj` into bytes (to hand to an atomic writer)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def save_model(
+    path: str | os.PathLike, net: nn.Module, generation: int, meta: dict | None = None
+) -> None:
+    """Write the net (plain state dict + its config + generation) atomically to `path`.
+
+    `meta` must hold only plain data (str, int, float, bool, lists/dicts of them) so that the
+    file stays loadable with `weights_only=True`.
+    """
+    from distributed.transfer import write_atomic
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, save_bytes(model_payload(net, generation, meta)))
+
+
+_LOAD_ERRORS = (
+    OSError, EOFError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError,
+    zipfile.BadZipFile,
+)
+
+
+def load_payload(path: str | os.PathLike, what: str = "model") -> dict:
+    """`torch.load(weights_only=True)` of a file written by this project, or ModelError."""
+    path = Path(path)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such {what} file; check the path") from None
+    except _LOAD_ERRORS as e:  # torch raises many types for a damaged or foreign file
+        first_line = (str(e).strip().splitlines() or [""])[0][:120]
+        if isinstance(e, pickle.UnpicklingError):
+            first_line = "holds objects other than tensors and plain data"
+        raise ModelError(
+            f"{path}: cannot read this {what} file ({type(e).__name__}: {first_line}); it is "
+            "damaged, truncated or not a file written by this project (weights_only load): "
+            "delete it or copy it again"
+        ) from e
+    if not isinstance(obj, dict):
+        raise ModelError(f"{path}: not a {what} file of this project (got {type(obj).__name__})")
+    return obj
+
+
+def _check_payload(payload: Any, path: Path) -> None:
+    if not isinstance(payload, dict) or payload.get("format") != MODEL_FORMAT:
+        raise ModelError(
+            f"{path}: not a model file of this project (format {MODEL_FORMAT!r} missing); "
+            "pass a models/model_<gen>.pt or checkpoints/checkpoint_<gen>.pt file"
+        )
+    if payload.get("version") != MODEL_VERSION:
+        raise ModelError(
+            f"{path}: model file version {payload.get('version')!r}, this code reads "
+            f"version {MODEL_VERSION}; use a matching version of the project"
+        )
+    for key in ("generation", "config", "state_dict"):
+        if key not in payload:
+            raise ModelError(f"{path}: model file lacks {key!r}; it is damaged, write it again")
+
+
+def net_from_payload(payload: dict, path: str | os.PathLike = "<model>") -> PolicyValueNet:
+    """Rebuild a PolicyValueNet from a model payload dict (config + state dict)."""
+    path = Path(path)
+    _check_payload(payload, path)
+    try:
+        net = PolicyValueNet(**payload["config"])
+    except (TypeError, AssertionError) as e:
+        raise ModelError(f"{path}: bad net config {payload['config']!r}: {e}") from e
+    try:
+        net.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as e:
+        raise ModelError(
+            f"{path}: the weights do not fit the net config {payload['config']!r}: {e}"
+        ) from e
+    return net
+
+
+def load_model(
+    path: str | os.PathLike, device: str | torch.device | int = "cpu"
+) -> tuple[PolicyValueNet, ModelInfo]:
+    """Load a model file (or the model inside a trainer checkpoint) onto one device.
+
+    Returns the net in eval mode and its ModelInfo. A missing, damaged or foreign file raises
+    ModelError naming the file and what to do.
+    """
+    path = Path(path)
+    payload = load_payload(path)
+    if payload.get("format") != MODEL_FORMAT and isinstance(payload.get("model"), dict):
+        payload = payload["model"]  # a trainer checkpoint: the model payload is inside
+    net = net_from_payload(payload, path)
+    net.to(resolve_device(device)).eval()
+    info = ModelInfo(
+        path=str(path),
+        generation=int(payload["generation"]),
+        config=dict(payload["config"]),
+        meta=dict(payload.get("meta") or {}),
+    )
+    return net, info
+
+
+# ------------------------------------------------------------------------------- evaluation
+
+
+def resolve_device(device: str | torch.device | int | None) -> torch.device:
+    """"cpu", "cuda", "cuda:1", "mps", a torch.device, or a GPU id (int; -1 means CPU)."""
+    if device is None:
+        return torch.device("cpu")
+    if isinstance(device, int):
+        return torch.device("cpu") if device < 0 else torch.device(f"cuda:{device}")
+    return torch.device(device)
+
+
+_AUTOCAST = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+             "float16": torch.float16}
+
+
+def _autocast_dtype(value: Any) -> torch.dtype | None:
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    if value in _AUTOCAST:
+        return _AUTOCAST[value]
+    raise ValueError(f"autocast_dtype must be bf16, fp16 or a torch dtype, got {value!r}")
+
+
+def compile_for_inference(
+    net: PolicyValueNet, device: torch.device, mode: str, example_batch: int = 8
+) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """`net` (eval mode, on `device`) as `mode`: "trace" (frozen TorchScript), "compile" or
+    "eager". Falls back to eager with a logged warning when tracing or compiling fails."""
+    if mode == "eager":
+        return net
+    example = torch.zeros(
+        example_batch, net.in_planes, net.board_size, net.board_size, device=device
+    )
+    try:
+        with torch.inference_mode(), warnings.catch_warnings():
+            # torch 2.9+ marks TorchScript deprecated; it is still the fastest form measured
+            # here for this net on CPU (benchmarks/train.py --inference), so keep it quietly.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if mode == "trace":
+                fn = torch.jit.freeze(torch.jit.trace(net, example, check_trace=False))
+            elif mode == "compile":
+                fn = torch.compile(net, dynamic=False)
+            else:
+                raise ValueError(f"jit mode must be trace, compile or eager, got {mode!r}")
+            fn(example)  # the first call builds (and for compile, checks) the graph
+            fn(example[:1])
+        return fn
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure here means: use eager instead
+        log.warning("%s of the net failed (%s: %s); using eager PyTorch", mode,
+                    type(e).__name__, e)
+        return net
+
+
+def make_evaluator(
+    net: nn.Module,
+    device: str | torch.device | int = "cpu",
+    *,
+    jit: bool | str = True,
+    autocast_dtype: Any = None,
+    max_batch: int | None = None,
+) -> Evaluator:
+    """A batched evaluator over a private eval-mode copy of `net` on `device`.
+
+    `evaluate(planes, legal=None) -> (priors, values)`:
+      planes float32 [B, C, N, N]; legal bool [B, N*N+1] or None.
+      priors float32 [B, N*N+1]: softmax over the legal moves (zeros elsewhere), or over all
+      moves when `legal` is None; values float32 [B] in [-1, 1], side to move's view.
+    `jit`: True or "trace" (frozen TorchScript: ~0.1 s to build, 1.1-1.3x eager on this CPU),
+    "compile" (torch.compile: ~30 s to build per evaluator, batches padded to powers of two;
+    up to 1.3x trace at batch >= 32 here), False or "eager". `evaluate.mode` tells which
+    form is in use (a failed trace or compile falls back to eager with a warning).
+    `autocast_dtype` ("bf16", "fp16" or a dtype) applies on GPUs only. `max_batch` splits
+    larger inputs into several network calls.
+    """
+    dev = resolve_device(device)
+    model = copy.deepcopy(unwrap(net)).to(dev).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    dtype = _autocast_dtype(autocast_dtype)
+    if dtype is not None and dev.type not in ("cuda", "mps"):
+        log.info("autocast %s ignored on %s (GPUs only)", dtype, dev)
+        dtype = None
+    mode = {True: "trace", False: "eager"}.get(jit, jit)  # type: ignore[arg-type]
+    if dtype is not None and mode == "trace":
+        # TorchScript freezing does not keep autocast regions; eager under autocast on a GPU
+        # is network-bound anyway.
+        mode = "eager"
+    forms = {"fn": compile_for_inference(model, dev, mode)}
+    if forms["fn"] is model:
+        mode = "eager"
+    n, c = model.board_size, model.in_planes
+    moves = model.num_moves
+    limit = max_batch or 1 << 30
+
+    def _forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        fn = forms["fn"]
+        if dtype is not None:
+            with torch.autocast(device_type=dev.type, dtype=dtype):
+                logits, values = fn(x)
+            return logits.float(), values.float()
+        if mode == "compile":
+            # torch.compile(dynamic=False) recompiles for every new batch size and falls back
+            # to eager after a few; padding to powers of two keeps the shapes to a handful.
+            rows = x.shape[0]
+            padded = 1 << (rows - 1).bit_length()
+            if padded != rows:
+                x = torch.cat([x, x.new_zeros((padded - rows, *x.shape[1:]))])
+                logits, values = fn(x)
+                return logits[:rows], values[:rows]
+        return fn(x)
+
+    def evaluate(
+        planes: np.ndarray, legal: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if planes.ndim != 4 or planes.shape[1:] != (c, n, n):
+            raise ValueError(f"planes must be [B, {c}, {n}, {n}], got {list(planes.shape)}")
+        batch = planes.shape[0]
+        if legal is not None and legal.shape != (batch, moves):
+            raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
+        priors = np.empty((batch, moves), dtype=np.float32)
+        values = np.empty(batch, dtype=np.float32)
+        with torch.inference_mode():
+            for lo in range(0, batch, limit):
+                hi = min(batch, lo + limit)
+                x = torch.from_numpy(np.ascontiguousarray(planes[lo:hi], dtype=np.float32))
+                logits, v = _forward(x.to(dev, non_blocking=True))
+                if legal is not None:
+                    mask = torch.from_numpy(np.ascontiguousarray(legal[lo:hi], dtype=bool))
+                    logits = logits.masked_fill(~mask.to(dev), float("-inf"))
+                p = torch.softmax(logits, dim=1)
+                priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
+                values[lo:hi] = v.cpu().numpy()
+        return priors, values
+
+    def load_weights(new_net: nn.Module) -> None:
+        """Swap in the weights of `new_net` (same net config) without rebuilding from scratch.
+
+        Eager and torch.compile forms keep their graphs (weights are inputs of the compiled
+        graph: no recompilation); the frozen trace has its weights inlined and is re-traced
+        (~0.1 s).
+        """
+        source = unwrap(new_net)
+        if source.config != model.config:
+            raise ValueError(f"load_weights needs the same net config: evaluator has "
+                             f"{model.config}, new net has {source.config}")
+        with torch.no_grad():
+            model.load_state_dict(plain_state_dict(source))
+        if mode == "trace":
+            forms["fn"] = compile_for_inference(model, dev, "trace")
+
+    evaluate.mode = mode  # type: ignore[attr-defined]
+    evaluate.device = dev  # type: ignore[attr-defined]
+    evaluate.load_weights = load_weights  # type: ignore[attr-defined]
+    return evaluate

@@ -1,0 +1,636 @@
+"""The replay window: the most recent self-play positions on disk -> (planes, policy, value).
+
+Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the coach ingested):
+
+- **Sidecar**: per batch file, compact arrays built once by replaying its games
+  (`records.load_batch`, which validates too) and kept in `<cache_dir>/<batch stem>/` as
+  `.npy` files opened with mmap, so a large window never has to sit in memory and a restart
+  reuses them. A missing or outdated sidecar is rebuilt; it is written to a temporary folder
+  and renamed, so concurrent builders (DDP ranks) never see half of one.
+      boards   int8 [M, N*N]    the board before each move (M positions = moves of the file)
+      visits   uint16 [M, P]    the policy target (visit counts or a quantised improved
+                                policy, `training.go.records`), normalised when sampled
+      full_search bool [M]      the move's policy target is valid (a full search); the
+                                policy row of a fast search's move is sampled as all zeros
+                                (no policy target), and so is its opponent_policy
+      games    int64 [G, 4]     per game: first position, end position, model generation,
+                                result (+1 black won); black moves at even offsets in a game
+      ownership int8 [G, N*N]   per game: the owner of every point of the final position
+                                (`features.area_ownership`, black's view; 0 if resigned)
+      scores   float32 [G]      per game: the area score, black's view, komi included (the
+                                batch's `score`, checked by the replay); NaN if resigned
+      info.json                 name, meta generation, created, board size, counts, version
+  Ownership is recomputed here from the replayed final position rather than stored in the
+  batch file: a worker cannot forge it, and batches need no new array.
+- **Window**: files ordered by (generation, created, name), oldest first; games are taken
+  newest first until the window holds `size` positions, where (KataGo's growing window)
+  size = min_positions * (total / min_positions) ** growth, clamped to
+  [min_positions, max_positions] and to the positions on disk.
+- **Validation split**: a game is held out when a stable hash of (batch name, game index) falls
+  below `validation_fraction`, so the split is the same on every rank and after a restart.
+- **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, and
+  `w.batch(indices)` / `w.__getitems__` for a whole batch at once (about 10x faster per
+  sample). Planes are `training.go.features.planes` of the position (C = 2 * history + 1: the
+  stones of the side to move, then the opponent's, for the last `history` boards, most
+  recent first; then ones if black is to move), rebuilt here from the sidecar's boards with
+  one vectorised gather. Policy sums to 1 (pass last); value is the result from the side to
+  move's view, in {-1, 0, 1}. `w.samples(indices)` adds the auxiliary targets as a dict
+  (`TARGETS`): ownership float32 [B, A] and score float32 [B] (margin / N) from the side to
+  move's view, and opponent_policy float32 [B, P] (the next move's policy target), each with
+  a float32 [B] mask (`<name>_mask`: 0 for a resigned game, or for the last move of a game).
+  One of the 8 symmetries of `training.go.features` is applied per sample (planes, policies and
+  ownership alike), drawn from a hash of (seed, epoch, index): deterministic, the same in
+  every DataLoader worker, and different each epoch (`set_epoch`).
+
+Vocabulary as in `training.go.coords` (N, A = N*N, PASS = A, P = A + 1). This module must not
+import torch (the trainer wraps the window), must not write into the replay folder itself
+(only into its cache folder), and must not load every game into memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from distributed.transfer import write_json_atomic
+from training.go import features
+from training.go.records import (
+    BATCH_SUFFIX,
+    DEFAULT_MAX_BYTES,
+    Batch,
+    BatchError,
+    load_batch,
+    parse_batch_name,
+)
+
+log = logging.getLogger(__name__)
+
+SIDECAR_VERSION = 4
+CACHE_DIR_NAME = ".window"
+_ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
+TARGETS = ("ownership", "score", "opponent_policy")
+"""Auxiliary targets of `WindowView.samples`, each with a `<name>_mask`."""
+
+
+def window_size(total: int, min_positions: int, max_positions: int, growth: float) -> int:
+    """Positions in the window for `total` positions on disk (KataGo's growing window)."""
+    if total <= min_positions:
+        return int(total)
+    size = min_positions * (total / min_positions) ** growth
+    return int(min(total, max_positions, max(min_positions, math.floor(size))))
+
+
+# ------------------------------------------------------------------------------ symmetries
+
+
+def symmetry_permutations(n: int) -> np.ndarray:
+    """int64 [8, N*N]: for symmetry s, transformed.ravel() == board.ravel()[perm[s]].
+
+    The symmetries are `training.go.features`' (s = 0 the identity), as index permutations so
+    that a whole batch is transformed with one gather; the policy's points move alike.
+    """
+    grid = np.arange(n * n, dtype=np.int64).reshape(n, n)
+    return np.stack([features.transform_planes(grid, s).ravel()
+                     for s in range(features.NUM_SYMMETRIES)])
+
+
+def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
+    """A splitmix64 hash of (seed, epoch, index): uint64, vectorised."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(index, dtype=np.uint64) + np.uint64(
+            (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + 1) & (2**64 - 1)
+        )
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def is_validation_game(name: str, game: int, fraction: float) -> bool:
+    """True if game `game` of batch `name` is held out (a stable hash, same on every rank)."""
+    if fraction <= 0:
+        return False
+    digest = hashlib.blake2b(f"{name}/{game}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64 < fraction
+
+
+# ------------------------------------------------------------------------------ sidecars
+
+
+def _stem(name: str) -> str:
+    return name[: -len(BATCH_SUFFIX)]
+
+
+def sidecar_dir(replay_dir: str | os.PathLike) -> Path:
+    """The default cache folder of the sidecars of `replay_dir`."""
+    return Path(replay_dir) / CACHE_DIR_NAME
+
+
+def build_sidecar(batch_path: str | os.PathLike, cache_dir: str | os.PathLike, *,
+                  max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
+    """Replay a batch file into its sidecar folder (atomically); BatchError if it is bad."""
+    batch_path = Path(batch_path)
+    batch = load_batch(batch_path, max_bytes=max_bytes)
+    return write_sidecar(batch, batch_path.name, cache_dir)
+
+
+def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path:
+    """Write the sidecar of an already validated batch named `name` (atomically).
+
+    The coach can validate once with `records.load_batch` and pass the result here, so that
+    ingesting a batch replays its games once and the trainer finds the sidecar ready.
+    """
+    cache_dir = Path(cache_dir)
+    parse_batch_name(name)
+    n = batch.meta.board_size
+    a = n * n
+    lengths = [r.num_moves for r in batch.records]
+    m = int(sum(lengths))
+    boards = np.zeros((m, a), np.int8)
+    visits = np.zeros((m, a + 1), np.uint16)
+    games = np.zeros((len(lengths), 4), np.int64)
+    scores = np.array([np.nan if r.resigned else r.score for r in batch.records], np.float32)
+    final = np.zeros((len(lengths), a), np.int8)
+    full_search = np.ones(m, np.bool_)
+    start = 0
+    for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
+        t = rec.num_moves
+        end = start + t
+        boards[start:end] = rec_boards[:-1]
+        visits[start:end] = rec.visits
+        if rec.full_search is not None:
+            full_search[start:end] = rec.full_search
+        games[g] = (start, end, rec.generation, rec.result)
+        if not rec.resigned:  # a resigned game's last position is not settled
+            final[g] = rec_boards[-1]
+        start = end
+    ownership = features.area_ownership(final, n)
+    info = {
+        "version": SIDECAR_VERSION,
+        "name": name,
+        "generation": batch.meta.generation,
+        "created": batch.meta.created,
+        "board_size": n,
+        "positions": m,
+        "games": len(lengths),
+    }
+    final = cache_dir / _stem(name)
+    tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp.mkdir(parents=True)
+    try:
+        for key, arr in zip(_ARRAYS, (boards, visits, games, ownership, scores, full_search)):
+            np.save(tmp / f"{key}.npy", arr)
+        write_json_atomic(tmp / "info.json", info)
+        if final.exists():  # outdated (or another process built it meanwhile): replace
+            _remove_tree(final)
+        os.rename(tmp, final)
+    except OSError:
+        if final.exists() and _read_info(final) is not None:
+            _remove_tree(tmp)  # another process won the race with an equal sidecar
+            return final
+        _remove_tree(tmp)
+        raise
+    return final
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _read_info(folder: Path) -> dict | None:
+    """The sidecar's info if it is complete and current, else None."""
+    try:
+        info = json.loads((folder / "info.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("version") != SIDECAR_VERSION:
+        return None
+    if not all((folder / f"{key}.npy").exists() for key in _ARRAYS):
+        return None
+    return info
+
+
+class _Sidecar:
+    """One batch's sidecar: info read eagerly, arrays mmapped on first use."""
+
+    def __init__(self, folder: Path, info: dict):
+        self.folder = folder
+        self.info = info
+        self.name: str = info["name"]
+        self.games = np.load(folder / "games.npy")  # small: [G, 4]
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def array(self, key: str) -> np.ndarray:
+        arr = self._arrays.get(key)
+        if arr is None:
+            mapped = np.load(self.folder / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+            arr = mapped.view(np.ndarray)  # same pages, without np.memmap's per-index overhead
+            self._arrays[key] = arr
+        return arr
+
+    def __getstate__(self) -> dict:
+        # DataLoader workers started with spawn get the paths, not copies of the mmaps
+        state = dict(self.__dict__)
+        state["_arrays"] = {}
+        return state
+
+    @property
+    def sort_key(self) -> tuple:
+        return (int(self.info["generation"]), float(self.info["created"]), self.name)
+
+
+# ------------------------------------------------------------------------------ samples
+
+
+class WindowView:
+    """A map-style dataset over a list of game segments (the training or validation part)."""
+
+    def __init__(self, sidecars: list[_Sidecar], segments: np.ndarray, *, history: int,
+                 board_size: int, seed: int, augment: bool):
+        self._sidecars = sidecars
+        # segments: int64 [S, 6], one game per row: (sidecar index, first position, end
+        # position, generation, result, game index in the sidecar)
+        self._segments = segments
+        lengths = segments[:, 2] - segments[:, 1] if len(segments) else np.zeros(0, np.int64)
+        self._cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.history = history
+        self.board_size = board_size
+        self.seed = seed
+        self.augment = augment
+        self.epoch = 0
+        self._perms = symmetry_permutations(board_size)
+
+    def __len__(self) -> int:
+        return int(self._cum[-1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw different symmetries in each epoch (call it with DistributedSampler's)."""
+        self.epoch = int(epoch)
+
+    @property
+    def num_games(self) -> int:
+        return len(self._segments)
+
+    def symmetries(self, indices: np.ndarray) -> np.ndarray:
+        """The symmetry (0..7) applied to each sample index in this epoch."""
+        indices = np.asarray(indices)
+        if not self.augment:
+            return np.zeros(indices.shape, np.int64)
+        return (_mix(self.seed, self.epoch, indices) & np.uint64(7)).astype(np.int64)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sample {i} out of range for a window of {len(self)}")
+        i = i % len(self)
+        planes, policy, value = self.batch(np.array([i]))
+        return planes[0], policy[0], value[0]
+
+    def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        seg = np.searchsorted(self._cum, indices, side="right") - 1
+        pos = self._segments[seg, 1] + (indices - self._cum[seg])
+        return seg, self._segments[seg, 0], pos
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A batch as three arrays (see `batch`); the trainer's fetch uses it when present."""
+        return self.batch(indices)
+
+    def generation_of(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """int64: the generation of the model that played each sample's position."""
+        seg, _, _ = self._locate(np.asarray(indices, dtype=np.int64))
+        return self._segments[seg, 3]
+
+    def batch(
+        self, indices: Sequence[int] | np.ndarray, symmetries: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Samples at `indices`: planes float32 [B, C, N, N], policy float32 [B, P],
+        value float32 [B]. `symmetries` ([B] ints 0..7) overrides the epoch's draw."""
+        s = self._samples(indices, symmetries, targets=False)
+        return s["planes"], s["policy"], s["value"]
+
+    def samples(
+        self, indices: Sequence[int] | np.ndarray, symmetries: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """`batch` as a dict (planes, policy, value) plus the auxiliary targets (`TARGETS`)
+        and their masks; what the trainer fetches."""
+        return self._samples(indices, symmetries, targets=True)
+
+    def _samples(self, indices: Sequence[int] | np.ndarray, symmetries: np.ndarray | None,
+                 targets: bool) -> dict[str, np.ndarray]:
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
+            raise IndexError(f"sample index out of range for a window of {len(self)}")
+        syms = self.symmetries(indices) if symmetries is None else np.asarray(symmetries)
+        n, h = self.board_size, self.history
+        a = n * n
+        b = len(indices)
+        seg, files, pos = self._locate(indices)
+        game_start = self._segments[seg, 1]  # a segment is one whole game
+        to_play = np.where((pos - game_start) % 2 == 0, 1, -1).astype(np.int8)
+        value = (self._segments[seg, 4] * to_play).astype(np.float32)
+        back = pos[:, None] - np.arange(h)[None, :]  # [B, h] positions k moves ago
+        valid = back >= game_start[:, None]
+        back = np.where(valid, back, pos[:, None])
+        past = np.empty((b, h, a), np.int8)
+        visits = np.empty((b, a + 1), np.uint16)
+        full = np.empty(b, np.bool_)
+        if targets:
+            game_end = self._segments[seg, 2]
+            has_next = pos + 1 < game_end  # the opponent's reply is in the same game
+            after = np.where(has_next, pos + 1, pos)
+            next_visits = np.empty((b, a + 1), np.uint16)
+            next_full = np.empty(b, np.bool_)
+            owner = np.empty((b, a), np.int8)
+            score = np.empty(b, np.float32)
+        order = np.argsort(files, kind="stable")
+        cuts = np.flatnonzero(np.diff(files[order])) + 1
+        for rows in np.split(order, cuts) if b else []:
+            car = self._sidecars[int(files[rows[0]])]
+            past[rows] = car.array("boards")[back[rows]]
+            visits[rows] = car.array("visits")[pos[rows]]
+            full[rows] = car.array("full_search")[pos[rows]]
+            if targets:
+                game = self._segments[seg[rows], 5]
+                next_visits[rows] = car.array("visits")[after[rows]]
+                next_full[rows] = car.array("full_search")[after[rows]]
+                owner[rows] = car.array("ownership")[game]
+                score[rows] = car.array("scores")[game]
+        past *= valid[:, :, None]  # zeros before the game's start
+        policy = _normalised(visits)
+        policy[~full] = 0.0  # a fast search's move: no policy target (the trainer skips it)
+        perm = self._perms[syms]  # [B, A]
+        past = np.take_along_axis(past, perm[:, None, :], axis=2)
+        policy[:, :a] = np.take_along_axis(policy[:, :a], perm, axis=1)
+        planes = np.zeros((b, 2 * h + 1, a), np.float32)
+        color = to_play[:, None, None]
+        planes[:, 0 : 2 * h : 2] = past == color
+        planes[:, 1 : 2 * h : 2] = past == -color
+        planes[:, 2 * h] = (to_play == 1)[:, None]
+        out = {"planes": planes.reshape(b, 2 * h + 1, n, n), "policy": policy, "value": value}
+        if targets:
+            settled = np.isfinite(score)  # resigned games have no final position or score
+            owner = np.take_along_axis(owner, perm, axis=1) * to_play[:, None]
+            opponent = _normalised(next_visits)
+            opponent[:, :a] = np.take_along_axis(opponent[:, :a], perm, axis=1)
+            has_next &= next_full  # the reply's target is valid only after a full search
+            opponent[~has_next] = 0.0
+            out.update(
+                ownership=owner.astype(np.float32),
+                ownership_mask=settled.astype(np.float32),
+                score=np.where(settled, score * to_play / n, 0.0).astype(np.float32),
+                score_mask=settled.astype(np.float32),
+                opponent_policy=opponent,
+                opponent_policy_mask=has_next.astype(np.float32),
+            )
+        return out
+
+
+def _normalised(visits: np.ndarray) -> np.ndarray:
+    """float32 rows of `visits` [B, P] scaled to sum to 1."""
+    policy = visits.astype(np.float32)
+    policy /= policy.sum(axis=1, keepdims=True)
+    return policy
+
+
+# ------------------------------------------------------------------------------ the window
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    files: int
+    games: int
+    positions: int
+    """Positions in the window (training + validation)."""
+    train_positions: int
+    validation_positions: int
+    total_positions: int
+    """Positions in every batch on disk."""
+    generation_min: int
+    generation_max: int
+    staleness_mean: float
+    """Mean over window positions of (newest generation - the generation that played it)."""
+    staleness_max: int
+    skipped_files: int
+
+    def as_text(self) -> str:
+        return " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in self.__dict__.items())
+
+
+class ReplayWindow(WindowView):
+    """The training part of the window over `replay_dir`; `.validation` is the held-out part.
+
+    Construction scans the folder, builds missing sidecars (the only expensive part, once per
+    batch file) and selects the window; with all sidecars present it reads only each batch's
+    info.json and games.npy, so every DDP rank can afford to build the same index. For a
+    consistent index across ranks, pass the same `files` (batch names) to each, or have rank 0
+    construct first (building sidecars) and the others after a barrier.
+    """
+
+    def __init__(
+        self,
+        replay_dir: str | os.PathLike,
+        replay_cfg,
+        history: int = 8,
+        board_size: int | None = None,
+        *,
+        seed: int = 0,
+        cache_dir: str | os.PathLike | None = None,
+        augment: bool = True,
+        files: Iterable[str] | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ):
+        self.replay_dir = Path(replay_dir)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else sidecar_dir(replay_dir)
+        self.cfg = replay_cfg
+        self.min_positions = int(getattr(replay_cfg, "min_positions", 20_000))
+        self.max_positions = int(getattr(replay_cfg, "max_positions", 500_000))
+        self.growth = float(getattr(replay_cfg, "growth", 0.75))
+        self.validation_fraction = float(getattr(replay_cfg, "validation_fraction", 0.05))
+        self.max_bytes = max_bytes
+        self.skipped: dict[str, str] = {}
+        """Batch names left out, with the reason (a bad file, another board size)."""
+        self._fixed_files = None if files is None else sorted(set(files))
+        self._all: dict[str, _Sidecar] = {}
+        self._board_size = board_size
+        super().__init__([], np.zeros((0, 6), np.int64), history=history,
+                         board_size=board_size or 5, seed=seed, augment=augment)
+        self.validation = WindowView([], np.zeros((0, 6), np.int64), history=history,
+                                     board_size=board_size or 5, seed=seed, augment=False)
+        self.total_positions = 0
+        self.refresh()
+
+    # -- files ------------------------------------------------------------------------
+
+    def _batch_names(self) -> list[str]:
+        if self._fixed_files is not None:
+            return self._fixed_files
+        try:
+            names = os.listdir(self.replay_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if n.endswith(BATCH_SUFFIX) and not n.startswith("."))
+
+    def _open(self, name: str, build: bool) -> _Sidecar | None:
+        if name in self._all:
+            return self._all[name]
+        if name in self.skipped:
+            return None
+        try:
+            parse_batch_name(name)
+        except ValueError as e:
+            self._skip(name, str(e))
+            return None
+        folder = self.cache_dir / _stem(name)
+        info = _read_info(folder)
+        if info is None or info.get("name") != name:
+            if not build:
+                return None
+            try:
+                build_sidecar(self.replay_dir / name, self.cache_dir, max_bytes=self.max_bytes)
+            except BatchError as e:
+                self._skip(name, str(e))
+                return None
+            info = _read_info(folder)
+            assert info is not None, folder
+        if self._board_size is None:
+            self._board_size = int(info["board_size"])
+        if int(info["board_size"]) != self._board_size:
+            self._skip(name, f"board size {info['board_size']}, the window is "
+                       f"{self._board_size}x{self._board_size}")
+            return None
+        car = _Sidecar(folder, info)
+        self._all[name] = car
+        return car
+
+    def _skip(self, name: str, reason: str) -> None:
+        log.warning("replay window skips %s: %s", name, reason)
+        self.skipped[name] = reason
+
+    def add_file(self, path: str | os.PathLike) -> bool:
+        """Take in one newly ingested batch (build its sidecar) and reselect the window.
+
+        Returns False if the file was skipped (see `skipped`)."""
+        path = Path(path)
+        if path.parent.resolve() != self.replay_dir.resolve():
+            raise ValueError(f"{path}: not in the replay folder {self.replay_dir}")
+        if self._fixed_files is not None and path.name not in self._fixed_files:
+            self._fixed_files = sorted({*self._fixed_files, path.name})
+        ok = self._open(path.name, build=True) is not None
+        self._select()
+        return ok
+
+    def refresh(self) -> int:
+        """Scan the replay folder, build missing sidecars, reselect; returns new files seen."""
+        before = len(self._all)
+        for name in self._batch_names():
+            self._open(name, build=True)
+        self._select()
+        return len(self._all) - before
+
+    # -- selection ----------------------------------------------------------------------
+
+    def _select(self) -> None:
+        names = set(self._batch_names())  # a batch deleted from the folder leaves the window
+        cars = sorted((self._all[n] for n in names if n in self._all), key=lambda c: c.sort_key)
+        self.total_positions = int(sum(c.info["positions"] for c in cars))
+        target = window_size(self.total_positions, self.min_positions, self.max_positions,
+                             self.growth)
+        chosen: list[tuple[int, int, int]] = []  # (car index, game, positions), newest first
+        held = 0
+        for ci in range(len(cars) - 1, -1, -1):
+            games = cars[ci].games
+            for g in range(len(games) - 1, -1, -1):
+                if held >= target:
+                    break
+                chosen.append((ci, g, int(games[g, 1] - games[g, 0])))
+                held += int(games[g, 1] - games[g, 0])
+            if held >= target:
+                break
+        chosen.reverse()  # oldest first: a stable order for samplers
+        train, val = [], []
+        for ci, g, _ in chosen:
+            start, end, gen, result = (int(x) for x in cars[ci].games[g])
+            if end == start:
+                continue
+            row = (ci, start, end, gen, result, g)
+            (val if is_validation_game(cars[ci].name, g, self.validation_fraction)
+             else train).append(row)
+        n = self._board_size or 5
+        epoch = self.epoch
+        WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 6),
+                            history=self.history, board_size=n, seed=self.seed,
+                            augment=self.augment)
+        self.epoch = epoch
+        self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 6),
+                                     history=self.history, board_size=n, seed=self.seed,
+                                     augment=False)
+        log.debug("replay window: %s", self.stats().as_text())
+
+    def names(self) -> list[str]:
+        """Batch names the window currently knows, oldest first (pass as `files` to match)."""
+        return [c.name for c in self._sidecars]
+
+    def stats(self, current_generation: int | None = None) -> WindowStats:
+        """Games, positions and the generations in the window; staleness is measured from
+        `current_generation` (default: the newest generation in the window)."""
+        segs = np.concatenate([self._segments, self.validation._segments])
+        lengths = segs[:, 2] - segs[:, 1]
+        gens = segs[:, 3]
+        positions = int(lengths.sum())
+        if positions:
+            newest = int(gens.max()) if current_generation is None else current_generation
+            stale = newest - gens
+            mean, worst = float((stale * lengths).sum() / positions), int(stale.max())
+            gmin, gmax = int(gens.min()), int(gens.max())
+        else:
+            mean, worst, gmin, gmax = 0.0, 0, -1, -1
+        return WindowStats(
+            files=len({int(c) for c in segs[:, 0]}),
+            games=len(segs),
+            positions=positions,
+            train_positions=len(self),
+            validation_positions=len(self.validation),
+            total_positions=self.total_positions,
+            generation_min=gmin,
+            generation_max=gmax,
+            staleness_mean=mean,
+            staleness_max=worst,
+            skipped_files=len(self.skipped),
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.learn.replay_buffer RUN/replay`: build missing sidecars, print the
+    window."""
+    import argparse
+    import sys
+
+    from configs import load_config
+
+    parser = argparse.ArgumentParser(prog="python -m training.learn.replay_buffer",
+                                     description="Summarise the replay window of a run.")
+    parser.add_argument("replay_dir", type=Path, help="a run's replay folder (runs/main/replay)")
+    parser.add_argument("--config", type=Path, help="config file (default configs/config.yaml)")
+    args = parser.parse_args(argv)
+    if not args.replay_dir.is_dir():
+        print(f"{args.replay_dir}: no such folder", file=sys.stderr)
+        return 1
+    cfg = load_config(args.config)
+    window = ReplayWindow(args.replay_dir, cfg.replay, cfg.net.history)
+    print(window.stats().as_text())
+    for name, reason in window.skipped.items():
+        print(f"skipped {name}: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""Games of our GTP engine against a fixed opponent (GNU Go, the random player), judged by GNU Go.
+
+    series = schedule(games=40, size=9, seed=0)          # openings, colours, GNU Go seeds
+    outcomes = play_series(engine_command(model, budget), gnugo_opponent(1), series,
+                           size=9, komi=7.0, jobs=2, on_game=print)
+
+Owns the one game runner that the strength tool (`training.strength`) and the coach's
+per-generation evaluation (`training.play.arena.play_gnugo`) use:
+
+- **Openings**: game pair k starts from its own opening, `opening_stones` random legal stones
+  off the first line (black first), drawn from (seed, k). Both games of a pair play it, ours
+  black in the first and white in the second, so an opening that favours one colour favours
+  each player once. Both engines are close to deterministic; without varied openings a
+  series of 20 games is a few distinct games played over and over.
+- **Opponents**: GNU Go 3.8 over GTP (`gnugo_command`: `--chinese-rules
+  --positional-superko`, the rules we play), a fresh process per game with its own
+  `--seed` (1 + the game's number), or any other GTP command (`random_opponent`: our
+  `python -m training.gtp` random player).
+- **Games**: played by `training.play.referee.play_game` until two passes (or the referee's move
+  cap of 4 N*N moves, or a resignation). The winner is decided by a JUDGE, a fresh GNU Go
+  process per game that replays every move and answers `final_score` (GNU Go removes the
+  stones it judges dead; its level is `JUDGE_LEVEL`). Our engine never judges its own games.
+  Our Tromp-Taylor area count of the same position is kept beside the judgement, and a
+  series reports how many games the two name different winners for.
+- **Parallel**: `jobs` games at once (threads, each driving its own engine processes: our
+  engine, reused from game to game through an `Engines` pool, and that game's GNU Go), so
+  the processes, not this one, use the cores.
+
+Vocabulary: an **outcome** is one finished game from our point of view (+1 won, 0 a tie,
+-1 lost). This module starts processes and talks GTP; it loads no model and imports no torch.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from training.go.coords import BLACK, from_gtp, to_gtp
+from training.go.rules import Position
+from training.go.sgf import game_sgf
+from training.play.gtp_client import GtpClient, find_gnugo
+from training.play.referee import GameResult, parse_score, play_game
+
+REPO = Path(__file__).resolve().parents[2]
+JUDGE_LEVEL = 10
+"""GNU Go's level when it judges a final position (its default and its most careful)."""
+OPENING_STONES = 2
+"""Random stones that start each opening pair (one black, one white)."""
+
+
+def gnugo_command(level: int, seed: int | None = None, gnugo: str | None = None) -> list[str]:
+    """GNU Go in GTP mode under our rules (area scoring, positional superko)."""
+    path = gnugo or find_gnugo()
+    if path is None:
+        raise FileNotFoundError("GNU Go not found on PATH or in /usr/games "
+                                "(apt-get install gnugo)")
+    cmd = [path, "--mode", "gtp", "--level", str(level), "--chinese-rules",
+           "--positional-superko"]
+    return cmd + (["--seed", str(seed)] if seed is not None else [])
+
+
+def engine_command(model_path: str | Path, *, simulations: int | None = None,
+                   seconds_per_move: float | None = None,
+                   config: str | Path | None = None) -> list[str]:
+    """Our GTP engine playing `model_path` under a budget: simulations or seconds per move."""
+    cmd = [sys.executable, "-m", "training.gtp", "--model", str(model_path)]
+    if seconds_per_move is not None:
+        cmd += ["--seconds-per-move", f"{seconds_per_move:g}"]
+    if simulations is not None:
+        cmd += ["--simulations", str(simulations)]
+    return cmd + (["--config", str(config)] if config is not None else [])
+
+
+def gnugo_opponent(level: int) -> Callable[[int], list[str]]:
+    """seed -> the command of GNU Go at `level` with that seed."""
+    return lambda seed: gnugo_command(level, seed)
+
+
+def random_opponent() -> Callable[[int], list[str]]:
+    """seed -> the command of our GTP engine's random player with that seed."""
+    return lambda seed: [sys.executable, "-m", "training.gtp", "--seed", str(seed)]
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """How game `index` of a series starts."""
+
+    index: int
+    opening: tuple[str, ...]  # GTP moves, black first
+    we_are_black: bool
+    seed: int  # the opponent's --seed
+
+
+def random_opening(size: int, stones: int, rng: random.Random) -> tuple[str, ...]:
+    """`stones` random legal stones (black first), off the first line on boards of 7 and up."""
+    edge = 1 if size >= 7 else 0
+    points = [r * size + c for r in range(edge, size - edge) for c in range(edge, size - edge)]
+    position = Position(size, komi=0.0, max_moves=4 * size * size)
+    out = []
+    for _ in range(stones):
+        legal = [p for p in points if position.is_legal(p)]
+        if not legal:
+            break
+        move = rng.choice(legal)
+        position.play(move)
+        out.append(to_gtp(move, size))
+    return tuple(out)
+
+
+def schedule(games: int, size: int, seed: int, opening_stones: int = OPENING_STONES
+             ) -> list[GameSpec]:
+    """`games` games: pairs share an opening, ours black first then white; seeds 1, 2, ..."""
+    specs = []
+    for k in range(games):
+        opening = random_opening(size, opening_stones, random.Random(f"{seed}/{k // 2}"))
+        specs.append(GameSpec(index=k, opening=opening, we_are_black=k % 2 == 0, seed=k + 1))
+    return specs
+
+
+@dataclass
+class Outcome:
+    """One finished game of a series, from our point of view."""
+
+    spec: GameSpec
+    game: GameResult
+
+    @property
+    def points(self) -> int:
+        """+1 we won, 0 a tie, -1 we lost (by the judge when there is one)."""
+        if self.game.winner == 0:
+            return 0
+        return 1 if (self.game.winner == BLACK) == self.spec.we_are_black else -1
+
+    @property
+    def our_score(self) -> str | None:
+        """Our engine's own `final_score` of the end position (its judged count)."""
+        return next((v for k, v in self.game.engine_scores.items() if k.endswith(" azgo")),
+                    None)
+
+    @property
+    def we_agree(self) -> bool | None:
+        """Our engine's own count names the judge's winner (None: no judge, a resignation)."""
+        if self.game.judgement is None or self.game.end == "resignation" or not self.our_score:
+            return None
+        try:
+            ours = parse_score(self.our_score)
+        except ValueError:
+            return False
+        return _sign(ours) == _sign(parse_score(self.game.judgement))
+
+    @property
+    def wiped_out(self) -> bool:
+        """The judge called every stone of ours on the final board dead."""
+        g = self.game
+        if g.judgement is None or g.end == "resignation":
+            return False
+        position = Position(g.size, komi=g.komi, max_moves=10 * g.size * g.size)
+        for text in g.moves:
+            position.play(from_gtp(text, g.size))
+        ours = BLACK if self.spec.we_are_black else -BLACK
+        stones = {to_gtp(p, g.size) for p, c in enumerate(position.board) if c == ours}
+        return bool(stones) and stones <= set(g.judged_dead)
+
+    def to_sgf(self, player: str, opponent: str) -> str:
+        """The game as SGF, the judge's result as RE and its dead stones in the comment."""
+        g = self.game
+        black, white = (player, opponent) if self.spec.we_are_black else (opponent, player)
+        moves = [from_gtp(m, g.size) for m in g.moves if m != "resign"]
+        result = g.judgement or g.result
+        if g.end == "resignation":
+            result = g.result
+        note = (f"{g.end}; judge (GNU Go) {g.judgement}, dead {' '.join(g.judged_dead) or '-'}; "
+                f"Tromp-Taylor {g.result}; ours {self.our_score}; opening "
+                f"{' '.join(self.spec.opening)}; opponent seed {self.spec.seed}")
+        return game_sgf(g.size, g.komi, moves, result, player_black=black, player_white=white,
+                        comment=note, rules="Chinese, positional superko")
+
+    def to_json(self) -> dict:
+        g = self.game
+        return {"game": self.spec.index, "we": "black" if self.spec.we_are_black else "white",
+                "opening": list(self.spec.opening), "seed": self.spec.seed,
+                "moves": len(g.moves), "end": g.end, "judge": g.judgement,
+                "area": g.result, "disagree": g.disagrees, "ours": self.our_score,
+                "we_agree": self.we_agree, "wiped_out": self.wiped_out,
+                "points": self.points, "record": " ".join(g.moves)}
+
+    def describe(self) -> str:
+        g = self.game
+        verdict = {1: "won", 0: "tie", -1: "lost"}[self.points]
+        judged = f"judge {g.judgement}, area {g.result}" if g.judgement else g.result
+        flag = "  (judge and area disagree)" if g.disagrees else ""
+        return (f"game {self.spec.index + 1}: we {'black' if self.spec.we_are_black else 'white'}"
+                f", {verdict}: {judged} after {len(g.moves)} moves ({g.end}){flag}")
+
+
+class Engines:
+    """Our GTP engine processes for a series, started as games need them and reused from game
+    to game (and from series to series while the pool is open); `close()` ends them."""
+
+    def __init__(self, argv: list[str], timeout_s: float = 120.0):
+        self.argv = argv
+        self.timeout_s = timeout_s
+        self._idle: queue.Queue[GtpClient] = queue.Queue()
+        self._started: list[GtpClient] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> GtpClient:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            engine = GtpClient(self.argv, timeout_s=self.timeout_s, name="azgo", cwd=str(REPO))
+            with self._lock:
+                self._started.append(engine)
+            return engine
+
+    def give_back(self, engine: GtpClient) -> None:
+        if engine.returncode is None:  # a dead engine is not handed out again
+            self._idle.put(engine)
+
+    def close(self) -> None:
+        for engine in self._started:
+            engine.close()
+
+    def __enter__(self) -> "Engines":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
+                specs: Sequence[GameSpec], *, size: int, komi: float, jobs: int = 1,
+                timeout_s: float = 120.0, on_game: Callable[[Outcome], None] | None = None,
+                judge_level: int = JUDGE_LEVEL) -> list[Outcome]:
+    """Play `specs` between our engine (`ours`: a GTP command, or an open `Engines` pool) and
+    `opponent(seed)`; return the outcomes in the order of `specs`. `on_game` is called as
+    each game finishes, one call at a time."""
+    if not specs:
+        return []
+    judge_cmd = gnugo_command(judge_level)  # fails early, by name, without GNU Go
+    jobs = max(1, min(jobs, len(specs)))
+    engines = ours if isinstance(ours, Engines) else Engines(ours, timeout_s)
+    lock = threading.Lock()
+
+    def one(spec: GameSpec) -> Outcome:
+        engine = engines.take()
+        try:
+            argv = opponent(spec.seed)
+            with GtpClient(argv, timeout_s=timeout_s, cwd=str(REPO),
+                           name=Path(argv[0]).name) as other, \
+                    GtpClient(judge_cmd, timeout_s=timeout_s, name="judge") as judge:
+                black, white = (engine, other) if spec.we_are_black else (other, engine)
+                game = play_game(black, white, size, komi, opening=spec.opening, judge=judge)
+        finally:
+            engines.give_back(engine)
+        outcome = Outcome(spec, game)
+        if on_game is not None:
+            with lock:
+                on_game(outcome)
+        return outcome
+
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(one, specs))
+    finally:
+        if engines is not ours:
+            engines.close()
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def tally(outcomes: Sequence[Outcome]) -> tuple[int, int, int]:
+    """(wins, draws, losses) from our point of view."""
+    points = [o.points for o in outcomes]
+    return points.count(1), points.count(0), points.count(-1)

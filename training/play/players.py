@@ -1,0 +1,235 @@
+"""The players of our GTP engine (`python -m training.gtp`): a search, and a trained model.
+
+A *player* chooses moves for `training.gtp.GtpEngine`, which keeps the board and speaks the
+protocol (see `training.gtp.Player`; the engine's default, `RandomPlayer`, lives there too).
+
+Owns:
+- `MctsPlayer(evaluate, go_cfg, mcts_cfg, simulations)`: searches one position at a time with
+  any evaluator (no noise, the search's own choice), under a budget of simulations or seconds
+  per move.
+- `NetPlayer(model_path, simulations, cfg)`: a `training.gtp.Player` that loads a model file
+  and plays with an `MctsPlayer` on the model's board size; `python -m training.gtp --model
+  FILE` plays with it. A position of another size is refused with `GtpError`.
+
+It must not: speak GTP or keep a game's board (`training.gtp` does), play self-play games or
+write records (`training.search.selfplay`), or import torch when imported: only making a `NetPlayer`
+loads `training.learn.net` (and torch).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from configs import Config, GoConfig
+from training.go import endgame
+from training.play.gtp_client import GtpError
+from training.search.mcts import Evaluate, Mcts
+
+if TYPE_CHECKING:
+    from configs import MctsConfig
+
+
+class MctsPlayer:
+    """Searches one position at a time for the GTP engine (no noise, most visited move).
+
+    The budget per move is `simulations`, or with `seconds_per_move` a time: the search runs
+    in chunks of simulations on the same tree until the next chunk would pass the time (at
+    most `max_simulations`, which also sizes the tree). Chunks go through the public
+    `Mcts.search`, so every search mode of `mcts_cfg` works: with Gumbel each chunk is a
+    sequential halving of its own (at least `gumbel_max_considered` simulations, so that it
+    considers as many root moves as a fixed search would) over the Q values of all the chunks
+    before it. `last_simulations` and `last_seconds` tell what the last move used.
+
+    `early_pass` False (default): never pass first while a real move is left, as in self-play
+    (the net never learned what follows its own early pass; against players that never pass
+    early, such as `training.gtp.RandomPlayer`, passing first gives the board away; under area
+    scoring the rule costs nothing but own-eye fills, which it does not force).
+    """
+
+    CHUNK = 8
+    """Simulations per chunk of a timed search (one net call each at batch 1)."""
+    MAX_TIMED_SIMULATIONS = 20_000
+    """Default cap of a timed search: about 33 MB of tree on 9x9."""
+
+    def __init__(
+        self,
+        evaluate: Evaluate,
+        go_cfg: GoConfig,
+        mcts_cfg: MctsConfig,
+        simulations: int | None = None,
+        *,
+        history: int,
+        early_pass: bool = False,
+        seconds_per_move: float | None = None,
+        max_simulations: int | None = None,
+    ):
+        if seconds_per_move is not None and not seconds_per_move > 0:
+            raise ValueError(f"seconds_per_move must be > 0, got {seconds_per_move}")
+        self.evaluate = evaluate
+        self.size = go_cfg.board_size
+        self.seconds_per_move = seconds_per_move
+        if seconds_per_move is None:
+            self.max_simulations = simulations or mcts_cfg.simulations
+        else:
+            self.max_simulations = max_simulations or self.MAX_TIMED_SIMULATIONS
+        self.chunk = self.CHUNK
+        if mcts_cfg.algorithm == "gumbel":
+            self.chunk = max(self.CHUNK, mcts_cfg.gumbel_max_considered)
+        self.mcts = Mcts(
+            1, go_cfg, mcts_cfg, history=history, batch_size=1,
+            simulations=self.max_simulations, reuse_tree=False, early_pass=early_pass,
+        )
+        self.last_value = 0.0
+        self.last_simulations = 0
+        self.last_seconds = 0.0
+
+    def warm_up(self) -> None:
+        """Two small searches on one tree (a fresh root, then an expanded one, as a timed search
+        does), then what genmove reads after its search, so that compiling or loading the
+        search code is not timed on move 1."""
+        self.mcts.reset_game(0, [0], komi=0.5)  # a position after one move, as genmove sets
+        for _ in range(2):
+            self.mcts.search(self.evaluate, [0], simulations=min(self.chunk,
+                                                                 self.max_simulations))
+        self.mcts.root_values([0])
+        self.mcts.select_moves([0])
+        self.mcts.reset_game(0)
+
+    def genmove(self, moves: Sequence[int], komi: float) -> int:
+        """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
+
+        Raises ValueError if `moves` holds an illegal move.
+        """
+        start = time.perf_counter()
+        self.mcts.reset_game(0, moves, komi=komi)
+        if self.mcts.is_over(0):
+            return self.size * self.size
+        if self.seconds_per_move is None:
+            self.mcts.search(self.evaluate, [0])
+            self.last_simulations = self.max_simulations
+        else:
+            self._timed_search(start + self.seconds_per_move)
+        self.last_value = float(self.mcts.root_values([0])[0])
+        move = int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
+        self.last_seconds = time.perf_counter() - start
+        return move
+
+    def _timed_search(self, deadline: float) -> None:
+        """Chunks of simulations on one tree until the next chunk would end past `deadline`.
+
+        The first chunk always runs (a move needs a search); a later one only when the chunk
+        before it, timed, would still fit in the time left.
+        """
+        done = 0
+        while True:
+            chunk = min(self.chunk, self.max_simulations - done)
+            t0 = time.perf_counter()
+            self.mcts.search(self.evaluate, [0], simulations=chunk)
+            now = time.perf_counter()
+            done += chunk
+            if done >= self.max_simulations or now + (now - t0) > deadline:
+                self.last_simulations = done
+                return
+
+
+class NetPlayer:
+    """A `training.gtp.Player` that searches with a trained model (no noise, most visits).
+
+    The budget per move is `simulations`, or `seconds_per_move` when given (see `MctsPlayer`).
+    Any komi the GTP engine accepts is searched with: the config's range and half-point checks
+    apply to config files, not to a controller's komi.
+
+    The end of a game is judged the way the opponent's judge will (`training.go.endgame`): the
+    net's ownership map (averaged over the 8 symmetries) names the dead stones. Right after
+    the opponent's pass, `genmove` passes when the board without those stones is won, and
+    answers a search move that would only fill its own area with a pass (self-play never sees
+    an opponent pass before the board is settled, so the search does not know these moves are
+    worthless, and Tromp-Taylor calls every dead stone alive). `genmove_cleanup` captures the
+    dead opponent stones first (`kgs-genmove_cleanup`). Without an ownership head every stone
+    counts as alive.
+    """
+
+    def __init__(self, model_path: str | os.PathLike, simulations: int, cfg: Config | None = None,
+                 *, device: str = "cpu", seconds_per_move: float | None = None):
+        from training.learn.net import load_model, make_evaluator  # torch: only with a model
+
+        net, info = load_model(model_path, device)
+        self.board_size = info.board_size
+        self._net = net.eval()
+        self._device = device
+        cfg = cfg or Config()
+        # The komi in this GoConfig only seeds empty boards; every search gets the game's own.
+        # The move cap is the referee's (4 N*N), so the search never ends a game it plays.
+        n = info.board_size
+        go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
+        self.player = MctsPlayer(make_evaluator(net, device), go_cfg, cfg.mcts, simulations,
+                                 history=net.history, seconds_per_move=seconds_per_move)
+        self.player.warm_up()
+
+    def ownership(self, position: Any, color: int | None = None) -> list[float] | None:
+        """The net's ownership of every point (black's view, -1..1) with `color` to move
+        (default: the side to move), averaged over the 8 symmetries; None without the head."""
+        if not getattr(self._net, "ownership_head", False):
+            return None
+        import torch
+
+        from training.go import features
+
+        if color is not None and color != position.to_play and not position.is_over():
+            position = position.copy()
+            position.play(position.pass_move)  # GTP may ask either colour: the other passed
+        to_move = position.to_play
+        n = position.size
+        x = features.planes(position, self._net.history)
+        batch = np.stack([features.transform_planes(x, s)
+                          for s in range(features.NUM_SYMMETRIES)])
+        with torch.inference_mode():
+            out = self._net(torch.from_numpy(batch).to(self._device), heads=True)
+        own = torch.tanh(out["ownership"].float()).cpu().numpy().reshape(-1, n, n)
+        mean = np.mean([features.inverse_transform_planes(own[s], s)
+                        for s in range(features.NUM_SYMMETRIES)], axis=0)
+        return [float(v) * to_move for v in mean.reshape(-1)]
+
+    def dead_stones(self, position: Any) -> set[int]:
+        """The stones the net's ownership map calls dead (none without an ownership head)."""
+        own = self.ownership(position)
+        return set() if own is None else endgame.dead_stones(position.board, position.size, own)
+
+    def genmove(self, position: Any, color: int) -> int | None:
+        """The search's move for `color` after the position's moves; a pass right after the
+        opponent's pass when the board without its dead stones is won (see the class)."""
+        if position.size != self.board_size:
+            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
+        moves = list(position.moves)
+        if color != position.to_play:  # GTP may ask either colour: the other one passed
+            moves.append(position.pass_move)
+        if not moves or moves[-1] != position.pass_move:
+            return self.player.genmove(moves, position.komi)
+        board, n = position.board, position.size
+        own = self.ownership(position, color)
+        dead = set() if own is None else endgame.dead_stones(board, n, own)
+        if endgame.judged_score(board, n, position.komi, dead) * color > 0:
+            return position.pass_move
+        move = self.player.genmove(moves, position.komi)
+        if own is not None and endgame.fills_own_area(board, n, move, color, own):
+            return position.pass_move
+        return move
+
+    def genmove_cleanup(self, position: Any, color: int) -> int | None:
+        """`kgs-genmove_cleanup`: capture the dead opponent stones before anything else, so
+        that the Tromp-Taylor count of the final board is the judged one; then `genmove`."""
+        if position.size != self.board_size:
+            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
+        own = self.ownership(position, color)
+        if own is not None:
+            board, n = position.board, position.size
+            dead = {p for p in endgame.dead_stones(board, n, own) if board[p] == -color}
+            move = endgame.cleanup_move(board, n, color, dead,
+                                        lambda p: position.is_legal(p, color))
+            if move is not None:
+                return move
+        return self.genmove(position, color)

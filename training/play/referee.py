@@ -1,0 +1,167 @@
+"""A referee for games between two GTP engines (our engine vs GNU Go, model vs model).
+
+`play_game(black, white, size, komi)` sets both engines up, asks the side to move for
+`genmove`, checks the move against our reference rules (`training.go.rules.Position`), passes it
+to the other engine with `play` and goes on until two consecutive passes, a resignation or
+`max_moves`. Every move must be legal by our rules and accepted by the opponent, otherwise
+`RefereeError` names the move, the engine and the reason. An `opening` (GTP moves, black
+first) is played onto both engines before the first `genmove`.
+
+Scoring: the referee's own board gives the Tromp-Taylor area score (`score`, `result`), which
+counts every stone left on the board as alive. With a `judge` (a third engine, GNU Go: see
+`training.play.gnugo`), `judge_game` replays all moves into it and asks its `final_score`, which
+removes dead stones; the winner is then the judge's (`judgement`, with the stones it calls
+dead in `judged_dead`), and `disagrees` says whether the two counts name different winners.
+Each engine's own `final_score` is recorded beside them, for information.
+
+The engines are `training.play.gtp_client.GtpClient`s; the referee does not start or stop them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from training.go.coords import BLACK, WHITE, from_gtp, to_gtp
+from training.go.rules import Position
+from training.play.gtp_client import GtpClient, GtpError
+
+
+class RefereeError(RuntimeError):
+    """An engine sent an illegal move, or refused a legal one."""
+
+
+@dataclass
+class GameResult:
+    """How a refereed game went."""
+
+    size: int
+    komi: float
+    moves: list[str] = field(default_factory=list)  # GTP text, black first
+    winner: int = 0  # BLACK, WHITE or 0 (a tie)
+    result: str = "0"  # "B+3.5", "W+R", "0", ...
+    end: str = ""  # "two passes", "resignation" or "move cap"
+    score: float = 0.0  # Tromp-Taylor on the referee's board, black's view
+    engine_scores: dict[str, str] = field(default_factory=dict)  # final_score per engine
+    opening: list[str] = field(default_factory=list)  # GTP moves played before the game
+    judgement: str | None = None  # the judge's final_score of the end position, "B+12.5"
+    judged_dead: list[str] = field(default_factory=list)  # the judge's dead stones (GTP)
+
+    @property
+    def disagrees(self) -> bool:
+        """The judge and the Tromp-Taylor count name different winners."""
+        return self.judgement is not None and self.end != "resignation" and (
+            _sign(parse_score(self.judgement)) != _sign(self.score))
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def parse_score(text: str) -> float:
+    """A GTP score, `B+3.5` / `W+0.5` / `0`, as black's margin (+3.5, -0.5, 0.0).
+
+    Raises ValueError for anything else (a resignation, `B+R`, has no margin).
+    """
+    t = text.strip().upper()
+    if t in ("0", "DRAW", "JIGO"):
+        return 0.0
+    if len(t) > 2 and t[0] in "BW" and t[1] == "+":
+        try:
+            margin = float(t[2:])
+        except ValueError:
+            margin = float("nan")
+        if margin == margin and margin >= 0 and margin != float("inf"):
+            return margin if t[0] == "B" else -margin
+    raise ValueError(f"not a GTP score: {text!r}")
+
+
+def judge_game(judge: GtpClient, size: int, komi: float, moves: list[str]) -> str:
+    """Replay `moves` (GTP text, black first, passes included) into `judge` and return its
+    `final_score` of the final position."""
+    judge.send(f"boardsize {size}")
+    judge.send("clear_board")
+    judge.send(f"komi {komi:g}")
+    color = "black"
+    for k, move in enumerate(moves):
+        try:
+            judge.send(f"play {color} {move}")
+        except GtpError as e:
+            raise RefereeError(f"{judge.name} (judge) refused {color} {move} at move {k + 1} "
+                               f"of the replay: {e.message}") from e
+        color = "white" if color == "black" else "black"
+    reply = judge.send("final_score")
+    parse_score(reply)  # a judge that answers something else is of no use
+    return reply
+
+
+def play_game(
+    black: GtpClient,
+    white: GtpClient,
+    size: int = 9,
+    komi: float = 7.5,
+    max_moves: int | None = None,
+    *,
+    opening: Sequence[str] = (),
+    judge: GtpClient | None = None,
+) -> GameResult:
+    """Play one game (after `opening`) and return its result, judged by `judge` if given."""
+    max_moves = 4 * size * size if max_moves is None else max_moves
+    engines = {BLACK: black, WHITE: white}
+    names = {BLACK: "black", WHITE: "white"}
+    for engine in engines.values():
+        engine.send(f"boardsize {size}")
+        engine.send("clear_board")
+        engine.send(f"komi {komi:g}")
+    position = Position(size, komi=komi, max_moves=max_moves)
+    game = GameResult(size=size, komi=komi, opening=list(opening))
+    for text in opening:
+        move = from_gtp(text, size)
+        color = position.to_play
+        if not position.is_legal(move, color):
+            raise RefereeError(f"opening move {text} at move {len(position.moves) + 1}: "
+                               f"illegal, {position.illegal_reason(move)}")
+        for engine in engines.values():
+            engine.send(f"play {names[color]} {to_gtp(move, size)}")
+        position.play(move)
+        game.moves.append(to_gtp(move, size))
+    color = position.to_play
+    while not position.is_over():
+        reply = engines[color].send(f"genmove {names[color]}")
+        if reply.lower() == "resign":
+            game.moves.append("resign")
+            game.winner = -color
+            game.result = ("W" if color == BLACK else "B") + "+R"
+            game.end = "resignation"
+            return game
+        try:
+            move = from_gtp(reply, size)
+        except ValueError:
+            raise RefereeError(f"{engines[color].name} ({names[color]}) sent {reply!r}, "
+                               f"not a move on {size}x{size}") from None
+        reason = position.illegal_reason(move)
+        if reason is not None:
+            raise RefereeError(f"{engines[color].name} ({names[color]}) played "
+                               f"{to_gtp(move, size)} at move {len(position.moves) + 1}: "
+                               f"illegal, {reason}")
+        try:
+            engines[-color].send(f"play {names[color]} {to_gtp(move, size)}")
+        except GtpError as e:
+            raise RefereeError(f"{engines[-color].name} refused {names[color]}'s legal move "
+                               f"{to_gtp(move, size)} at move {len(position.moves) + 1}: "
+                               f"{e.message}") from e
+        position.play(move)
+        game.moves.append(to_gtp(move, size))
+        color = -color
+    game.end = "two passes" if position.passes >= 2 else "move cap"
+    game.score = position.score()
+    game.result = position.result()
+    game.winner = BLACK if game.score > 0 else WHITE if game.score < 0 else 0
+    for c, engine in engines.items():
+        game.engine_scores[f"{names[c]} {engine.name}"] = engine.send("final_score")
+    if judge is not None:
+        game.judgement = judge_game(judge, size, komi, game.moves)
+        game.judged_dead = judge.send("final_status_list dead").split()
+        verdict = parse_score(game.judgement)
+        game.winner = BLACK if verdict > 0 else WHITE if verdict < 0 else 0
+    return game

@@ -1,0 +1,195 @@
+"""Per-generation metrics of a run: metrics.json, metrics.csv and the progress.png plot.
+
+Owns the three files in the run folder (see docs/DESIGN.md; their names and paths are
+`training.run.run_dir`'s, `RunDir.metrics_json`, `.metrics_csv`, `.progress_png`):
+- `metrics.json`: a list of rows, one per generation, sorted by generation;
+- `metrics.csv`: the same rows as a table (the union of all columns, empty where unknown);
+- `progress.png`: loss, Elo, the win rate against GNU Go (when `evaluation.gnugo_games` plays
+  it: `gnugo_score` with its Wilson interval `gnugo_ci_low`..`gnugo_ci_high`) and games/s over
+  generations (matplotlib, Agg backend).
+
+Vocabulary: a **row** is a dict of plain numbers/strings with an int `generation` key. Several
+parts add columns to the same generation's row (the trainer its losses, the arena its Elo, the
+coach games/s): `record_metrics(run_dir, generation, **values)` merges them.
+
+Writers: only one process at a time (the coach, or rank 0 of the trainer that the coach waits
+for); every file is written to a temp name and renamed. This module must not import torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from distributed.transfer import write_atomic, write_json_atomic
+from training.run.run_dir import (  # noqa: F401 - the three names stay importable from here
+    METRICS_CSV,
+    METRICS_JSON,
+    PROGRESS_PNG,
+    RunDir,
+)
+
+log = logging.getLogger(__name__)
+
+_FIRST_COLUMNS = ("generation", "time", "loss", "policy_loss", "value_loss", "val_loss", "elo")
+
+
+class MetricsError(Exception):
+    """metrics.json exists but cannot be read as a list of rows."""
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-friendly version of a number (numpy and torch scalars included)."""
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of metrics.json, sorted by generation ([] when the file does not exist)."""
+    path = RunDir(run_dir).metrics_json
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, json.JSONDecodeError) as e:
+        raise MetricsError(
+            f"{path}: cannot read metrics ({e}); move the file away to start a new one"
+        ) from e
+    if not isinstance(rows, list) or not all(
+        isinstance(r, dict) and "generation" in r for r in rows
+    ):
+        raise MetricsError(f"{path}: expected a list of rows with 'generation'; move it away")
+    return sorted(rows, key=lambda r: r["generation"])
+
+
+def record_metrics(run_dir: str | os.PathLike, generation: int, **values: Any) -> dict:
+    """Merge `values` into the row of `generation`; rewrite metrics.json and metrics.csv.
+
+    Returns the merged row. Also logs it as one key=value line.
+    """
+    paths = RunDir(run_dir)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    rows = read_metrics(paths.root)
+    row = next((r for r in rows if r["generation"] == generation), None)
+    if row is None:
+        row = {"generation": int(generation)}
+        rows.append(row)
+        rows.sort(key=lambda r: r["generation"])
+    row.update({k: _plain(v) for k, v in values.items()})
+    write_json_atomic(paths.metrics_json, rows)
+    write_atomic(paths.metrics_csv, _csv_text(rows))
+    log.info(
+        "metrics generation=%d %s",
+        generation,
+        " ".join(f"{k}={_fmt(v)}" for k, v in values.items()),
+    )
+    return row
+
+
+def _fmt(value: Any) -> str:
+    value = _plain(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _csv_text(rows: list[dict[str, Any]]) -> str:
+    columns = [c for c in _FIRST_COLUMNS if any(c in r for r in rows)]
+    for r in rows:
+        columns += [k for k in r if k not in columns and not isinstance(r[k], (list, dict))]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in columns})
+    return out.getvalue()
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            xs.append(r["generation"])
+            ys.append(float(v))
+    return xs, ys
+
+
+def plot_progress(run_dir: str | os.PathLike) -> Path:
+    """Draw progress.png from metrics.json: losses, Elo (with its CI), the win rate against
+    GNU Go (with its CI; a panel only when some generation played it) and games/s."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers; must come before pyplot
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    paths = RunDir(run_dir)
+    rows = read_metrics(paths.root)
+    gnugo = _series(rows, "gnugo_score")
+    panels = 4 if gnugo[0] else 3
+    fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
+    ax = axes[0]
+    for key, label in (
+        ("loss", "train loss"),
+        ("policy_loss", "policy loss"),
+        ("value_loss", "value loss"),
+        ("val_loss", "validation loss"),
+    ):
+        xs, ys = _series(rows, key)
+        if xs:
+            ax.plot(xs, ys, marker=".", label=label)
+    ax.set_ylabel("loss")
+    if ax.lines:
+        ax.legend(loc="upper right", fontsize="small")
+    ax = axes[1]
+    xs, ys = _series(rows, "elo")
+    if xs:
+        ax.plot(xs, ys, marker=".", color="tab:green", label="Elo")
+        lo = dict(zip(*_series(rows, "elo_ci_low")))
+        hi = dict(zip(*_series(rows, "elo_ci_high")))
+        band = [g for g in xs if g in lo and g in hi]
+        if band:
+            ax.fill_between(
+                band, [lo[g] for g in band], [hi[g] for g in band], alpha=0.2, color="tab:green"
+            )
+    ax.set_ylabel("Elo (95% CI)")
+    if gnugo[0]:
+        ax = axes[2]
+        xs, ys = gnugo
+        ax.plot(xs, [100 * y for y in ys], marker=".", color="tab:red")
+        lo = dict(zip(*_series(rows, "gnugo_ci_low")))
+        hi = dict(zip(*_series(rows, "gnugo_ci_high")))
+        band = [g for g in xs if g in lo and g in hi]
+        if band:
+            ax.fill_between(band, [100 * lo[g] for g in band], [100 * hi[g] for g in band],
+                            alpha=0.2, color="tab:red")
+        levels = sorted({r["gnugo_level"] for r in rows if isinstance(r.get("gnugo_level"), int)})
+        ax.set_ylim(0, 100)
+        ax.axhline(50, color="grey", lw=0.8, ls="--")
+        ax.set_ylabel(f"% won vs GNU Go {'/'.join(map(str, levels))}")
+    ax = axes[-1]
+    xs, ys = _series(rows, "games_per_s")
+    if xs:
+        ax.plot(xs, ys, marker=".", color="tab:orange")
+    ax.set_ylabel("self-play games/s")
+    ax.set_xlabel("generation")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no generation 1.5
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    path = paths.progress_png
+    write_atomic(path, buf.getvalue())
+    return path
