@@ -58,3 +58,31 @@ def test_progress_plot_gains_a_gnugo_panel_when_generations_played_it(run_dir):
                    gnugo_ci_high=0.5)
     with_gnugo = Image.open(plot_progress(run_dir)).size
     assert with_gnugo[1] > plain[1]  # one more panel
+
+
+def test_progress_plot_gains_a_pool_rating_panel_from_the_strength_history(run_dir):
+    from PIL import Image
+
+    from training.run.metrics import pool_ratings
+
+    record_metrics(run_dir, 1, loss=2.0, games_per_s=1.0)
+    plain = Image.open(plot_progress(run_dir)).size
+
+    def report(rows):
+        return json.dumps({"rows": rows}) + "\n"
+
+    def row(g, rating, seconds=None):
+        return {"generation": g, "simulations": None if seconds else 64,
+                "seconds_per_move": seconds, "rating": rating,
+                "rating_ci": [rating - 50, rating + 50] if rating is not None else None}
+
+    history = run_dir / "strength_history.jsonl"
+    history.write_text(report([row(1, -300.0), row(5, -100.0), row(5, 20.0, seconds=1.0)])
+                       + "{torn line\n"
+                       + report([row(5, -80.0), row(9, None)]))
+    assert pool_ratings(history) == {
+        "64 sims": [(1, -300.0, -350.0, -250.0), (5, -80.0, -130.0, -30.0)],  # newest wins
+        "1 s/move": [(5, 20.0, -30.0, 70.0)],
+    }
+    with_pool = Image.open(plot_progress(run_dir)).size
+    assert with_pool[1] > plain[1]  # one more panel

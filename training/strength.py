@@ -63,6 +63,7 @@ from training.learn.net import load_model, make_evaluator
 from training.play import gnugo, rating
 from training.play.arena import MatchResult, play_arena
 from training.play.gtp_client import find_gnugo
+from training.run import metrics
 from training.run.model_store import ModelStoreError, list_models, model_stem, read_manifest
 from training.run.run_dir import RunDir
 from training.search.mcts import Evaluate, Mcts
@@ -601,6 +602,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_atomic(paths.strength_json, json.dumps(report, indent=1).encode())
     append_history(paths.strength_history, report)
     plot(rows, paths.strength_png)
+    if paths.metrics_json.exists():
+        metrics.plot_progress(run_dir)  # the pool rating beside the arena's chained Elo
     print("\n".join(format_row(r) for r in rows))
     if anchor is not None:
         pool = ", ".join(f"{n} {r.elo:+.0f} [{r.ci_low:+.0f}, {r.ci_high:+.0f}]"

@@ -5,8 +5,11 @@ Owns the three files in the run folder (see docs/DESIGN.md; their names and path
 - `metrics.json`: a list of rows, one per generation, sorted by generation;
 - `metrics.csv`: the same rows as a table (the union of all columns, empty where unknown);
 - `progress.png`: loss, Elo, the win rate against GNU Go (when `evaluation.gnugo_games` plays
-  it: `gnugo_score` with its Wilson interval `gnugo_ci_low`..`gnugo_ci_high`) and games/s over
-  generations (matplotlib, Agg backend).
+  it: `gnugo_score` with its Wilson interval `gnugo_ci_low`..`gnugo_ci_high`), the rating
+  against the fixed pool (when `python -m training.strength` has rated generations: the newest
+  rating of each generation and budget in `strength_history.jsonl`) and games/s over
+  generations (matplotlib, Agg backend). The chained arena Elo is a sum of small noisy steps;
+  the pool rating is anchored (GNU Go level 1 = 0), so a regression shows there.
 
 Vocabulary: a **row** is a dict of plain numbers/strings with an int `generation` key. Several
 parts add columns to the same generation's row (the trainer its losses, the arena its Elo, the
@@ -124,9 +127,38 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
+def pool_ratings(history: Path) -> dict[str, list[tuple[int, float, float, float]]]:
+    """budget -> [(generation, rating, ci low, ci high)] by generation: the newest rating of
+    each (generation, budget) in the strength tool's history (unreadable lines skipped)."""
+    newest: dict[tuple[str, int], tuple[float, float, float]] = {}
+    try:
+        text = history.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        try:
+            report = json.loads(line)
+            for row in report["rows"]:
+                if row.get("rating") is None:
+                    continue
+                budget = (f"{row['seconds_per_move']:g} s/move"
+                          if row.get("seconds_per_move") is not None
+                          else f"{row['simulations']} sims")
+                lo, hi = row["rating_ci"]
+                newest[(budget, int(row["generation"]))] = (
+                    float(row["rating"]), float(lo), float(hi))
+        except (ValueError, KeyError, TypeError):
+            continue
+    out: dict[str, list[tuple[int, float, float, float]]] = {}
+    for (budget, g), (r, lo, hi) in sorted(newest.items()):
+        out.setdefault(budget, []).append((g, r, lo, hi))
+    return out
+
+
 def plot_progress(run_dir: str | os.PathLike) -> Path:
     """Draw progress.png from metrics.json: losses, Elo (with its CI), the win rate against
-    GNU Go (with its CI; a panel only when some generation played it) and games/s."""
+    GNU Go (with its CI; a panel only when some generation played it), the pool rating (a
+    panel only when the strength tool rated some generation) and games/s."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers; must come before pyplot
@@ -136,7 +168,8 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
     paths = RunDir(run_dir)
     rows = read_metrics(paths.root)
     gnugo = _series(rows, "gnugo_score")
-    panels = 4 if gnugo[0] else 3
+    pool = pool_ratings(paths.strength_history)
+    panels = 3 + bool(gnugo[0]) + bool(pool)
     fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
     ax = axes[0]
     for key, label in (
@@ -177,6 +210,15 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
         ax.set_ylim(0, 100)
         ax.axhline(50, color="grey", lw=0.8, ls="--")
         ax.set_ylabel(f"% won vs GNU Go {'/'.join(map(str, levels))}")
+    if pool:
+        ax = axes[-2]
+        for budget, points in pool.items():
+            gens = [p[0] for p in points]
+            ax.plot(gens, [p[1] for p in points], marker="o", label=budget)
+            ax.fill_between(gens, [p[2] for p in points], [p[3] for p in points], alpha=0.15)
+        ax.axhline(0, color="grey", lw=0.8, ls="--")
+        ax.set_ylabel("Elo vs pool (GNU Go 1 = 0)")
+        ax.legend(loc="upper left", fontsize="small")
     ax = axes[-1]
     xs, ys = _series(rows, "games_per_s")
     if xs:
