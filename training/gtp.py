@@ -40,11 +40,14 @@ import math
 import os
 import random
 import sys
+import threading
+import time
 from typing import Protocol, TextIO
 
 from training.go.coords import EMPTY, MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
 from training.go.endgame import final_status, judged_score
 from training.go.rules import IllegalMove, Position, neighbors
+from training.play.clock import Clock
 from training.play.gtp_client import GtpError
 
 NAME = "azgo"
@@ -69,7 +72,18 @@ COMMANDS = (
     "final_score",
     "final_status_list",
     "kgs-genmove_cleanup",
+    "time_settings",
+    "kgs-time_settings",
+    "time_left",
+    "lz-analyze",
+    "kata-analyze",
+    "analyze",
+    "lz-genmove_analyze",
+    "kata-genmove_analyze",
+    "genmove_analyze",
 )
+STREAMING = object()
+"""What a command handler returns when it has written its reply itself (analysis)."""
 
 
 class Player(Protocol):
@@ -107,6 +121,11 @@ class GtpEngine:
         self.komi = komi
         self.position = self._new_position(size)
         self.is_done = False  # set by `quit`
+        self.clock = Clock()
+        self._out: TextIO | None = None  # the stream `run` serves: analysis writes to it
+        self._write_lock = threading.Lock()
+        self._analysis: tuple[threading.Thread, threading.Event] | None = None
+        self._cmd_id = ""
 
     def _new_position(self, size: int) -> Position:
         # No move cap of our own: 100*N*N is beyond any game a controller will play.
@@ -131,21 +150,42 @@ class GtpEngine:
                    if command in COMMANDS else None)
         if handler is None:
             return f"?{cmd_id} unknown command\n\n"
+        self._cmd_id = cmd_id
         try:
             text = handler(args)
         except GtpError as e:
             return f"?{cmd_id} {e}\n\n"
+        if text is STREAMING:
+            return None
         return f"={cmd_id} {text}\n\n" if text else f"={cmd_id}\n\n"
 
     def run(self, stdin: TextIO, stdout: TextIO) -> None:
-        """Serve commands until `quit` or end of input."""
-        for line in stdin:
-            reply = self.handle(line)
-            if reply is not None:
-                stdout.write(reply)
-                stdout.flush()
-            if self.is_done:
-                break
+        """Serve commands until `quit` or end of input. Any input line, a blank one too, ends
+        a running analysis first (its reply then ends with the blank line)."""
+        self._out = stdout
+        try:
+            for line in stdin:
+                self._stop_analysis()
+                reply = self.handle(line)
+                if reply is not None:
+                    self._write(reply)
+                if self.is_done:
+                    break
+        finally:
+            self._stop_analysis()
+
+    def _write(self, text: str) -> None:
+        assert self._out is not None
+        with self._write_lock:
+            self._out.write(text)
+            self._out.flush()
+
+    def _stop_analysis(self) -> None:
+        if self._analysis is not None:
+            thread, stop = self._analysis
+            stop.set()
+            thread.join()
+            self._analysis = None
 
     # -- commands ------------------------------------------------------------------------
 
@@ -216,16 +256,122 @@ class GtpEngine:
         """genmove that captures every dead opponent stone before it passes (KGS, CGOS)."""
         return self._genmove(args, getattr(self.player, "genmove_cleanup", self.player.genmove))
 
-    def _genmove(self, args, choose):
+    def _genmove(self, args, choose, **extra):
         _expect(args, 1)
         color = _color(args[0])
         if self.position.is_over():
             return "pass"  # two passes already: nothing left to play, nothing recorded
-        move = choose(self.position, color)
+        move = self._choose(choose, color, **extra)
         if move is None:
             return "resign"
         self.position.play(move, color)  # a player returning an illegal move is a bug
         return to_gtp(move, self.position.size)
+
+    def _choose(self, choose, color: int, **extra) -> int | None:
+        """The player's move, thinking for the clock's share when a clock runs; the clock
+        counts the time down."""
+        start = time.monotonic()
+        seconds = self.clock.budget(color, self.position.size, len(self.position.moves))
+        if seconds is not None and hasattr(self.player, "analyze"):  # a searching player
+            extra["seconds"] = seconds
+        move = choose(self.position, color, **extra)
+        self.clock.spent(color, time.monotonic() - start)
+        return move
+
+    # -- the clock -------------------------------------------------------------------------
+
+    def cmd_time_settings(self, args):
+        _expect(args, 3)
+        try:
+            self.clock.settings(float(args[0]), float(args[1]), int(args[2]))
+        except ValueError as e:
+            raise GtpError(f"syntax error: time_settings main_time byo_yomi_time "
+                           f"byo_yomi_stones ({e})") from None
+        return ""
+
+    def cmd_kgs_time_settings(self, args):
+        _expect(args, 1)
+        try:
+            self.clock.kgs_settings(args[0], [float(a) for a in args[1:4]])
+        except ValueError as e:
+            raise GtpError(f"syntax error: kgs-time_settings {e}") from None
+        return ""
+
+    def cmd_time_left(self, args):
+        _expect(args, 3)
+        try:
+            self.clock.time_left(_color(args[0]), float(args[1]), int(args[2]))
+        except ValueError as e:
+            raise GtpError(f"syntax error: time_left color time stones ({e})") from None
+        return ""
+
+    # -- analysis (Lizzie, Sabaki, KaTrain's GTP mode, GoGui) --------------------------------
+
+    def cmd_lz_analyze(self, args):
+        return self._analyze(args, "lz")
+
+    def cmd_analyze(self, args):
+        return self._analyze(args, "lz")
+
+    def cmd_kata_analyze(self, args):
+        return self._analyze(args, "kata")
+
+    def cmd_lz_genmove_analyze(self, args):
+        return self._genmove_analyze(args, "lz")
+
+    def cmd_genmove_analyze(self, args):
+        return self._genmove_analyze(args, "lz")
+
+    def cmd_kata_genmove_analyze(self, args):
+        return self._genmove_analyze(args, "kata")
+
+    def _analysis_request(self, args) -> AnalysisRequest:
+        if not hasattr(self.player, "analyze"):
+            raise GtpError("analysis needs a model (--model FILE)")
+        if self._out is None:
+            raise GtpError("analysis streams its reply: serve with run()")
+        try:
+            return AnalysisRequest.parse(args, self.position.to_play)
+        except ValueError as e:
+            raise GtpError(f"syntax error: {e}") from None
+
+    def _analyze(self, args, style: str):
+        """Search the position and report every interval until the next input line."""
+        request = self._analysis_request(args)
+        stop = threading.Event()
+        position = self.position.copy()
+        self._write(f"={self._cmd_id}\n")
+        reporter = Reporter(self, position, request, style)
+
+        def work() -> None:
+            try:
+                if not position.is_over():
+                    self.player.analyze(position, request.color, stop, reporter.maybe)
+                reporter.maybe(force=True)
+                stop.wait()
+            finally:
+                self._write("\n")
+
+        thread = threading.Thread(target=work, name="gtp-analysis", daemon=True)
+        self._analysis = (thread, stop)
+        thread.start()
+        return STREAMING
+
+    def _genmove_analyze(self, args, style: str):
+        """genmove with analysis lines while it thinks, then `play MOVE`."""
+        request = self._analysis_request(args)
+        if self.position.is_over():
+            self._write(f"={self._cmd_id}\nplay pass\n\n")
+            return STREAMING
+        self._write(f"={self._cmd_id}\n")
+        reporter = Reporter(self, self.position.copy(), request, style)
+        move = self._choose(self.player.genmove, request.color, on_chunk=reporter.maybe)
+        if move is None:
+            self._write("play resign\n\n")
+            return STREAMING
+        self.position.play(move, request.color)
+        self._write(f"play {to_gtp(move, self.position.size)}\n\n")
+        return STREAMING
 
     def cmd_undo(self, args):
         try:
@@ -257,6 +403,116 @@ class GtpEngine:
         """The player's dead stones (its ownership map), or none: Tromp-Taylor."""
         dead_stones = getattr(self.player, "dead_stones", None)
         return set() if dead_stones is None else dead_stones(self.position)
+
+
+class AnalysisRequest:
+    """The arguments of lz-analyze / kata-analyze / *-genmove_analyze: `[color] [interval]
+    KEY VALUE ...` with the keys interval (centiseconds), ownership (true/false), maxmoves,
+    minmoves (accepted, as KataGo does not enforce it either), pvlength; allow and avoid are
+    accepted and ignored."""
+
+    def __init__(self, color: int, interval_s: float, ownership: bool, max_moves: int,
+                 pv_length: int):
+        self.color = color
+        self.interval_s = interval_s
+        self.ownership = ownership
+        self.max_moves = max_moves
+        self.pv_length = pv_length
+
+    @classmethod
+    def parse(cls, args: list[str], to_play: int) -> AnalysisRequest:
+        words = list(args)
+        color = to_play
+        if words:
+            try:
+                color = parse_color(words[0])
+                words.pop(0)
+            except ValueError:
+                pass
+        interval_cs = 0.0
+        if words and _is_number(words[0]):
+            interval_cs = float(words.pop(0))
+        ownership, max_moves, pv_length = False, 0, 12
+        while words:
+            key = words.pop(0).lower()
+            if key in ("allow", "avoid"):
+                del words[:3]  # colour, vertices, until depth
+                continue
+            if not words:
+                raise ValueError(f"{key} needs a value")
+            value = words.pop(0)
+            if key == "interval":
+                if not _is_number(value):
+                    raise ValueError(f"interval {value!r} is not a number")
+                interval_cs = float(value)
+            elif key == "ownership":
+                ownership = value.lower() == "true"
+            elif key in ("maxmoves", "minmoves", "pvlength"):
+                if not value.isdigit():
+                    raise ValueError(f"{key} {value!r} is not a count")
+                if key == "maxmoves":
+                    max_moves = int(value)
+                elif key == "pvlength":
+                    pv_length = max(1, min(int(value), 100))
+        if not (math.isfinite(interval_cs) and interval_cs >= 0):
+            raise ValueError("interval must be a number of centiseconds >= 0")
+        return cls(color, interval_cs / 100, ownership, max_moves, pv_length)
+
+
+class Reporter:
+    """Writes an analysis line when the interval has passed since the last one."""
+
+    def __init__(self, engine: GtpEngine, position: Position, request: AnalysisRequest,
+                 style: str):
+        self.engine = engine
+        self.position = position
+        self.request = request
+        self.style = style
+        self.last = time.monotonic()
+
+    def maybe(self, force: bool = False) -> None:
+        interval = self.request.interval_s
+        now = time.monotonic()
+        if interval <= 0 or (not force and now - self.last < interval):
+            return
+        self.last = now
+        line = self.line()
+        if line:
+            self.engine._write(line + "\n")
+
+    def line(self) -> str:
+        player, req, n = self.engine.player, self.request, self.position.size
+        infos = player.move_infos(self.position, req.color, req.pv_length)
+        if req.max_moves:
+            infos = infos[:req.max_moves]
+        parts = []
+        for i in infos:
+            pv = " ".join(to_gtp(m, n) for m in i.pv)
+            if self.style == "lz":
+                parts.append(f"info move {to_gtp(i.move, n)} visits {i.visits} "
+                             f"winrate {round(10000 * i.winrate)} prior {round(10000 * i.prior)} "
+                             f"lcb {round(10000 * i.lcb)} order {i.order} pv {pv}")
+            else:
+                score = "" if i.score_lead is None else (
+                    f"scoreMean {i.score_lead:.3f} scoreLead {i.score_lead:.3f} ")
+                parts.append(f"info move {to_gtp(i.move, n)} visits {i.visits} "
+                             f"utility {2 * i.winrate - 1:.5f} winrate {i.winrate:.5f} {score}"
+                             f"prior {i.prior:.5f} lcb {i.lcb:.5f} "
+                             f"utilityLcb {2 * i.lcb - 1:.5f} order {i.order} pv {pv}")
+        text = " ".join(parts)
+        if self.style == "kata" and req.ownership:
+            own = player.ownership(self.position, req.color)
+            if own is not None:  # the current player's view, row-major from the top left
+                text += " ownership " + " ".join(f"{v * req.color:.4f}" for v in own)
+        return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _expect(args: list[str], count: int) -> None:

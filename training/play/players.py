@@ -18,9 +18,12 @@ loads `training.learn.net` (and torch).
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -99,27 +102,51 @@ class MctsPlayer:
         self.mcts.select_moves([0])
         self.mcts.reset_game(0)
 
-    def genmove(self, moves: Sequence[int], komi: float) -> int:
+    def genmove(self, moves: Sequence[int], komi: float, *, seconds: float | None = None,
+                on_chunk: Callable[[], None] | None = None) -> int:
         """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
 
-        Raises ValueError if `moves` holds an illegal move.
+        `seconds` replaces the budget for this move with a time (a clock's share, see
+        `training.play.clock`); `on_chunk` is called after every chunk of the search (live
+        analysis), which then runs in chunks whatever the budget. Raises ValueError if `moves`
+        holds an illegal move.
         """
         start = time.perf_counter()
         self.mcts.reset_game(0, moves, komi=komi)
         if self.mcts.is_over(0):
             return self.size * self.size
-        if self.seconds_per_move is None:
+        seconds = self.seconds_per_move if seconds is None else seconds
+        if seconds is None and on_chunk is None:
             self.mcts.search(self.evaluate, [0])
             self.last_simulations = self.max_simulations
         else:
-            self._timed_search(start + self.seconds_per_move)
+            self._chunked_search(None if seconds is None else start + seconds, on_chunk)
         self.last_value = float(self.mcts.root_values([0])[0])
         move = int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
         self.last_seconds = time.perf_counter() - start
         return move
 
-    def _timed_search(self, deadline: float) -> None:
-        """Chunks of simulations on one tree until the next chunk would end past `deadline`.
+    def analyze(self, moves: Sequence[int], komi: float, stop: threading.Event,
+                on_chunk: Callable[[], None]) -> None:
+        """Search the position after `moves` in chunks until `stop` is set or the tree is full
+        (`max_simulations`), calling `on_chunk` after each (GTP's lz-analyze)."""
+        self.mcts.reset_game(0, moves, komi=komi)
+        if not self.mcts.is_over(0):
+            self._chunked_search(None, on_chunk, stop)
+
+    def candidates(self, pv_length: int = 12) -> list[tuple[int, int, float, float, list[int]]]:
+        """The searched root moves, the search's choice first, then by visits: (move, visits,
+        Q of the side to move, prior, principal variation)."""
+        found = self.mcts.root_children(0, pv_length)
+        if not found:
+            return []
+        chosen = int(self.mcts.select_moves([0])[0])
+        return sorted(found, key=lambda c: c[0] != chosen)  # stable: the rest keep their order
+
+    def _chunked_search(self, deadline: float | None, on_chunk: Callable[[], None] | None = None,
+                        stop: threading.Event | None = None) -> None:
+        """Chunks of simulations on one tree until `max_simulations`, `stop`, or the next chunk
+        would end past `deadline`.
 
         The first chunk always runs (a move needs a search); a later one only when the chunk
         before it, timed, would still fit in the time left.
@@ -131,8 +158,11 @@ class MctsPlayer:
             self.mcts.search(self.evaluate, [0], simulations=chunk)
             now = time.perf_counter()
             done += chunk
-            if done >= self.max_simulations or now + (now - t0) > deadline:
-                self.last_simulations = done
+            self.last_simulations = done
+            if on_chunk is not None:
+                on_chunk()
+            if (done >= self.max_simulations or (stop is not None and stop.is_set())
+                    or (deadline is not None and now + (now - t0) > deadline)):
                 return
 
 
@@ -199,31 +229,30 @@ class NetPlayer:
         own = self.ownership(position)
         return set() if own is None else endgame.dead_stones(position.board, position.size, own)
 
-    def genmove(self, position: Any, color: int) -> int | None:
+    def genmove(self, position: Any, color: int, *, seconds: float | None = None,
+                on_chunk: Callable[[], None] | None = None) -> int | None:
         """The search's move for `color` after the position's moves; a pass right after the
-        opponent's pass when the board without its dead stones is won (see the class)."""
-        if position.size != self.board_size:
-            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
-        moves = list(position.moves)
-        if color != position.to_play:  # GTP may ask either colour: the other one passed
-            moves.append(position.pass_move)
+        opponent's pass when the board without its dead stones is won (see the class).
+        `seconds` and `on_chunk` as in `MctsPlayer.genmove` (a clock's share, live analysis)."""
+        moves = self._moves(position, color)
+        search = dict(seconds=seconds, on_chunk=on_chunk)
         if not moves or moves[-1] != position.pass_move:
-            return self.player.genmove(moves, position.komi)
+            return self.player.genmove(moves, position.komi, **search)
         board, n = position.board, position.size
         own = self.ownership(position, color)
         dead = set() if own is None else endgame.dead_stones(board, n, own)
         if endgame.judged_score(board, n, position.komi, dead) * color > 0:
             return position.pass_move
-        move = self.player.genmove(moves, position.komi)
+        move = self.player.genmove(moves, position.komi, **search)
         if own is not None and endgame.fills_own_area(board, n, move, color, own):
             return position.pass_move
         return move
 
-    def genmove_cleanup(self, position: Any, color: int) -> int | None:
+    def genmove_cleanup(self, position: Any, color: int, *,
+                        seconds: float | None = None) -> int | None:
         """`kgs-genmove_cleanup`: capture the dead opponent stones before anything else, so
         that the Tromp-Taylor count of the final board is the judged one; then `genmove`."""
-        if position.size != self.board_size:
-            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
+        self._moves(position, color)  # the size check
         own = self.ownership(position, color)
         if own is not None:
             board, n = position.board, position.size
@@ -232,4 +261,83 @@ class NetPlayer:
                                         lambda p: position.is_legal(p, color))
             if move is not None:
                 return move
-        return self.genmove(position, color)
+        return self.genmove(position, color, seconds=seconds)
+
+    def _moves(self, position: Any, color: int) -> list[int]:
+        """The moves the search replays: the game's, and a pass when GTP asks the colour that
+        is not to move (the other one passed)."""
+        if position.size != self.board_size:
+            raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
+        moves = list(position.moves)
+        if color != position.to_play:
+            moves.append(position.pass_move)
+        return moves
+
+    # -- analysis (GTP lz-analyze / kata-analyze, training.analysis) --------------------------
+
+    def analyze(self, position: Any, color: int, stop: threading.Event,
+                on_chunk: Callable[[], None]) -> None:
+        """Search the position for `color` until `stop` (or a full tree), calling `on_chunk`
+        after each chunk; `move_infos` reads the search meanwhile."""
+        self.player.analyze(self._moves(position, color), position.komi, stop, on_chunk)
+
+    def move_infos(self, position: Any, color: int, pv_length: int = 12) -> list[MoveInfo]:
+        """What the search knows of each move it visited (the move it would play first), with
+        the net's score lead of the position after it where the net has a score head."""
+        found = self.player.candidates(pv_length)
+        leads = self._score_leads(position, color, [c[0] for c in found])
+        infos = []
+        for order, (move, visits, q, prior, pv) in enumerate(found):
+            winrate = (q + 1) / 2
+            # A normal-approximation lower bound of the win rate (KataGo and Leela Zero
+            # report one as lcb): the search's values are not independent draws, so it
+            # orders moves by how sure the search is rather than giving a true interval.
+            margin = 1.96 * math.sqrt(max(winrate * (1 - winrate), 0.0025) / visits)
+            infos.append(MoveInfo(move, visits, winrate, prior, max(0.0, winrate - margin),
+                                  order, pv, None if leads is None else leads[order]))
+        return infos
+
+    def root_score_lead(self, position: Any, color: int) -> float | None:
+        """The net's score lead of `color` in the position (points), None without the head."""
+        leads = self._score_leads(position, color, [None])
+        return None if leads is None else leads[0]
+
+    def _score_leads(self, position: Any, color: int, moves: list[int | None]
+                     ) -> list[float] | None:
+        """For each move (None: no move), the points `color` leads by after it, by the score
+        head (margin / N from the side to move's view, komi included)."""
+        if not getattr(self._net, "score_head", False) or not moves:
+            return None
+        import torch
+
+        from training.go import features
+
+        base = position.copy()
+        if color != base.to_play and not base.is_over():
+            base.play(base.pass_move)
+        planes, signs = [], []
+        for move in moves:
+            child = base
+            if move is not None and not base.is_over():
+                child = base.copy()
+                child.play(move)
+            planes.append(features.planes(child, self._net.history))
+            signs.append(1.0 if child.to_play == color else -1.0)
+        with torch.inference_mode():
+            out = self._net(torch.from_numpy(np.stack(planes)).to(self._device), heads=True)
+        score = out["score"].float().cpu().numpy() * position.size
+        return [float(s) * sign for s, sign in zip(score, signs)]
+
+
+@dataclass
+class MoveInfo:
+    """One candidate move of an analysis, from the view of the side to move."""
+
+    move: int
+    visits: int
+    winrate: float  # 0..1
+    prior: float  # 0..1
+    lcb: float  # 0..1
+    order: int  # 0: the move the search would play
+    pv: list[int]  # the principal variation, this move first
+    score_lead: float | None  # points ahead after this move (the net's score head)

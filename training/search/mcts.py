@@ -979,6 +979,37 @@ class Mcts:
         assert (out >= 0).all(), "a search must expand the root before it chooses a move"
         return out
 
+    def root_children(self, g: int, pv_length: int = 12) -> list[tuple[int, int, float, float,
+                                                                         list[int]]]:
+        """Game g's root children with visits, most visited first: (move, visits, Q from the
+        root's side to move, prior, principal variation from that move). The variation follows
+        the most visited child at each node, at most `pv_length` moves, the move included."""
+        t = self.tree
+        first, count = int(t.first_child[g, 0]), int(t.n_children[g, 0])
+        if first == UNEXPANDED:
+            return []
+        out = []
+        for node in range(first, first + count):
+            n = int(t.visits[g, node])
+            if n == 0:
+                continue
+            out.append((int(t.move[g, node]), n, float(t.value_sum[g, node]) / n,
+                        float(t.prior[g, node]), self._variation(g, node, pv_length)))
+        out.sort(key=lambda c: (-c[1], -c[2]))
+        return out
+
+    def _variation(self, g: int, node: int, length: int) -> list[int]:
+        t = self.tree
+        pv = [int(t.move[g, node])]
+        while len(pv) < length and t.first_child[g, node] != UNEXPANDED:
+            first, count = int(t.first_child[g, node]), int(t.n_children[g, node])
+            visits = t.visits[g, first:first + count]
+            if count == 0 or visits.max() == 0:
+                break
+            node = first + int(visits.argmax())
+            pv.append(int(t.move[g, node]))
+        return pv
+
     def root_values(self, games: Sequence[int] | np.ndarray) -> np.ndarray:
         """Mean search value of each game's root, from its side to move's view, float32."""
         games = np.asarray(games, np.int64)
