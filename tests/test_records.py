@@ -539,6 +539,13 @@ def test_sgf_reads_back_through_sgfmill_move_for_move(n):
                 assert {None: 0, "b": 1, "w": -1}[c] == ours[row, col]
         assert from_sgf(text).moves.tolist() == rec.moves.tolist()
         assert from_sgf(text).board_size == n
+        # Sabaki's SBKV: black's win rate in percent after each move but the last, taken
+        # from the search's value of the next move (side to move's view)
+        nodes = game.get_main_sequence()[1:]
+        for t, node in enumerate(nodes[:-1]):
+            v = float(rec.values[t + 1]) * (1 if (t + 1) % 2 == 0 else -1)
+            assert float(node.get("SBKV")) == pytest.approx(100 * (v + 1) / 2, abs=0.006)
+        assert not nodes[-1].has_property("SBKV")
 
 
 def test_sgf_corner_is_where_gtp_says():
@@ -546,7 +553,8 @@ def test_sgf_corner_is_where_gtp_says():
     rec = _record_from_moves([from_gtp("A1", 9), from_gtp("J9", 9), 81, 81], n=9, komi=7.5)
     rec = replace(rec, result=-1, score=-7.5)
     text = to_sgf(rec)
-    assert ";B[ai]" in text and ";W[ia]" in text and ";B[];W[]" in text
+    assert ";B[ai]SBKV[" in text and ";W[ia]SBKV[" in text and ";B[]SBKV[" in text
+    assert text.rstrip().endswith(";W[])")  # the last move has no position after it to rate
     assert "RE[W+7.5]" in text and "KM[7.5]" in text and "SZ[9]" in text
 
 

@@ -2,8 +2,9 @@
 
 Owns:
 - `to_sgf(record)`: one `training.go.records.GameRecord` as SGF FF[4] text (Tromp-Taylor rules,
-  pass as B[] / W[], the generation, simulations and seed in the root comment), readable move
-  for move by other SGF tools (sgfmill).
+  pass as B[] / W[], the generation, simulations and seed in the root comment, and on every
+  move black's win rate by the search as Sabaki's SBKV, which it draws as its win-rate graph),
+  readable move for move by other SGF tools (sgfmill).
 - `from_sgf(text)`: the main line of a simple SGF game (ours, or any without setup stones or
   variations) as an `SgfGame`: board size, komi and our flat move indices.
 - `game_sgf(size, komi, moves, result, ...)`: any game (flat moves, black first) as SGF, for
@@ -79,15 +80,22 @@ def to_sgf(
                         "have resigned" if record.would_resign_as else ""))
     if comment:
         notes.append(comment)
+    # SBKV on the node of move t: black's win rate (percent) in the position after it, the
+    # search's root value of move t + 1 (side to move's view); Sabaki draws its graph from it.
+    values = np.asarray(record.values, np.float64)
+    sides = np.where(np.arange(len(values)) % 2 == 0, 1.0, -1.0)  # black moves first
+    black = (values * sides + 1) / 2
+    winrates: list[float | None] = [float(v) for v in black[1:]] + [None]
     return game_sgf(record.board_size, record.komi, record.moves.tolist(), result_text(record),
                     player_black=player_black, player_white=player_white,
-                    comment="\n".join(notes))
+                    comment="\n".join(notes), winrates=winrates)
 
 
 def game_sgf(size: int, komi: float, moves: list[int], result: str, *,
              player_black: str, player_white: str, comment: str = "",
-             rules: str = "Tromp-Taylor") -> str:
-    """Any game as SGF FF[4] text: flat moves black first (PASS = N*N), RE as given."""
+             rules: str = "Tromp-Taylor", winrates: list[float | None] | None = None) -> str:
+    """Any game as SGF FF[4] text: flat moves black first (PASS = N*N), RE as given.
+    `winrates[t]` (black's, 0..1, or None) goes on move t's node as Sabaki's SBKV (percent)."""
     props = [
         "FF[4]", "GM[1]", "CA[UTF-8]", "AP[azgo:1]", f"SZ[{size}]", f"KM[{komi:g}]",
         f"RU[{_sgf_escape(rules)}]", f"RE[{_sgf_escape(result)}]",
@@ -96,8 +104,12 @@ def game_sgf(size: int, komi: float, moves: list[int], result: str, *,
     lines = ["(;" + "".join(props)]
     color = "B"
     nodes = []
-    for move in moves:
-        nodes.append(f";{color}[{_sgf_point(move, size)}]")
+    for t, move in enumerate(moves):
+        node = f";{color}[{_sgf_point(move, size)}]"
+        w = winrates[t] if winrates is not None and t < len(winrates) else None
+        if w is not None and math.isfinite(w):
+            node += f"SBKV[{100 * min(1.0, max(0.0, w)):.2f}]"
+        nodes.append(node)
         color = "W" if color == "B" else "B"
     for i in range(0, len(nodes), 12):
         lines.append("".join(nodes[i : i + 12]))
