@@ -46,6 +46,15 @@ class WorkerState(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def indicator(self) -> str:
+        """The user guide's mark of the state: green, yellow, red and white circles."""
+        return _INDICATORS[self]
+
+
+_INDICATORS = {WorkerState.ACTIVE: "\U0001F7E2", WorkerState.SYNCING: "\U0001F7E1",
+               WorkerState.ERROR: "\U0001F534", WorkerState.OFFLINE: "\u26AA"}
+
 
 class StatusFormatError(ValueError):
     """A heartbeat or status.txt could not be parsed; the message says which line or key."""
@@ -268,6 +277,8 @@ def _opt(value, fmt: str) -> str:
 
 def _cell(row: WorkerRow, attr: str) -> str:
     v = getattr(row, attr)
+    if attr == "state":
+        return f"{v.indicator} {v.value}"
     if attr in ("generation", "played"):
         return _opt(v, "d")
     if attr == "games_per_s":
@@ -402,7 +413,7 @@ def _row_from_cells(c: list[str]) -> WorkerRow:
     return WorkerRow(
         name=c[0],
         host=c[1],
-        state=WorkerState(c[2]),
+        state=WorkerState(c[2].split()[-1] if c[2].split() else c[2]),
         gpu=c[3],
         generation=_num(c[4], int),
         games=int(c[5]),

@@ -97,8 +97,13 @@ def test_status_table_is_fixed_width():
     lines = render_status(_snapshot()).splitlines()
     table = lines[lines.index("") + 1 :]
     col = table[0].index("STATE")
-    assert all(line[col:].split()[0] in {"STATE", "Active", "Syncing", "Error", "Offline"}
-               for line in table)
+    assert all(line[col:].split()[0] in {"STATE", "\U0001F7E2", "\U0001F7E1", "\U0001F534",
+                                         "\u26AA"} for line in table)
+    # each state with the user guide's indicator: green, yellow, red, white
+    marks = {line[col:].split()[1]: line[col:].split()[0] for line in table[1:]}
+    expected = {"Active": "\U0001F7E2", "Syncing": "\U0001F7E1", "Error": "\U0001F534",
+                "Offline": "\u26AA"}
+    assert marks == {state: expected[state] for state in marks} and len(marks) >= 3
 
 
 def test_empty_status_round_trips():
