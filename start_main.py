@@ -29,8 +29,8 @@ log = logging.getLogger("start_main")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="AZ-Go coach: self-play workers + training")
     p.add_argument("--config", default=None, help="config file (default configs/config.yaml)")
-    add_flags(p, "--distributed", "--iterations", "--workers", "--workers-per-gpu", "--cpu-only",
-              "--run-dir")
+    add_flags(p, "--distributed", "--accept-new-host-keys", "--iterations", "--workers",
+              "--workers-per-gpu", "--cpu-only", "--run-dir")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true",
                    help="continue the run folder (the default when it exists)")
@@ -42,7 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="module:Class, a training.worker.Worker subclass for local workers")
     p.add_argument("--no-watch", action="store_true", help="do not watch the config file")
     # the training guides' options, applied to the config's training section
-    add_flags(p, "--gpus", "--batch-size", "--mixed-precision", "--lr", "--epochs")
+    add_flags(p, "--gpus", "--batch-size", "--mixed-precision", "--lr", "--learning-rate",
+              "--epochs")
     add_flags(p, "--filters", "--blocks", "--simulations")
     p.add_argument("--games-per-epoch", type=int, default=None,
                    help="new games per generation over all workers (sets "

@@ -193,7 +193,7 @@ class SelfPlayConfig:
     """Moves sampled (puct: in proportion to visits; gumbel: the search's choice with its root
     noise); after that, the search's best move (the most visited; gumbel: without noise)."""
     resign_threshold: float = -0.9
-    """Resign when the root value stays below this; -1 disables resignation."""
+    """Resign when a search's root value falls below this; -1 disables resignation."""
     resign_disabled_fraction: float = 0.1
     """Share of games where resignation is off, to measure false resignations."""
     workers: int = 2

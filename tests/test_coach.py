@@ -207,6 +207,15 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     assert rows["worker1"].games == 0 and rows["worker1"].played == 7
 
 
+def test_the_rejection_budget_is_the_config_key(tiny_cfg, run_dir):
+    from training.coach import Coach
+
+    cfg = override(tiny_cfg, {"distributed.max_rejected_batches": 3, "run.dir": str(run_dir)})
+    coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
+    coach.setup()  # builds the collector as a run does (no worker is started)
+    assert coach.collector.max_rejected == 3
+
+
 def test_a_worker_over_its_rejection_budget_reads_error_with_the_reason(tiny_cfg, run_dir):
     coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
     assert hasattr(coach.collector, "over_budget"), "the collector reports rejection budgets"

@@ -36,6 +36,13 @@ def test_guide_flags_set_their_config_keys():
     assert cfg.training.mixed_precision and cfg.training.gpus == 2
 
 
+def test_the_guides_other_spellings_set_the_same_keys():
+    _, cfg = _cfg("--learning-rate", "0.05", "--accept-new-host-keys")
+    assert cfg.training.lr == 0.05 and cfg.distributed.accept_new_host_keys
+    _, cfg = _cfg()
+    assert not cfg.distributed.accept_new_host_keys  # only when asked
+
+
 def test_games_per_epoch_is_spread_over_the_workers():
     _, cfg = _cfg("--workers", "3")
     assert start_main.games_per_worker(100, cfg) == 34

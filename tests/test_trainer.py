@@ -201,6 +201,22 @@ def test_flags_override_the_config_and_are_validated(tmp_path):
         config_from_args(bad)
 
 
+def test_launchers_spellings_are_understood_and_a_meaningless_flag_is_refused(monkeypatch,
+                                                                            capsys):
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    args = build_parser().parse_args(["--config", tiny, "--learning-rate", "0.07"])
+    assert config_from_args(args).training.lr == 0.07
+    # python -m torch.distributed.launch passes --local-rank=N (older: --local_rank N)
+    assert build_parser().parse_args(["--config", tiny, "--local-rank=3"]).local_rank == 3
+    assert build_parser().parse_args(["--config", tiny, "--local_rank", "2"]).local_rank == 2
+    from training.trainer import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--config", tiny, "--num-workers", "4"])
+    assert e.value.code == 2
+    assert "--num-workers: samples are batched in memory" in capsys.readouterr().err
+
+
 def test_gpus_and_nodes_relaunch_through_torch_distributed_run(monkeypatch):
     for var in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(var, raising=False)

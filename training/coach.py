@@ -226,7 +226,8 @@ class Coach:
         self.collector = Collector(self.run_dir, validate_with_records(
             self.cfg.go.board_size, self.cfg.go.komi,
             sidecar_dir=sidecar_dir(self.paths.replay),
-            max_generation=lambda: self.generation))
+            max_generation=lambda: self.generation),
+            max_rejected=self.cfg.distributed.max_rejected_batches)
         self.rounds.ensure_first_model()
         self.rounds.games_at_gen = self.total_games()
         self.fleet = self._make_fleet()

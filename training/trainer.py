@@ -530,7 +530,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(ap, "--run-dir", "--gpus", "--nodes")
     ap.add_argument("--node-rank", type=int, default=0, help="this node's rank (0 = master)")
     ap.add_argument("--master-addr", default="127.0.0.1", help="address of node 0")
-    add_flags(ap, "--master-port", "--batch-size", "--mixed-precision", "--epochs", "--lr")
+    add_flags(ap, "--master-port", "--batch-size", "--mixed-precision", "--epochs", "--lr",
+              "--learning-rate")
+    ap.add_argument("--local-rank", "--local_rank", type=int, default=None,
+                    help="set by python -m torch.distributed.launch (torchrun sets LOCAL_RANK)")
+    ap.add_argument("--num-workers", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps this round")
     ap.add_argument("--checkpoint", default=None,
                     help="resume from this checkpoint ('none' = fresh net; default newest)")
@@ -586,7 +590,13 @@ def relaunch_command(args: argparse.Namespace, argv: list[str], cfg: Config) -> 
 @record
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.num_workers is not None:
+        parser.error("--num-workers: samples are batched in memory from the replay window's "
+                     "arrays (no DataLoader, so no loader workers); leave it out")
+    if args.local_rank is not None and "LOCAL_RANK" not in os.environ:
+        os.environ["LOCAL_RANK"] = str(args.local_rank)  # torch.distributed.launch's way
     try:
         cfg = config_from_args(args)
     except ConfigError as e:
