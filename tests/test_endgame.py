@@ -230,3 +230,32 @@ def test_gtp_genmove_cleanup_captures_dead_stones_before_it_passes(tmp_path):
         assert move == pos.pass_move
         assert pos.board[from_gtp("B3", N)] == EMPTY  # the intruder is captured
         assert all(pos.board[from_gtp(f"D{r}", N)] == WHITE for r in range(1, 6))
+
+
+def test_the_search_sees_stones_set_up_out_of_turn(tmp_path):
+    """Handicap stones arrive as `play B ...` twice in a row: the search must replay them as
+    black's, with a white pass between, not as alternating colours."""
+    from training.play.players import NetPlayer
+
+    player = NetPlayer(model_file(tmp_path, 0.0), simulations=8)
+    pos = Position(N, komi=0.5, max_moves=10_000)
+    pos.play(from_gtp("B2", N), BLACK)
+    pos.play(from_gtp("D4", N), BLACK)  # out of turn: white to move now
+    assert pos.alternating_moves(WHITE) == [from_gtp("B2", N), N * N, from_gtp("D4", N)]
+    assert pos.alternating_moves(BLACK) == [from_gtp("B2", N), N * N, from_gtp("D4", N), N * N]
+    move = player.genmove(pos, WHITE)
+    root = [int(v) for v in player.player.mcts.boards.stones[0]]
+    assert root == list(pos.board)  # the searched board is the true one, both stones black
+    assert pos.is_legal(move, WHITE)
+
+
+def test_a_command_that_fails_inside_answers_and_the_engine_stays_up():
+    from training.gtp import GtpEngine
+
+    class Broken:
+        def genmove(self, position, color):
+            raise RuntimeError("boom")
+
+    engine = GtpEngine(Broken(), 5)
+    assert engine.handle("7 genmove b") == "?7 internal error in genmove: RuntimeError\n\n"
+    assert engine.handle("8 name") == "=8 azgo\n\n"

@@ -155,6 +155,9 @@ class GtpEngine:
             text = handler(args)
         except GtpError as e:
             return f"?{cmd_id} {e}\n\n"
+        except Exception as e:  # a failing command answers, the engine stays up
+            print(f"azgo: {command}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return f"?{cmd_id} internal error in {command}: {type(e).__name__}\n\n"
         if text is STREAMING:
             return None
         return f"={cmd_id} {text}\n\n" if text else f"={cmd_id}\n\n"

@@ -234,6 +234,26 @@ class Position:
         self.captures[color] -= captured
         return move
 
+    def colors(self) -> list[int]:
+        """The colour that played each move of `moves` (GTP may play either colour)."""
+        return [entry[3] for entry in self._undo]
+
+    def alternating_moves(self, color: int | None = None) -> list[int]:
+        """`moves` as a game of alternating turns, black first, ending with `color` to move
+        (default: the side to move): a pass is put wherever the same colour played twice (a
+        handicap set up with `play`) or the other colour is asked to move. What a search that
+        replays moves from the empty board must be given."""
+        out: list[int] = []
+        expected = BLACK
+        for move, c in zip(self.moves, self.colors()):
+            if c != expected:
+                out.append(self.pass_move)
+            out.append(move)
+            expected = -c
+        if color is not None and color != expected:
+            out.append(self.pass_move)
+        return out
+
     def copy(self) -> "Position":
         """An independent copy (history included)."""
         other = Position.__new__(Position)

@@ -264,14 +264,12 @@ class NetPlayer:
         return self.genmove(position, color, seconds=seconds)
 
     def _moves(self, position: Any, color: int) -> list[int]:
-        """The moves the search replays: the game's, and a pass when GTP asks the colour that
-        is not to move (the other one passed)."""
+        """The moves the search replays: the game's as alternating turns, a pass wherever a
+        colour played twice (handicap stones set up with `play`) or the colour asked is not
+        the one to move (the other one passed), so the search sees the true board."""
         if position.size != self.board_size:
             raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
-        moves = list(position.moves)
-        if color != position.to_play:
-            moves.append(position.pass_move)
-        return moves
+        return position.alternating_moves(color)
 
     # -- analysis (GTP lz-analyze / kata-analyze, training.analysis) --------------------------
 
