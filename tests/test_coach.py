@@ -230,15 +230,30 @@ def test_a_worker_over_its_rejection_budget_reads_error_with_the_reason(tiny_cfg
 
 # ------------------------------------------------------------------ coach: training rounds
 
-# A trainer command for the coach: writes the model file, and copies a prepared round result
-# into rounds/ when given one (the coach appends --generation N, ignored here).
+# A trainer command for the coach: copies a prepared model file to the new model's place, and
+# a prepared round result into rounds/ when given one (the coach appends --generation N,
+# ignored here).
 FAKE_TRAINER = """
 import shutil, sys
-model, result, dest = sys.argv[1:4]
-open(model, "wb").write(b"weights")
+source, model, result, dest = sys.argv[1:5]
+shutil.copy(source, model)
 if result:
     shutil.copy(result, dest)
 """
+
+
+def _model_file(path, tiny_cfg, poison: bool = False):
+    """A tiny model file; with `poison` one weight is NaN (a diverged round)."""
+    import torch
+
+    from training.learn.net import net_from_config, save_model
+
+    net = net_from_config(tiny_cfg.net, tiny_cfg.go.board_size)
+    if poison:
+        with torch.no_grad():
+            next(net.parameters()).view(-1)[0] = float("nan")
+    save_model(path, net, generation=1)
+    return path
 
 
 def _round_result(generation: int, loss: float):
@@ -256,13 +271,9 @@ def _round_result(generation: int, loss: float):
 def _train_one_round(coach, result_file: str = "") -> bool:
     """Start a round with FAKE_TRAINER and drive it to its end; True when the model went out
     before its evaluation ended (published and pushed right after training)."""
-    import sys
     import time
 
-    coach.paths.create()
-    gen = coach.rounds.next_generation()
-    coach.trainer_cmd = [sys.executable, "-c", FAKE_TRAINER, str(coach.paths.model(gen)),
-                         result_file, str(coach.paths.round_result(gen))]
+    gen = _start_fake_round(coach, result_file)
     coach._start_round()
     assert coach.round is not None and coach.round.generation == gen
     published_early = False
@@ -276,6 +287,18 @@ def _train_one_round(coach, result_file: str = "") -> bool:
         time.sleep(0.05)
     assert coach.generation == gen and coach.round is None
     return published_early
+
+
+def _start_fake_round(coach, result_file: str = "", source=None) -> int:
+    import sys
+
+    coach.paths.create()
+    gen = coach.rounds.next_generation()
+    source = source or _model_file(coach.paths.root.parent / "source.pt", coach.cfg)
+    coach.trainer_cmd = [sys.executable, "-c", FAKE_TRAINER, str(source),
+                         str(coach.paths.model(gen)), result_file,
+                         str(coach.paths.round_result(gen))]
+    return gen
 
 
 def _round_coach(tiny_cfg, run_dir):
@@ -297,6 +320,26 @@ def test_the_round_result_file_gives_the_loss_and_the_model_goes_out_before_its_
     assert _train_one_round(coach, str(prepared))  # gating none: published before the arena
     assert coach.last_loss == 0.75 and coach.generations_done == 1
     assert (coach.paths.models / "model_000001.json").exists()
+
+
+def test_a_model_with_a_nan_weight_is_never_published(tiny_cfg, run_dir, caplog):
+    import time
+
+    coach = _round_coach(tiny_cfg, run_dir)
+    poisoned = _model_file(run_dir.parent / "nan.pt", tiny_cfg, poison=True)
+    gen = _start_fake_round(coach, source=poisoned)
+    with caplog.at_level("ERROR", logger="training.rounds"):
+        coach._start_round()
+        t0 = time.monotonic()
+        while coach.round is not None:
+            assert time.monotonic() - t0 < 60, "the round did not end"
+            coach._advance_training()
+            time.sleep(0.05)
+    assert coach.generation == 0 and coach.generations_done == 0  # not published
+    assert not coach.paths.model(gen).exists()
+    assert coach.paths.model(gen).with_name(f"model_{gen:06d}.pt.refused").exists()
+    assert not (coach.paths.models / f"model_{gen:06d}.json").exists()
+    assert "NaN or infinite" in caplog.text
 
 
 def test_a_round_without_a_result_counts_with_its_loss_unknown(tiny_cfg, run_dir, caplog):

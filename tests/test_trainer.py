@@ -166,6 +166,32 @@ def test_too_few_samples_for_one_batch_is_a_clear_error(tiny_cfg, run_dir):
         train_round(tiny_cfg, run_dir, dataset=small, steps=1, progress=False)
 
 
+def test_a_non_finite_round_fails_and_writes_no_model(tiny_cfg, run_dir, samples):
+    samples.planes[:] = np.nan  # a bug or a bad node: every loss is NaN
+    with pytest.raises(TrainingError, match="non-finite loss or weight"):
+        train_round(tiny_cfg, run_dir, dataset=samples, steps=2, progress=False)
+    assert not (run_dir / "models" / "model_000001.pt").exists()
+    assert not (run_dir / "rounds").exists() or not list((run_dir / "rounds").iterdir())
+
+
+def test_a_model_file_out_of_range_or_with_nan_is_refused_before_use(tiny_cfg, tmp_path):
+    from training.learn.net import ModelError, net_from_config, save_model
+
+    net = net_from_config(tiny_cfg.net, tiny_cfg.go.board_size)
+    path = tmp_path / "model_000001.pt"
+    save_model(path, net, generation=1)
+    data = torch.load(path, weights_only=True)
+    data["config"]["filters"] = 16384  # about 10 GB a layer if it were built
+    torch.save(data, tmp_path / "huge.pt")
+    with pytest.raises(ModelError, match="filters = 16384 is outside"):
+        load_model(tmp_path / "huge.pt")
+    with torch.no_grad():
+        next(net.parameters()).view(-1)[0] = float("inf")
+    save_model(path, net, generation=1)
+    with pytest.raises(ModelError, match="NaN or infinite"):
+        load_model(path)
+
+
 def test_damaged_checkpoint_is_named_in_the_error(tiny_cfg, run_dir, samples):
     (run_dir / "checkpoints").mkdir()
     (run_dir / "checkpoints" / "checkpoint_000003.pt").write_bytes(b"garbage")

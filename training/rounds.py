@@ -34,6 +34,7 @@ generation 0, a random net, is made here).
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -303,7 +304,8 @@ class Rounds:
         if self.round_nodes:
             self.training_nodes.finish_round(code == 0 and pt.exists())
             self.round_nodes = []
-        if code != 0 or not pt.exists():
+        refused = code == 0 and pt.exists() and self._refuse_model(pt)
+        if code != 0 or not pt.exists() or refused:
             self.current = None
             text = rnd.log_path.read_text(errors="replace") if rnd.log_path.exists() else ""
             tail = "\n".join(text.splitlines()[-15:])
@@ -326,6 +328,22 @@ class Rounds:
             target=lambda: rnd.promote.append(self._evaluate(rnd.generation)),
             name=f"evaluate-{rnd.generation}", daemon=True)
         rnd.evaluation.start()
+
+    def _refuse_model(self, pt: Path) -> bool:
+        """True (and the file moved aside as `<name>.refused`) when the trained model does not
+        load or holds a non-finite weight: such a model is never published."""
+        from training.learn.net import ModelError, load_model
+
+        try:
+            load_model(pt)
+            return False
+        except (ModelError, OSError, RuntimeError, ValueError) as e:
+            log.error("generation model %s refused, not published: %s", pt.name, e)
+            try:
+                os.replace(pt, pt.with_name(pt.name + ".refused"))
+            except OSError as e2:
+                log.error("cannot move %s aside: %s", pt, e2)
+            return True
 
     def _read_result(self, generation: int) -> RoundResult | None:
         """The round's result file, or None (logged): the model is on disk, so the round

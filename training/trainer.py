@@ -77,7 +77,8 @@ from training.learn.ddp import (
     shutdown,
     under_torchrun,
 )
-from training.learn.net import ModelError, net_from_config, net_from_payload, save_model
+from training.learn.net import (ModelError, finite_weights, net_from_config, net_from_payload,
+                                save_model)
 from training.learn.node_relay import open_replay_window, resolve_start_shared
 from training.learn.round_result import RoundResult
 from training.learn.samples import TARGETS, SampleArrays, SampleDataset, fetch_batch
@@ -383,6 +384,15 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     p_sum, v_sum, correct, n, *aux_sums = (float(v) for v in all_reduce_sum(list(sums), ctx))
     n = max(n, 1.0)
     aux_losses = {f"{k}_loss": a / n for k, a in zip(TARGETS, aux_sums)}
+    losses = [p_sum / n, v_sum / n, *aux_losses.values()]
+    bad = not all(math.isfinite(v) for v in losses) or not finite_weights(net, buffers=False)
+    # The same on every rank: sums are reduced and DDP keeps the parameters equal (buffers
+    # may differ by rank; the coach checks the saved file's).
+    if bad:
+        raise TrainingError(
+            f"generation {new_gen}: a non-finite loss or weight after {steps} steps "
+            f"(policy {p_sum / n:.4g}, value {v_sum / n:.4g}); nothing is written, the round "
+            "fails and the last model stays in use (lower training.lr, check the data)")
     checksums = _weights_checksums(net, ctx)
     # RNG states before validation, so that a resumed run continues as an unbroken one would
     rng_states = [rng_from_json(r) for r in all_gather_json(rng_json(rng_state()), ctx)]

@@ -399,10 +399,38 @@ def _check_payload(payload: Any, path: Path) -> None:
             raise ModelError(f"{path}: model file lacks {key!r}; it is damaged, write it again")
 
 
+NET_LIMITS = {"board_size": (5, 19), "blocks": (1, 80), "filters": (1, 1024),
+              "history": (1, 32), "value_hidden": (1, 4096)}
+"""The net configs a model file may ask for: checked before anything is allocated (a file
+asking for 16,384 filters would take about 10 GB per layer)."""
+
+
+def check_net_config(config: Any, path: Path) -> None:
+    """ModelError unless `config` is a dict whose sizes are integers within NET_LIMITS."""
+    if not isinstance(config, dict):
+        raise ModelError(f"{path}: the net config is not a mapping")
+    for key, (lo, hi) in NET_LIMITS.items():
+        v = config.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise ModelError(f"{path}: net config {key} = {v!r:.40} is outside {lo}..{hi}; "
+                             "the file is damaged or not from this project")
+
+
+def finite_weights(net: nn.Module, buffers: bool = True) -> bool:
+    """Every floating-point parameter (and buffer, unless `buffers` is False) of `net` is
+    finite: no NaN, no inf."""
+    net = unwrap(net)
+    tensors = net.state_dict().values() if buffers else net.parameters()
+    with torch.no_grad():
+        return all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
+
+
 def net_from_payload(payload: dict, path: str | os.PathLike = "<model>") -> PolicyValueNet:
-    """Rebuild a PolicyValueNet from a model payload dict (config + state dict)."""
+    """Rebuild a PolicyValueNet from a model payload dict (config + state dict); ModelError
+    for a config out of range (before any allocation) or a non-finite weight."""
     path = Path(path)
     _check_payload(payload, path)
+    check_net_config(payload["config"], path)
     try:
         net = PolicyValueNet(**payload["config"])
     except (TypeError, AssertionError) as e:
@@ -413,6 +441,8 @@ def net_from_payload(payload: dict, path: str | os.PathLike = "<model>") -> Poli
         raise ModelError(
             f"{path}: the weights do not fit the net config {payload['config']!r}: {e}"
         ) from e
+    if not finite_weights(net):
+        raise ModelError(f"{path}: a weight is NaN or infinite; the model is unusable")
     return net
 
 
