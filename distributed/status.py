@@ -129,7 +129,7 @@ def parse_heartbeat(data: bytes | str) -> Heartbeat:
     """Parse the bytes of a `status.json` file (as read over SFTP)."""
     try:
         d = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # JSON and Unicode errors, and ints too long
         raise StatusFormatError(f"heartbeat is not JSON: {type(e).__name__}: {e}"[:200]) from e
     if not isinstance(d, dict):
         raise StatusFormatError(f"heartbeat is not a JSON object: {d!r:.100}")

@@ -627,3 +627,20 @@ def test_real_selfplay_games_validate(run_dir, tiny_cfg):
     for a, b in zip(games, back):
         np.testing.assert_array_equal(a.moves, b.moves)
         assert _sgfmill_moves(to_sgf(b), cfg.go.board_size) == b.moves.tolist()
+
+
+def test_sgf_reader_refuses_nan_komi_and_is_linear_on_unclosed_values():
+    import time
+
+    with pytest.raises(ValueError, match="KM"):
+        from_sgf("(;SZ[9]KM[nan];B[aa])")
+    with pytest.raises(ValueError, match="KM"):
+        from_sgf("(;SZ[9]KM[1e308];B[aa])")
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="not closed"):
+        from_sgf("(;" + "B[aa" * 200_000)  # 800 KB: a regular expression took minutes
+    assert time.perf_counter() - t0 < 5
+    with pytest.raises(ValueError, match="over"):
+        from_sgf("(;SZ[9]" + ";B[aa];W[bb]" * 200_000)
+    game = from_sgf("(;SZ [9] KM [6.5] C[a note \\] B[aa] in brackets];B[cc])")
+    assert game.komi == 6.5 and game.moves.tolist() == [2 * 9 + 2]

@@ -209,3 +209,11 @@ def test_played_games_show_beside_the_games_collected():
     assert header.index("GAMES") < header.index("PLAYED") < header.index("GAMES/S")
     back = parse_status_text(text).workers
     assert (back[0].games, back[0].played) == (0, 37) and back[1].played is None
+
+
+def test_a_heartbeat_with_a_5000_digit_pid_is_a_format_error():
+    from distributed.status import parse_heartbeat
+
+    data = '{"name": "worker1", "state": "Active", "pid": ' + "9" * 5000 + "}"
+    with pytest.raises(StatusFormatError, match="not JSON"):
+        parse_heartbeat(data)

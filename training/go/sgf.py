@@ -24,7 +24,6 @@ It must not: import torch, read or write files (callers do, through
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -116,7 +115,41 @@ def game_sgf(size: int, komi: float, moves: list[int], result: str, *,
     return "\n".join(lines) + ")\n"
 
 
-_SGF_PROP = re.compile(r"([A-Z]+)((?:\[(?:\\.|[^\]\\])*\])+)", re.S)
+MAX_SGF_CHARS = 1 << 20
+"""The longest SGF text `from_sgf` reads: a game of 19x19 is a few kilobytes."""
+
+
+def _properties(body: str):
+    """(key, first value) of each property in order, in one pass over the text (a regular
+    expression with nested repeats backtracks quadratically on an unclosed value)."""
+    i, n = 0, len(body)
+    while i < n:
+        if not ("A" <= body[i] <= "Z"):
+            i += 1
+            continue
+        start = i
+        while i < n and "A" <= body[i] <= "Z":
+            i += 1
+        key = body[start:i]
+        while i < n and body[i].isspace():
+            i += 1
+        values = []
+        while i < n and body[i] == "[":
+            i += 1
+            chars = []
+            while i < n and body[i] != "]":
+                if body[i] == "\\" and i + 1 < n:
+                    i += 1
+                chars.append(body[i])
+                i += 1
+            if i >= n:
+                raise ValueError(f"{key}: a value is not closed with ']'")
+            i += 1
+            values.append("".join(chars))
+            while i < n and body[i].isspace():
+                i += 1
+        if values:
+            yield key, values[0]
 
 
 def from_sgf(text: str) -> SgfGame:
@@ -124,20 +157,22 @@ def from_sgf(text: str) -> SgfGame:
 
     Raises ValueError for what it cannot read: setup stones, moves out of turn, bad points.
     """
+    if len(text) > MAX_SGF_CHARS:
+        raise ValueError(f"SGF text of {len(text)} characters, over {MAX_SGF_CHARS}: not one game")
     body = text.strip()
     if not body.startswith("(;"):
         raise ValueError("not an SGF game: it must start with '(;'")
     size, komi, moves = 19, 0.0, []
     expected = "B"
-    for m in _SGF_PROP.finditer(body):
-        key, values = m.group(1), re.findall(r"\[((?:\\.|[^\]\\])*)\]", m.group(2), re.S)
-        value = values[0]
+    for key, value in _properties(body):
         if key == "SZ":
             size = int(value.split(":")[0])
             if not MIN_SIZE <= size <= MAX_SIZE:
                 raise ValueError(f"SZ[{value}]: board size outside {MIN_SIZE}..{MAX_SIZE}")
         elif key == "KM":
             komi = float(value)
+            if not math.isfinite(komi) or abs(komi) > MAX_SIZE * MAX_SIZE:
+                raise ValueError(f"KM[{value}]: komi must be a finite number of points")
         elif key in ("AB", "AW", "AE"):
             raise ValueError(f"{key}: setup stones are not supported")
         elif key in ("B", "W"):
