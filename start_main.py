@@ -41,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--worker-class", default=None,
                    help="module:Class, a training.worker.Worker subclass for local workers")
     p.add_argument("--no-watch", action="store_true", help="do not watch the config file")
+    p.add_argument("--serve-status", type=int, default=None, metavar="PORT",
+                   help="serve the run page, status.json and Prometheus /metrics read-only on "
+                        "127.0.0.1:PORT (0: any free port, logged)")
     # the training guides' options, applied to the config's training section
     add_flags(p, "--gpus", "--batch-size", "--mixed-precision", "--lr", "--learning-rate",
               "--epochs")
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     coach = Coach(cfg, config_path=args.config or DEFAULT_CONFIG_PATH, overrides=overrides,
                   status_path=args.status_file, worker_class=args.worker_class,
-                  watch_config=not args.no_watch)
+                  watch_config=not args.no_watch, serve_status=args.serve_status)
     coach.install_signal_handlers()
     try:
         summary = coach.run()

@@ -72,18 +72,21 @@ from distributed.status import (
     printable,
     write_status,
 )
+from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
 from training.fleet.collector import Collector, validate_with_records
 from training.fleet.fleet import Fleet, Job
 from training.rounds import REPO, Round, Rounds
-from training.run.run_dir import RunDir
+from training.run.run_dir import STRENGTH_GAMES, RunDir
 from training.run.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
 from training.run.signals import on_stop_signals
 
 log = logging.getLogger(__name__)
 
 _WRITE_EVENTS = ("modified", "created", "moved", "closed")  # watchdog event types
+PAGE_GAMES = 10
+"""SGF links on the run page: the newest evaluation's last games."""
 
 
 @dataclass
@@ -112,6 +115,7 @@ class Coach:
         trainer_cmd: list[str] | None = None,
         worker_class: str | None = None,
         watch_config: bool = True,
+        serve_status: int | None = None,
     ):
         self.cfg = cfg
         self.config_path = Path(config_path) if config_path else None
@@ -120,6 +124,8 @@ class Coach:
         self.run_dir = Path(cfg.run.dir)
         self.paths = RunDir(self.run_dir)
         self.status_path = Path(status_path) if status_path else DEFAULT_STATUS_PATH
+        self.serve_status = serve_status  # a loopback port for the run page, JSON, /metrics
+        self._status_server: StatusServer | None = None
         self.requests_dir = Path(requests_dir) if requests_dir else DEFAULT_REQUESTS_DIR
         self.trainer_cmd = trainer_cmd
         self.worker_class = worker_class
@@ -239,6 +245,11 @@ class Coach:
         observer = None
         try:
             self.setup()
+            if self.serve_status is not None:
+                self._status_server = StatusServer(self.run_dir, self.serve_status,
+                                                   lambda: self._snap)
+                log.info("run page, status.json and /metrics on http://127.0.0.1:%d/",
+                         self._status_server.port)
             observer = self._watch_config() if self.watch_config else None
             log.info("coach: run folder %s, %s mode, workers %s, target %s generations",
                      self.run_dir, "distributed" if self.distributed else "local",
@@ -253,6 +264,9 @@ class Coach:
         finally:
             if self.fleet is not None:
                 self._shut_down(observer)
+            if self._status_server is not None:
+                self._status_server.stop()
+                self._status_server = None
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
@@ -529,6 +543,23 @@ class Coach:
         self.status_path.parent.mkdir(parents=True, exist_ok=True)
         write_status(self.status_path, snap)
         self._snap = snap
+        try:
+            self._write_page(snap)
+        except OSError as e:  # the page is a view: a failure to write it stops nothing
+            log.warning("cannot write %s: %s", self.paths.page, e)
+
+    def _write_page(self, snap: StatusSnapshot) -> None:
+        """index.html in the run folder: the status, the plots, the last games' SGF."""
+        images = [p.name for p in (self.paths.progress_png, self.paths.strength_png)
+                  if p.is_file()]
+        games: list[str] = []
+        root = self.paths.root / STRENGTH_GAMES
+        if root.is_dir():
+            stamps = sorted(p for p in root.iterdir() if p.is_dir())
+            if stamps:
+                newest = sorted(stamps[-1].glob("*.sgf"))[-PAGE_GAMES:]
+                games = [f"{STRENGTH_GAMES}/{stamps[-1].name}/{g.name}" for g in newest]
+        write_atomic(self.paths.page, render_html(snap, images, games).encode())
 
     def _progress(self) -> None:
         now = time.monotonic()

@@ -18,6 +18,7 @@
       strength.json, .png         the newest evaluation of training.strength
       strength_history.jsonl      every evaluation it ran, one line each, never rewritten
       strength_games/<stamp>/     the SGF of every game of an evaluation against GNU Go
+      index.html                  the run page: status, plots, last games (the coach)
 
 The worker folder's twin is `distributed/remote.py` (`WorkerPaths`). Model and batch file
 names are spelled by `model_store.model_stem` and `records.batch_name`; this module composes
@@ -46,6 +47,7 @@ STRENGTH_JSON = "strength.json"
 STRENGTH_PNG = "strength.png"
 STRENGTH_HISTORY = "strength_history.jsonl"
 STRENGTH_GAMES = "strength_games"
+PAGE_NAME = "index.html"
 SUBDIRS = ("models", "checkpoints", "rounds", "replay", "incoming", "quarantine", "workers")
 
 
@@ -144,6 +146,10 @@ class RunDir:
     @property
     def strength_png(self) -> Path:
         return self.root / STRENGTH_PNG
+
+    @property
+    def page(self) -> Path:
+        return self.root / PAGE_NAME
 
     @property
     def strength_history(self) -> Path:

@@ -1,0 +1,240 @@
+"""The run at a glance for people and for monitoring: an HTML page, JSON and Prometheus text.
+
+- `render_html(snap, images, games)`: a self-contained page (inline CSS, no script, refreshing
+  itself every 10 s) with the header figures, the worker table with each state's indicator,
+  the plots of the run folder (`images`: file names relative to the page) and links to the
+  last games' SGF files. The coach writes it as `index.html` in the run folder; a browser opens
+  the file directly, with no server.
+- `render_json(snap)`: the same snapshot as JSON (`status.json` of the server below).
+- `render_prometheus(snap)`: Prometheus' text exposition format: per run `azgo_generation`,
+  `azgo_games_per_second`, `azgo_workers_active`, `azgo_window_positions`, `azgo_last_loss`,
+  ...; per worker (label `worker`) `azgo_worker_state` (one series per state, 1 for the
+  current one), `azgo_worker_games_per_second`, `azgo_worker_heartbeat_age_seconds`,
+  `azgo_worker_games_total`, `azgo_worker_restarts_total`.
+- `StatusServer(folder, port)`: a read-only HTTP server on 127.0.0.1 serving `/` (the page),
+  `/status.json`, `/metrics` and the page's images and SGF files from `folder` (regular files
+  directly in it or in `strength_games/`, nothing else); `start_main.py --serve-status PORT`.
+
+Every text from a worker goes through `printable` (and HTML escaping): a worker host is
+untrusted. It must not: import training/ or torch, or listen on anything but loopback.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import threading
+from dataclasses import asdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable, Sequence
+
+from distributed.status import StatusSnapshot, WorkerState, printable
+
+REFRESH_S = 10
+
+
+def _num(v: float | int | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
+                games: Sequence[str] = ()) -> str:
+    """The page (see the module docstring); `images` and `games` are relative links."""
+    e = html.escape
+    header = [
+        ("Generation", _num(snap.generation, "d")),
+        ("Games/second", f"{snap.games_per_s:.1f}"),
+        ("Workers active", f"{snap.workers_active}/{snap.workers_total}"),
+        ("Model sync time", "-" if snap.model_sync_s is None else f"{snap.model_sync_s:.1f} s"),
+        ("Network usage", f"{snap.network_mb_per_min:.1f} MB/min"),
+        ("Games in window", str(snap.window_games)),
+        ("Positions in window", str(snap.window_positions)),
+        ("Data staleness", _num(snap.staleness_generations, ".2f") + " generations"),
+        ("Last loss", _num(snap.last_loss, ".4f")),
+        ("Elo", _num(snap.elo, ".1f")),
+    ]
+    rows = "\n".join(
+        "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
+            printable(w.name, 80), printable(w.host, 80),
+            f"{w.state.indicator} {w.state.value}", printable(w.gpu, 40),
+            _num(w.generation, "d"), w.games, _num(w.played, "d"), f"{w.games_per_s:.2f}",
+            f"{w.weight:.2f}", f"{100 * w.share:.1f}%",
+            "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f} s", w.restarts,
+            printable(w.last_error, 200) or "-")) + "</tr>"
+        for w in snap.workers)
+    figures = "\n".join(f'<figure><img src="{e(i, quote=True)}" alt="{e(i)}"></figure>'
+                        for i in images)
+    links = "\n".join(f'<li><a href="{e(g, quote=True)}">{e(Path(g).name)}</a></li>'
+                      for g in games)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_S}">
+<title>azgo run: generation {e(_num(snap.generation, "d"))}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }}
+th {{ background: #f0f0f0; }}
+.figures {{ display: flex; flex-wrap: wrap; gap: 1em; }}
+img {{ max-width: 640px; }}
+</style></head><body>
+<h1>azgo run</h1>
+<p>Updated {e(snap.updated or "-")} UTC; this page reloads every {REFRESH_S} s.</p>
+<table id="header">
+{"".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in header)}
+</table>
+<table id="workers">
+<tr><th>Name</th><th>Host</th><th>State</th><th>GPU</th><th>Gen</th><th>Games</th>
+<th>Played</th><th>Games/s</th><th>Weight</th><th>Share</th><th>Heartbeat</th>
+<th>Restarts</th><th>Last error</th></tr>
+{rows}
+</table>
+<div class="figures">
+{figures}
+</div>
+{"<h2>Last games</h2><ul>" + links + "</ul>" if games else ""}
+</body></html>
+"""
+
+
+def render_json(snap: StatusSnapshot) -> str:
+    d = asdict(snap)
+    for w in d["workers"]:
+        w["state"] = str(w["state"])
+    return json.dumps(d, indent=1)
+
+
+def _metric(v: float | int | None) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "NaN"
+    return repr(float(v))
+
+
+def _label(value: str) -> str:
+    return printable(value, 80).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def render_prometheus(snap: StatusSnapshot) -> str:
+    """Prometheus' text exposition format (version 0.0.4)."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, object]]) -> None:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            out.append(f"{name}{labels} {_metric(value)}")
+
+    family("azgo_generation", "gauge", "Newest published generation.", [("", snap.generation)])
+    family("azgo_games_per_second", "gauge", "Self-play games per second, last minute.",
+           [("", snap.games_per_s)])
+    family("azgo_workers_active", "gauge", "Workers in state Active.",
+           [("", snap.workers_active)])
+    family("azgo_workers", "gauge", "Workers configured.", [("", snap.workers_total)])
+    family("azgo_model_sync_seconds", "gauge", "Time of the last model push to all workers.",
+           [("", snap.model_sync_s)])
+    family("azgo_network_megabytes_per_minute", "gauge", "Transfer to and from workers.",
+           [("", snap.network_mb_per_min)])
+    family("azgo_window_games", "gauge", "Games in the training window.",
+           [("", snap.window_games)])
+    family("azgo_window_positions", "gauge", "Positions in the training window.",
+           [("", snap.window_positions)])
+    family("azgo_staleness_generations", "gauge",
+           "Mean age of the window's positions in generations.",
+           [("", snap.staleness_generations)])
+    family("azgo_last_loss", "gauge", "Training loss of the newest round.",
+           [("", snap.last_loss)])
+    family("azgo_elo", "gauge", "Chained arena Elo of the newest generation.", [("", snap.elo)])
+    states = [(f'{{worker="{_label(w.name)}",state="{s.value}"}}', int(w.state == s))
+              for w in snap.workers for s in WorkerState]
+    family("azgo_worker_state", "gauge", "1 for the worker's current state.", states)
+
+    def per_worker(attr: str) -> list[tuple[str, object]]:
+        return [(f'{{worker="{_label(w.name)}"}}', getattr(w, attr)) for w in snap.workers]
+
+    family("azgo_worker_games_per_second", "gauge", "A worker's self-play games per second.",
+           per_worker("games_per_s"))
+    family("azgo_worker_heartbeat_age_seconds", "gauge", "Seconds since its last heartbeat.",
+           per_worker("heartbeat_age_s"))
+    family("azgo_worker_games_total", "counter", "Games collected from the worker.",
+           per_worker("games"))
+    family("azgo_worker_restarts_total", "counter", "Restarts of the worker's daemon.",
+           per_worker("restarts"))
+    return "\n".join(out) + "\n"
+
+
+class StatusServer:
+    """A read-only HTTP server on 127.0.0.1 (see the module docstring); `stop()` ends it."""
+
+    SERVED_SUFFIXES = (".html", ".png", ".sgf")
+
+    def __init__(self, folder: str | os.PathLike, port: int,
+                 snapshot: Callable[[], StatusSnapshot | None]):
+        self.folder = Path(folder).resolve()
+        self.snapshot = snapshot
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+                server._get(self)
+
+            def log_message(self, *args) -> None:  # no line per request on stderr
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="status-http",
+                                       daemon=True)
+        self.thread.start()
+
+    def _get(self, req: BaseHTTPRequestHandler) -> None:
+        path = req.path.split("?", 1)[0]
+        snap = self.snapshot() or StatusSnapshot()
+        if path == "/metrics":
+            self._send(req, 200, render_prometheus(snap).encode(),
+                       "text/plain; version=0.0.4; charset=utf-8")
+            return
+        if path == "/status.json":
+            self._send(req, 200, render_json(snap).encode(), "application/json")
+            return
+        if path in ("/", "/index.html"):
+            path = "/index.html"
+        file = self._file(path)
+        if file is None:
+            self._send(req, 404, b"not found\n", "text/plain")
+            return
+        kinds = {".html": "text/html; charset=utf-8", ".png": "image/png",
+                 ".sgf": "application/x-go-sgf"}
+        self._send(req, 200, file.read_bytes(), kinds[file.suffix])
+
+    def _file(self, path: str) -> Path | None:
+        """A regular file of the folder (or of strength_games/ below it) with a served
+        suffix; None for anything else (no traversal, no links, no other suffix)."""
+        parts = [p for p in path.split("/") if p]
+        if not parts or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            return None
+        if len(parts) > 1 and parts[0] != "strength_games":
+            return None
+        file = self.folder.joinpath(*parts)
+        if file.suffix not in self.SERVED_SUFFIXES or file.is_symlink() or not file.is_file():
+            return None
+        try:
+            file.resolve().relative_to(self.folder)
+        except ValueError:
+            return None
+        return file
+
+    @staticmethod
+    def _send(req: BaseHTTPRequestHandler, code: int, body: bytes, kind: str) -> None:
+        req.send_response(code)
+        req.send_header("Content-Type", kind)
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        req.wfile.write(body)
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)

@@ -1,0 +1,110 @@
+"""The run page, status.json and Prometheus /metrics (`distributed.status_page`): rendered,
+parsed by Prometheus' own parser, served by a real HTTP server on loopback, written by the
+coach into the run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from distributed.status import StatusSnapshot, WorkerRow, WorkerState
+from distributed.status_page import StatusServer, render_html, render_json, render_prometheus
+
+
+def _snapshot() -> StatusSnapshot:
+    return StatusSnapshot(
+        games_per_s=3.5, workers_active=1, workers_total=2, model_sync_s=1.25,
+        network_mb_per_min=0.5, generation=7, window_games=300, window_positions=12000,
+        staleness_generations=1.5, last_loss=2.25, elo=None, updated="2026-01-01 00:00:00",
+        workers=[
+            WorkerRow("worker1", "localhost", WorkerState.ACTIVE, "cpu", 7, 250, 1.5, 1.0, 0.6,
+                      0.4, 0, "", 260),
+            WorkerRow("evil\"name", "10.0.0.2", WorkerState.ERROR, "0", 6, 50, 0.0, 1.0, 0.4,
+                      12.0, 3, "<script>alert(1)</script>\x1b[31m red", None),
+        ])
+
+
+def test_the_page_shows_the_run_and_escapes_what_a_worker_sent():
+    page = render_html(_snapshot(), ["progress.png"], ["strength_games/x/gen7_vs.sgf"])
+    assert '<meta http-equiv="refresh"' in page
+    assert "<td>7/2</td>" not in page and "<td>1/2</td>" in page  # workers active
+    assert "\U0001F7E2 Active" in page and "\U0001F534 Error" in page
+    assert "<script>" not in page and "&lt;script&gt;" in page and "\x1b" not in page
+    assert '<img src="progress.png"' in page
+    assert '<a href="strength_games/x/gen7_vs.sgf">gen7_vs.sgf</a>' in page
+
+
+def test_metrics_parse_with_prometheus_own_parser():
+    families = {f.name: f for f in text_string_to_metric_families(
+        render_prometheus(_snapshot()))}
+    assert families["azgo_generation"].samples[0].value == 7
+    assert families["azgo_games_per_second"].samples[0].value == 3.5
+    elo = families["azgo_elo"].samples[0].value
+    assert elo != elo  # unknown: NaN
+    states = {(s.labels["worker"], s.labels["state"]): s.value
+              for s in families["azgo_worker_state"].samples}
+    assert states[("worker1", "Active")] == 1 and states[("worker1", "Error")] == 0
+    assert states[('evil"name', "Error")] == 1  # the quote survives the label escaping
+    ages = {s.labels["worker"]: s.value
+            for s in families["azgo_worker_heartbeat_age_seconds"].samples}
+    assert ages == {"worker1": 0.4, 'evil"name': 12.0}
+    assert families["azgo_worker_games"].type == "counter"  # the parser drops "_total"
+
+
+def test_status_json_round_trips_the_numbers():
+    d = json.loads(render_json(_snapshot()))
+    assert d["generation"] == 7 and d["workers"][1]["state"] == "Error"
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, b""
+
+
+def test_the_server_serves_the_page_and_nothing_else(tmp_path):
+    (tmp_path / "index.html").write_text("<html>page</html>")
+    (tmp_path / "progress.png").write_bytes(b"\x89PNG fake")
+    (tmp_path / "secret.txt").write_text("key")
+    (tmp_path / "config.yaml").write_text("workers: []")
+    games = tmp_path / "strength_games" / "20260101T000000Z"
+    games.mkdir(parents=True)
+    (games / "g1.sgf").write_text("(;SZ[9])")
+    os.symlink("/etc/passwd", tmp_path / "link.html")
+    server = StatusServer(tmp_path, 0, _snapshot)
+    try:
+        port = server.port
+        assert _get(port, "/") == (200, b"<html>page</html>")
+        assert _get(port, "/progress.png")[0] == 200
+        assert _get(port, "/strength_games/20260101T000000Z/g1.sgf") == (200, b"(;SZ[9])")
+        status, body = _get(port, "/metrics")
+        assert status == 200 and "azgo_generation 7.0" in body.decode()
+        assert json.loads(_get(port, "/status.json")[1])["workers_total"] == 2
+        for path in ("/secret.txt", "/config.yaml", "/link.html", "/../../etc/passwd",
+                     "/%2e%2e/secret.txt", "/strength_games/../secret.txt", "/models/x.png"):
+            assert _get(port, path)[0] == 404, path
+    finally:
+        server.stop()
+
+
+def test_the_coach_writes_the_page_into_the_run_folder(tiny_cfg, run_dir):
+    from tests.test_coach import _coach
+
+    coach = _coach(tiny_cfg, run_dir, ["worker1", "worker2"])
+    coach._write_status()
+    page = (run_dir / "index.html").read_text()
+    assert "worker1" in page and "worker2" in page and "\U0001F7E2 Active" in page
+
+
+@pytest.mark.parametrize("port", [0])
+def test_start_main_offers_the_server_flag(port):
+    import start_main
+
+    assert start_main.parse_args(["--serve-status", str(port)]).serve_status == port
