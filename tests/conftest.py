@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -44,3 +46,14 @@ def run_dir(tmp_path: Path) -> Path:
     d = tmp_path / "run"
     d.mkdir()
     return d
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float = 60.0,
+               what: str = "condition", interval_s: float = 0.1) -> float:
+    """Seconds until `predicate()` is true; AssertionError naming `what` after `timeout_s`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")

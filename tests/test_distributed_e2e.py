@@ -15,14 +15,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from configs import dump_config, override
 from distributed.status import WorkerState, parse_status_text
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 from tests.sshd import require_sshd
 from training.run import model_store
 from training.sandbox import sandbox_config, start_hosts
@@ -30,13 +29,6 @@ from training.sandbox import sandbox_config, start_hosts
 pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _states(status: Path) -> dict[str, tuple[WorkerState, int]]:
@@ -121,23 +113,23 @@ def test_two_hosts_train_two_generations_through_faults(tiny_cfg, cluster):
         both_active = lambda: all(  # noqa: E731
             _states(status).get(n, (None,))[0] == WorkerState.ACTIVE for n in ("worker1",
                                                                                "worker2"))
-        _wait(both_active, 180, "both workers Active")
+        wait_until(both_active, 180, "both workers Active")
 
         # a daemon killed with SIGKILL is restarted and Active again
         pid_file = _remote_root(cfg, "worker1") / "run" / "worker_worker1.pid"
         os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
-        _wait(lambda: _states(status)["worker1"] == (WorkerState.ACTIVE, 1), 120,
+        wait_until(lambda: _states(status)["worker1"] == (WorkerState.ACTIVE, 1), 120,
               "worker1 restarted and Active")
 
         # worker2's host goes away (sshd and every session killed): Offline, then back
         seen = len(_ledger(cfg_run := Path(cfg.run.dir)))
         servers[1].kill()
-        _wait(lambda: _states(status)["worker2"][0] == WorkerState.OFFLINE, 60,
+        wait_until(lambda: _states(status)["worker2"][0] == WorkerState.OFFLINE, 60,
               "worker2 Offline")
         servers[1].start()
-        _wait(lambda: _states(status)["worker2"][0] == WorkerState.ACTIVE, 120,
+        wait_until(lambda: _states(status)["worker2"][0] == WorkerState.ACTIVE, 120,
               "worker2 Active again")
-        _wait(lambda: len(_ledger(cfg_run)) > seen, 60, "more batches")
+        wait_until(lambda: len(_ledger(cfg_run)) > seen, 60, "more batches")
         t.join(timeout=600)
         assert not t.is_alive(), "the coach did not finish 2 generations"
     finally:
@@ -165,7 +157,7 @@ def test_worker_added_to_the_watched_config_becomes_active(tiny_cfg, cluster):
     status = tmp / "status.txt"
     coach, t = _run_coach(cfg, config, status)
     try:
-        _wait(lambda: _states(status).get("worker1", (None,))[0] == WorkerState.ACTIVE, 180,
+        wait_until(lambda: _states(status).get("worker1", (None,))[0] == WorkerState.ACTIVE, 180,
               "worker1 Active")
         from distributed.ssh_connector import SSHConnector
 
@@ -174,7 +166,7 @@ def test_worker_added_to_the_watched_config_becomes_active(tiny_cfg, cluster):
             extra.addr, extra.user, name="worker3", port=extra.port,
             key_path=str(extra.client_key), gpu_id=-1)
         assert "worker3" in config.read_text()
-        _wait(lambda: _states(status).get("worker3", (None,))[0] == WorkerState.ACTIVE, 180,
+        wait_until(lambda: _states(status).get("worker3", (None,))[0] == WorkerState.ACTIVE, 180,
               "worker3 Active")
         assert _states(status)["worker1"][0] == WorkerState.ACTIVE
 
@@ -184,7 +176,7 @@ def test_worker_added_to_the_watched_config_becomes_active(tiny_cfg, cluster):
              "--requests-dir", str(tmp / "requests"), "--restart", "worker1"],
             cwd=REPO, capture_output=True, text=True, timeout=120)
         assert "handed to the running coach" in out.stdout, out.stdout + out.stderr
-        _wait(lambda: _states(status)["worker1"] == (WorkerState.ACTIVE, 1), 120,
+        wait_until(lambda: _states(status)["worker1"] == (WorkerState.ACTIVE, 1), 120,
               "worker1 restarted by request and Active")
     finally:
         coach.stop()

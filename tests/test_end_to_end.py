@@ -14,26 +14,18 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from configs import dump_config, override
 from distributed.status import WorkerState, parse_status_text
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 from training.run import model_store
 
 pytestmark = pytest.mark.slow
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _status(path: Path):
@@ -122,11 +114,11 @@ def test_killed_worker_is_restarted_and_active_again(setup):
             snap = _status(status)
             return bool(snap and snap.workers and snap.workers[0].state == WorkerState.ACTIVE)
 
-        _wait(worker_active, 120, "worker1 Active")
+        wait_until(worker_active, 120, "worker1 Active")
         pid = coach.fleet.pid("worker1")
         os.kill(pid, signal.SIGKILL)
-        _wait(lambda: coach.fleet.pid("worker1") not in (None, pid), 60, "a new daemon")
-        _wait(lambda: worker_active() and _status(status).workers[0].restarts == 1, 120,
+        wait_until(lambda: coach.fleet.pid("worker1") not in (None, pid), 60, "a new daemon")
+        wait_until(lambda: worker_active() and _status(status).workers[0].restarts == 1, 120,
               "worker1 Active again after its restart")
     finally:
         coach.stop()
@@ -140,7 +132,7 @@ def test_coach_killed_mid_run_resumes_with_every_batch_counted_once(setup):
     config.write_text(dump_config(override(cfg, {"evaluation.games": 0})))  # budget: no arena
     proc = _start_main(config, status, "--iterations", "5")
     try:
-        _wait(lambda: len(_ledger(run)) >= 6, 180, "six ingested batches")
+        wait_until(lambda: len(_ledger(run)) >= 6, 180, "six ingested batches")
     finally:
         proc.kill()  # SIGKILL: no clean-up of any kind
         proc.wait()

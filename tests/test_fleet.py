@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from configs import load_config, override
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 from tests.sshd import daemon_command, sshd_server, write_fake_daemon  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.ssh
@@ -48,11 +48,6 @@ def _heartbeat(tmp: Path) -> dict:
         return {}
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s: {what}"
-        time.sleep(0.1)
 
 
 def test_ssh_worker_starts_with_the_ledgers_min_seq_and_a_config_without_other_hosts(
@@ -68,7 +63,7 @@ def test_ssh_worker_starts_with_the_ledgers_min_seq_and_a_config_without_other_h
     try:
         backend.prepare()  # preflight, then the run's config
         backend.start(fleet.next_seq("worker1"))
-        _wait(lambda: _heartbeat(tmp_path).get("argv"), 30, "the daemon's first heartbeat")
+        wait_until(lambda: _heartbeat(tmp_path).get("argv"), 30, "the daemon's first heartbeat")
         argv = _heartbeat(tmp_path)["argv"]
         assert argv[argv.index("--min-seq") + 1] == "42", argv
     finally:
@@ -117,7 +112,7 @@ def test_a_stuck_supervisor_is_abandoned_and_a_fresh_one_carries_on(sshd_server,
     fleet.start(collector=None)
     frozen = None
     try:
-        _wait(lambda: member.heartbeat is not None, 60, "the first heartbeat")
+        wait_until(lambda: member.heartbeat is not None, 60, "the first heartbeat")
         old_sup, old_backend = fleet._sups["worker1"], fleet.backend("worker1")
         session = int(old_backend.connector.run("worker1", "echo $PPID").stdout)
         os.kill(session, signal.SIGSTOP)
@@ -132,13 +127,13 @@ def test_a_stuck_supervisor_is_abandoned_and_a_fresh_one_carries_on(sshd_server,
 
         threading.Thread(target=watch, daemon=True).start()
         try:
-            _wait(lambda: fleet._sups["worker1"] is not old_sup, 20, "the supervisor replaced")
+            wait_until(lambda: fleet._sups["worker1"] is not old_sup, 20, "the supervisor replaced")
             replaced_s = time.monotonic() - t0
             assert "stuck" in member.error and "read heartbeat" in member.error, member.error
             seen = member.heartbeat.time
-            _wait(lambda: member.heartbeat.time > seen, 20, "heartbeats over a new connection")
+            wait_until(lambda: member.heartbeat.time > seen, 20, "heartbeats over a new connection")
             recovered_s = time.monotonic() - t0
-            _wait(lambda: not old_sup.thread.is_alive(), 20, "the stuck thread to exit")
+            wait_until(lambda: not old_sup.thread.is_alive(), 20, "the stuck thread to exit")
         finally:
             stop.set()
     finally:
@@ -204,7 +199,7 @@ def test_bring_ups_run_at_most_the_bound_at_once(tmp_path, monkeypatch):
     collector = Collector(tmp_path / "run", validate_with_records(5, 0.5))
     fleet.start(collector)
     try:
-        _wait(lambda: len(started) == 40, 30, "all 40 workers brought up")
+        wait_until(lambda: len(started) == 40, 30, "all 40 workers brought up")
     finally:
         fleet.stop_all(timeout_s=5)
     assert peak[0] == 3, f"at most 3 bring-ups at once, saw {peak[0]}"

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
 
 from distributed.status import WorkerState, parse_status_text
+from tests.conftest import wait_until
 from training.run import model_store
 from training.simworker import read_written
 
@@ -39,14 +40,6 @@ pytestmark = pytest.mark.slow
 # ----------------------------------------------------------------------------- harness
 
 
-def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> float:
-    """Seconds until `predicate()` is true (AssertionError after `timeout_s`)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if predicate():
-            return time.monotonic() - t0
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def write_config(tmp: Path, **sections: dict) -> Path:
@@ -208,22 +201,22 @@ def coach_factory(tmp_path):
 def test_worker_sigkill_is_restarted_and_loses_no_batch(tmp_path, coach_factory):
     coach = coach_factory(write_config(tmp_path)).start()
     names = ["worker1", "worker2"]
-    _wait(lambda: coach.all_active(names), 120, "both workers Active")
-    _wait(lambda: len(ledger(coach.run)) >= 4, 60, "batches ingested")
+    wait_until(lambda: coach.all_active(names), 120, "both workers Active")
+    wait_until(lambda: len(ledger(coach.run)) >= 4, 60, "batches ingested")
     old = coach.worker_pid("worker1")
     assert old and "start_worker.py" in _cmdline(old)
     os.kill(old, signal.SIGKILL)
     t0 = time.monotonic()
-    _wait(lambda: coach.states().get("worker1") != WorkerState.ACTIVE
+    wait_until(lambda: coach.states().get("worker1") != WorkerState.ACTIVE
           or coach.worker_pid("worker1") != old, 30, "the kill to be noticed")
     folder = coach.run / "workers" / "worker1"
-    _wait(lambda: _heartbeat(folder).get("pid") not in (None, old)
+    wait_until(lambda: _heartbeat(folder).get("pid") not in (None, old)
           and _heartbeat(folder).get("state") == "Active"
           and coach.states().get("worker1") == WorkerState.ACTIVE, 120,
           "worker1's new daemon Active")
     back_s = time.monotonic() - t0
     n_before = len(ledger(coach.run))
-    _wait(lambda: len(ledger(coach.run)) > n_before + 2, 60, "collection to go on")
+    wait_until(lambda: len(ledger(coach.run)) > n_before + 2, 60, "collection to go on")
     assert coach.stop() == 0, coach.log_text()[-2000:]
     counts = check_exactly_once(coach.run, [coach.run / "workers" / n for n in names])
     print(f"reliability worker_sigkill active_again_s={back_s:.1f} lost={counts['lost']} "
@@ -237,21 +230,21 @@ def test_coach_sigkill_during_collection_counts_every_batch_once(tmp_path, coach
     names = ["worker1", "worker2"]
     kills = 3
     coach.start()
-    _wait(lambda: coach.all_active(names), 120, "both workers Active")
+    wait_until(lambda: coach.all_active(names), 120, "both workers Active")
     for k in range(kills):
         n = len(ledger(coach.run))
-        _wait(lambda: len(ledger(coach.run)) >= n + 3 + k, 60, "batches being ingested")
+        wait_until(lambda: len(ledger(coach.run)) >= n + 3 + k, 60, "batches being ingested")
         pids = {w: coach.worker_pid(w) for w in names}
         coach.kill()  # mid-collection: batches arrive every poll
         time.sleep(0.5 + 0.3 * k)
         coach.start()
-        _wait(lambda: coach.all_active(names), 120, "workers Active after the coach restart")
+        wait_until(lambda: coach.all_active(names), 120, "workers Active after the coach restart")
         assert {w: coach.worker_pid(w) for w in names} == pids, "daemons were not adopted"
         if k == 0:  # a hostile batch: quarantined once, counted across the restarts
             bad = _hostile_batch(coach.run / "workers" / "worker2" / "outbox", "worker2")
     n = len(ledger(coach.run))
-    _wait(lambda: len(ledger(coach.run)) >= n + 3, 60, "collection after the last restart")
-    _wait(lambda: "1 batches rejected" in _row_error(coach, "worker2"), 30,
+    wait_until(lambda: len(ledger(coach.run)) >= n + 3, 60, "collection after the last restart")
+    wait_until(lambda: "1 batches rejected" in _row_error(coach, "worker2"), 30,
           "the rejection in worker2's status row")
     assert coach.stop() == 0, coach.log_text()[-2000:]
     assert not list((coach.run / "incoming").iterdir())
@@ -301,10 +294,10 @@ def test_coach_sigkill_during_training_then_resume_trains_once(tmp_path, coach_f
     coach = coach_factory(config, "--iterations", "1", games_per_s=5.0)
     names = ["worker1", "worker2"]
     coach.start()
-    _wait(lambda: _trainer_pid(coach), 240, "a training round to start")
+    wait_until(lambda: _trainer_pid(coach), 240, "a training round to start")
     trainer = _trainer_pid(coach)
     coach.kill()
-    _wait(lambda: not Path(f"/proc/{trainer}").exists()
+    wait_until(lambda: not Path(f"/proc/{trainer}").exists()
           or "training.trainer" not in _cmdline(trainer), 20,
           "the orphaned trainer to exit with its coach")
     coach.start()
@@ -322,12 +315,12 @@ def test_trainer_killed_round_fails_cleanly_and_is_retried(tmp_path, coach_facto
     config = write_config(tmp_path, self_play={"games_per_worker": 10, "workers": 1})
     coach = coach_factory(config, "--iterations", "1", games_per_s=5.0)
     coach.start()
-    _wait(lambda: _trainer_pid(coach), 240, "a training round to start")
+    wait_until(lambda: _trainer_pid(coach), 240, "a training round to start")
     first = _trainer_pid(coach)
     time.sleep(1.0)  # let it get into its steps (torch import, data)
     os.kill(first, signal.SIGKILL)
     t0 = time.monotonic()
-    _wait(lambda: _trainer_pid(coach) not in (None, first), 120, "the round to be retried")
+    wait_until(lambda: _trainer_pid(coach) not in (None, first), 120, "the round to be retried")
     retry_s = time.monotonic() - t0
     code = coach.popen.wait(timeout=400)
     assert code == 0, coach.log_text()[-3000:]
@@ -388,7 +381,7 @@ def test_hostile_heartbeat_shows_error_and_stalls_nothing(tmp_path, coach_factor
     coach keeps rewriting status.txt every poll and keeps collecting worker1."""
     coach = coach_factory(write_config(tmp_path)).start()
     names = ["worker1", "worker2"]
-    _wait(lambda: coach.all_active(names), 120, "both workers Active")
+    wait_until(lambda: coach.all_active(names), 120, "both workers Active")
     hb_path = coach.run / "workers" / "worker2" / "status.json"
     pid2 = coach.worker_pid("worker2")
     os.kill(pid2, signal.SIGSTOP)
@@ -406,7 +399,7 @@ def test_hostile_heartbeat_shows_error_and_stalls_nothing(tmp_path, coach_factor
                 n1 = _ingested(coach, "worker1")
                 write()
                 t0 = time.monotonic()
-                _wait(lambda: _status_rows(coach).get("worker2") is not None
+                wait_until(lambda: _status_rows(coach).get("worker2") is not None
                       and _status_rows(coach)["worker2"].state == WorkerState.ERROR
                       and marker in _row_error(coach, "worker2"), 20,
                       f"worker2 Error after a {case} heartbeat")
@@ -414,18 +407,18 @@ def test_hostile_heartbeat_shows_error_and_stalls_nothing(tmp_path, coach_factor
                 row = _status_rows(coach)["worker2"]
                 assert "heartbeat" in row.last_error, row.last_error
                 assert row.last_error.isprintable(), row.last_error
-                _wait(lambda: _ingested(coach, "worker1") > n1 + 1, 30,
+                wait_until(lambda: _ingested(coach, "worker1") > n1 + 1, 30,
                       f"worker1 collected with worker2's {case} heartbeat")
                 assert _status_rows(coach)["worker1"].state == WorkerState.ACTIVE
             hb_path.unlink()  # escape sequences in a well-formed heartbeat's last_error
             hb_path.write_text(json.dumps({**good, "time": time.time(), "state": "Error",
                                            "last_error": "\x1b[2J\x1b[31mboom\x07\x1b]0;t\x07"}))
-            _wait(lambda: "boom" in _row_error(coach, "worker2"), 20, "worker2's own error")
+            wait_until(lambda: "boom" in _row_error(coach, "worker2"), 20, "worker2's own error")
             text = coach.status.read_text()
             assert "\x1b" not in text and "\x07" not in text
     finally:
         os.kill(pid2, signal.SIGCONT)
-    _wait(lambda: coach.all_active(names), 60, "worker2 Active again once it writes again")
+    wait_until(lambda: coach.all_active(names), 60, "worker2 Active again once it writes again")
     assert coach.stop() == 0, coach.log_text()[-2000:]
     check_exactly_once(coach.run, [coach.run / "workers" / n for n in names])
     assert watch.longest_s < 0.3 + 2.0, watch.gaps  # poll_interval_s 0.3, a busy machine
@@ -474,7 +467,7 @@ def test_model_corrupted_in_transit_keeps_the_previous_model(tmp_path):
     _publish_fake_model(folder / "models", 0, b"gen0")
     proc = _daemon(folder, config, "w1")
     try:
-        _wait(lambda: _heartbeat(folder).get("generation") == 0
+        wait_until(lambda: _heartbeat(folder).get("generation") == 0
               and _heartbeat(folder).get("state") == "Active", 60, "generation 0 in use")
         m = _publish_fake_model(tmp_path / "pub", 1, b"gen1" * 1000)
         data = bytearray((tmp_path / "pub" / m.zst_name).read_bytes())
@@ -482,17 +475,17 @@ def test_model_corrupted_in_transit_keeps_the_previous_model(tmp_path):
         (folder / "models" / m.zst_name).write_bytes(bytes(data))
         (folder / "models" / m.json_name).write_text(
             (tmp_path / "pub" / m.json_name).read_text())
-        t = _wait(lambda: "refused" in _heartbeat(folder).get("last_error", ""), 60,
+        t = wait_until(lambda: "refused" in _heartbeat(folder).get("last_error", ""), 60,
                   "the corrupt model to be refused")
         hb = _heartbeat(folder)
         assert hb["generation"] == 0, hb
         assert "sha256" in hb["last_error"] or "bytes" in hb["last_error"], hb["last_error"]
         n = hb["games_done"]
-        _wait(lambda: _heartbeat(folder).get("games_done", 0) > n + 10, 30, "self-play to go on")
+        wait_until(lambda: _heartbeat(folder).get("games_done", 0) > n + 10, 30, "self-play to go on")
         state_after = _heartbeat(folder).get("state")
         fixed = _publish_fake_model(tmp_path / "pub2", 2, b"gen2")
         model_store.copy_published(tmp_path / "pub2", fixed, folder / "models")
-        _wait(lambda: _heartbeat(folder).get("generation") == 2, 60, "a good model to load")
+        wait_until(lambda: _heartbeat(folder).get("generation") == 2, 60, "a good model to load")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -527,14 +520,14 @@ def test_worker_disk_full_shows_error_and_ingests_no_partial_batch(tmp_path, run
         _publish_fake_model(folder / "models", 0, b"gen0")
         proc = _daemon(folder, config, "w1", "--games-per-s", "400", "--ledger", str(written))
         try:
-            t = _wait(lambda: proc.poll() is not None
+            t = wait_until(lambda: proc.poll() is not None
                       or _heartbeat(folder).get("state") == "Error", 120, "the disk to fill")
             hb = _heartbeat(folder)
             assert proc.poll() is None, "the daemon died on a full disk"
             assert hb["state"] == "Error" and "space" in hb["last_error"].lower(), hb
             leftovers = [p.name for p in (folder / "outbox").iterdir()]
             first = col.collect("w1", LocalSource(folder / "outbox"))
-            back = _wait(lambda: _heartbeat(folder).get("state") == "Active"
+            back = wait_until(lambda: _heartbeat(folder).get("state") == "Active"
                          and _heartbeat(folder).get("batches_written", 0) > len(first.ingested),
                          60, "the worker to write again once space is free")
             proc.send_signal(signal.SIGTERM)
@@ -593,8 +586,8 @@ def _worker_dirs(sim: Any) -> list[Path]:
 def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tmp_path):
     sim = sim_cluster(tmp_path, netns_hosts).start()
     try:
-        _wait(sim.all_active, 180, "three workers Active")
-        _wait(lambda: _ingested_by(sim, "sim01") >= 2, 60, "batches from sim01")
+        wait_until(sim.all_active, 180, "three workers Active")
+        wait_until(lambda: _ingested_by(sim, "sim01") >= 2, 60, "batches from sim01")
         others = {n: _ingested_by(sim, n) for n in ("sim02", "sim03")}
         t_before, w_before = time.monotonic(), time.time()
         time.sleep(4.0)
@@ -607,7 +600,7 @@ def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tm
         w0 = time.time()
         others = {n: _ingested_by(sim, n) for n in ("sim02", "sim03")}
         try:
-            offline_s = _wait(lambda: sim.states().get("sim01") == WorkerState.OFFLINE, 60,
+            offline_s = wait_until(lambda: sim.states().get("sim01") == WorkerState.OFFLINE, 60,
                               "sim01 Offline")
             time.sleep(max(0.0, LINK_DOWN_S - (time.monotonic() - t0)))
             assert all(sim.states().get(n) == WorkerState.ACTIVE for n in others)
@@ -626,7 +619,7 @@ def test_link_down_worker_offline_then_active_without_duplicates(netns_hosts, tm
         assert gap_during < max(2 * gap_before, gap_before + 3.0), (gap_before, gap_during)
         t1 = time.monotonic()
         n1 = _ingested_by(sim, "sim01")
-        active_s = _wait(lambda: sim.states().get("sim01") == WorkerState.ACTIVE
+        active_s = wait_until(lambda: sim.states().get("sim01") == WorkerState.ACTIVE
                          and _ingested_by(sim, "sim01") > n1, 120, "sim01 Active again")
     finally:
         sim.close()
@@ -651,10 +644,10 @@ def _longest_ingest_gap(sim: Any, names: tuple[str, ...], t0: float, t1: float) 
 def test_sshd_killed_worker_offline_others_unaffected(netns_hosts, tmp_path):
     sim = sim_cluster(tmp_path, netns_hosts).start()
     try:
-        _wait(sim.all_active, 180, "three workers Active")
+        wait_until(sim.all_active, 180, "three workers Active")
         netns_hosts.kill_sshd(2)
         try:
-            offline_s = _wait(lambda: sim.states().get("sim02") == WorkerState.OFFLINE, 60,
+            offline_s = wait_until(lambda: sim.states().get("sim02") == WorkerState.OFFLINE, 60,
                               "sim02 Offline")
             others = {n: _ingested_by(sim, n) for n in ("sim01", "sim03")}
             time.sleep(3.0)
@@ -663,7 +656,7 @@ def test_sshd_killed_worker_offline_others_unaffected(netns_hosts, tmp_path):
         finally:
             netns_hosts.restart_sshd(2)
         n2 = _ingested_by(sim, "sim02")
-        active_s = _wait(lambda: sim.states().get("sim02") == WorkerState.ACTIVE
+        active_s = wait_until(lambda: sim.states().get("sim02") == WorkerState.ACTIVE
                          and _ingested_by(sim, "sim02") > n2, 120, "sim02 Active again")
     finally:
         sim.close()

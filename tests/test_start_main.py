@@ -16,7 +16,7 @@ import yaml
 
 import start_main
 from configs import load_config, override
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 
 
 def _cfg(*argv: str):
@@ -81,11 +81,6 @@ def _start(config: Path, tmp: Path, tag: str) -> subprocess.Popen:
         stderr=open(tmp / f"{tag}.err", "wb"))
 
 
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s: {what}"
-        time.sleep(0.2)
 
 
 @pytest.mark.slow
@@ -93,7 +88,7 @@ def test_second_coach_on_a_running_run_folder_is_refused_naming_the_first(tmp_pa
     config = _tiny_run_config(tmp_path, games=0)
     first = _start(config, tmp_path, "first")
     try:
-        _wait_for(lambda: (tmp_path / "status.txt").exists(), 180, "the first coach's status")
+        wait_until(lambda: (tmp_path / "status.txt").exists(), 180, "the first coach's status")
         t0 = time.monotonic()
         second = subprocess.run(
             [sys.executable, str(REPO / "start_main.py"), "--config", str(config), "--fresh",
@@ -120,7 +115,7 @@ def test_ctrl_c_during_evaluation_prints_no_cxx_teardown_noise(tmp_path):
     coach = _start(config, tmp_path, "coach")
     log_file = tmp_path / "logs" / "distributed_training.log"
     try:
-        _wait_for(lambda: log_file.exists() and "trained generation 1" in log_file.read_text(),
+        wait_until(lambda: log_file.exists() and "trained generation 1" in log_file.read_text(),
                   400, "the first training round")
         time.sleep(3.0)  # the arena is under way (it plays 400 games)
         assert "arena generation=1" not in log_file.read_text(), "the arena already ended"

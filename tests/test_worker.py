@@ -15,7 +15,7 @@ import pytest
 
 from configs import override
 from distributed.status import WorkerState, read_heartbeat
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 from training.go.records import read_batch
 from training.go.records import batch_name_or_none, outbox_batches
 from training.run import model_store
@@ -37,13 +37,6 @@ def _publish(cfg, folder: Path, generation: int, seed: int = 0) -> model_store.M
     return manifest
 
 
-def _wait(predicate, timeout_s: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _heartbeat(folder: Path) -> dict:
@@ -103,7 +96,7 @@ def test_worker_waits_for_a_model_then_picks_it_up(cfg, run_dir):
     t = threading.Thread(target=worker.run, kwargs={"max_games": 10})
     t.start()
     try:
-        _wait(lambda: (folder / "status.json").exists(), 10, "first heartbeat")
+        wait_until(lambda: (folder / "status.json").exists(), 10, "first heartbeat")
         assert read_heartbeat(folder / "status.json").state == WorkerState.SYNCING
         _publish(cfg, folder, 0)
         t.join(timeout=120)
@@ -122,7 +115,7 @@ def test_full_outbox_pauses_selfplay_and_says_so(cfg, run_dir):
     t = threading.Thread(target=worker.run)
     t.start()
     try:
-        _wait(lambda: _heartbeat(folder).get("paused"), 120,
+        wait_until(lambda: _heartbeat(folder).get("paused"), 120,
               "a paused heartbeat")
         games = worker.games_done
         time.sleep(1.0)
@@ -130,7 +123,7 @@ def test_full_outbox_pauses_selfplay_and_says_so(cfg, run_dir):
         assert len(outbox_batches(folder / "outbox")) == 2
         for n in outbox_batches(folder / "outbox"):  # the coach collects
             (folder / "outbox" / n).unlink()
-        _wait(lambda: worker.games_done > games, 60, "self-play to resume")
+        wait_until(lambda: worker.games_done > games, 60, "self-play to resume")
     finally:
         worker.stop()
         t.join(timeout=60)
@@ -157,7 +150,7 @@ def test_daemon_stops_cleanly_on_sigterm_with_a_custom_worker_class(cfg, run_dir
          str(folder), "--worker-class", "tests.test_worker:MarkingWorker"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait(lambda: len(outbox_batches(folder / "outbox")) >= 2, 120, "two batches")
+        wait_until(lambda: len(outbox_batches(folder / "outbox")) >= 2, 120, "two batches")
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:
@@ -230,14 +223,14 @@ def test_disk_filled_by_someone_else_shows_error_even_from_the_heartbeat_thread(
         t = threading.Thread(target=worker.run, daemon=True)
         t.start()
         try:
-            _wait(lambda: _heartbeat(folder).get("state") == "Syncing", 30, "a first heartbeat")
+            wait_until(lambda: _heartbeat(folder).get("state") == "Syncing", 30, "a first heartbeat")
             with open(folder / "filler", "wb", buffering=0) as f:  # someone fills the disk
                 try:
                     while True:
                         f.write(b"\0" * 4096)
                 except OSError:
                     pass
-            _wait(lambda: _heartbeat(folder).get("state") == "Error", 10, "Error on a full disk")
+            wait_until(lambda: _heartbeat(folder).get("state") == "Error", 10, "Error on a full disk")
             assert "space" in _heartbeat(folder)["last_error"]
         finally:
             worker.stop()

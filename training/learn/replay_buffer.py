@@ -62,6 +62,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from configs import ReplayConfig
 from distributed.transfer import write_json_atomic
 from training.go import features
 from training.go.records import (
@@ -451,10 +452,12 @@ class ReplayWindow(WindowView):
         self.replay_dir = Path(replay_dir)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else sidecar_dir(replay_dir)
         self.cfg = replay_cfg
-        self.min_positions = int(getattr(replay_cfg, "min_positions", 20_000))
-        self.max_positions = int(getattr(replay_cfg, "max_positions", 500_000))
-        self.growth = float(getattr(replay_cfg, "growth", 0.75))
-        self.validation_fraction = float(getattr(replay_cfg, "validation_fraction", 0.05))
+        schema = ReplayConfig()  # a partial config falls back on the schema's defaults
+        self.min_positions = int(getattr(replay_cfg, "min_positions", schema.min_positions))
+        self.max_positions = int(getattr(replay_cfg, "max_positions", schema.max_positions))
+        self.growth = float(getattr(replay_cfg, "growth", schema.growth))
+        self.validation_fraction = float(getattr(replay_cfg, "validation_fraction",
+                                                 schema.validation_fraction))
         self.max_bytes = max_bytes
         self.skipped: dict[str, str] = {}
         """Batch names left out, with the reason (a bad file, another board size)."""
