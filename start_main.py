@@ -106,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
               "distributed.workers (add one with `python distributed/ssh_connector.py "
               "--add-worker HOST USER`)", file=sys.stderr)
         return 2
+    if cfg.distributed.training_nodes and not cfg.distributed.enabled:
+        print(f"error: {args.config or 'configs/config.yaml'}: distributed.training_nodes are "
+              "used with distributed self-play only: add --distributed (or "
+              "distributed.enabled: true), or remove the training nodes", file=sys.stderr)
+        return 2
     from training.coach import Coach
 
     coach = Coach(cfg, config_path=args.config or DEFAULT_CONFIG_PATH, overrides=overrides,

@@ -56,6 +56,18 @@ def test_bad_flag_value_is_a_one_line_error_with_exit_code_2(capsys):
     assert "mcts.simulations must be between 1 and 100000, got 0" in err[0]
 
 
+def test_training_nodes_without_distributed_self_play_are_refused_by_name(tmp_path, capsys):
+    cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
+    cfg["run"]["dir"] = str(tmp_path / "run")
+    cfg["distributed"]["training_nodes"] = [{"host": "node1.example", "user": "u"}]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert start_main.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "distributed.training_nodes" in err and "--distributed" in err
+    assert not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------------ the running coach
 
 
