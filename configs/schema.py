@@ -272,7 +272,10 @@ class TrainingConfig:
     grad_accumulation: int = 1
     """Micro-batches per optimizer step (no_sync on all but the last)."""
     mixed_precision: bool = False
-    """bf16/fp16 autocast on GPUs (ignored on CPU)."""
+    """bf16/fp16 autocast on GPUs, bf16 on the CPU."""
+    amp_dtype: str = "auto"
+    """With mixed_precision: auto (bf16 where the GPU has it, else fp16), bf16, or fp16
+    (with a GradScaler)."""
     gpus: int = 0
     """GPUs per node for training; 0 = all visible (CPU with Gloo when none)."""
     nodes: int = 1
@@ -295,6 +298,7 @@ class TrainingConfig:
         _range(self, "lr", 0.0, 10.0)
         _range(self, "lr_reference_batch", 1, 1 << 20)
         _choice(self, "lr_scaling", ("linear", "sqrt", "none"))
+        _choice(self, "amp_dtype", ("auto", "bf16", "fp16"))
         _range(self, "warmup_steps", 0, 10**9)
         _range(self, "momentum", 0.0, 1.0)
         _range(self, "weight_decay", 0.0, 1.0)

@@ -166,6 +166,27 @@ def test_too_few_samples_for_one_batch_is_a_clear_error(tiny_cfg, run_dir):
         train_round(tiny_cfg, run_dir, dataset=small, steps=1, progress=False)
 
 
+def test_mixed_precision_on_the_cpu_trains_in_bf16_autocast(tiny_cfg, tmp_path, samples,
+                                                            monkeypatch):
+    from configs import override
+    from training import trainer
+
+    seen = []
+    real = torch.autocast
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("device_type"), kwargs.get("dtype")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.torch, "autocast", spy)
+    cfg = override(tiny_cfg, {"training.mixed_precision": True, "training.amp_dtype": "fp16"})
+    mixed = train_round(cfg, tmp_path / "mixed", dataset=samples, steps=8, progress=False)
+    assert seen and set(seen) == {("cpu", torch.bfloat16)}  # fp16 is for GPUs: bf16 here
+    plain = train_round(tiny_cfg, tmp_path / "plain", dataset=samples, steps=8, progress=False)
+    assert np.isfinite(mixed.loss)
+    assert mixed.loss == pytest.approx(plain.loss, rel=0.1)  # the same round in bf16
+
+
 def test_a_non_finite_round_fails_and_writes_no_model(tiny_cfg, run_dir, samples):
     samples.planes[:] = np.nan  # a bug or a bad node: every loss is NaN
     with pytest.raises(TrainingError, match="non-finite loss or weight"):

@@ -211,14 +211,21 @@ class _Batches:
         return self._indices[lo : lo + self.per_rank]
 
 
-def _autocast_dtype(ctx: DistContext, mixed_precision: bool) -> tuple[torch.dtype | None, bool]:
-    """(autocast dtype, use a GradScaler): bf16 where supported, fp16 + scaler otherwise."""
+def _autocast_dtype(ctx: DistContext, mixed_precision: bool,
+                    amp_dtype: str = "auto") -> tuple[torch.dtype | None, bool]:
+    """(autocast dtype, use a GradScaler): `amp_dtype` bf16 or fp16 (with a scaler), or auto:
+    bf16 where supported, fp16 + scaler otherwise. On the CPU, bf16 autocast (what CPUs
+    support well; fp16 asked for on a CPU is bf16 there, said in the log)."""
     if not mixed_precision:
         return None, False
+    if ctx.device == "cpu":
+        if amp_dtype == "fp16":
+            log.info("training.amp_dtype fp16 is for GPUs: bf16 autocast on the CPU instead")
+        return torch.bfloat16, False
     if not ctx.device.startswith("cuda"):
-        log.info("mixed precision is for GPUs; training in float32 on %s", ctx.device)
+        log.info("mixed precision is for GPUs and CPUs; training in float32 on %s", ctx.device)
         return None, False
-    if torch.cuda.is_bf16_supported():
+    if amp_dtype == "bf16" or (amp_dtype == "auto" and torch.cuda.is_bf16_supported()):
         return torch.bfloat16, False
     return torch.float16, True
 
@@ -296,7 +303,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     if ctx.is_distributed:
         on_gpu = ctx.device.startswith("cuda")
         model = DDP(net, device_ids=[torch.device(ctx.device).index] if on_gpu else None)
-    autocast, use_scaler = _autocast_dtype(ctx, tcfg.mixed_precision)
+    autocast, use_scaler = _autocast_dtype(ctx, tcfg.mixed_precision, tcfg.amp_dtype)
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
 
     peak = scaled_lr(tcfg.lr, total_batch, tcfg.lr_reference_batch, tcfg.lr_scaling)
