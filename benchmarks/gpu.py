@@ -1,0 +1,182 @@
+"""The GPU acceptance check: what the guides promise on GPUs, run in one command.
+
+    python3 benchmarks/gpu.py [--steps 30] [--seconds 20]
+
+On a machine without CUDA it prints one SKIP line saying so and exits 0 (never a silent pass).
+With CUDA it runs each check as its own subprocess with a deadline and prints one table row
+per check (ok / FAILED, the figure, the command), then one JSON line:
+
+- devices: `torch.cuda.device_count()`, names, bf16 support; CUDA_VISIBLE_DEVICES honoured (a
+  child with CUDA_VISIBLE_DEVICES=0 sees one device);
+- DDP over NCCL on every visible GPU: `torchrun --nproc_per_node=N -m training.trainer` on
+  synthetic samples of configs/gpu.yaml's net, its step losses against one process on one GPU
+  with the same total batch (within 5%: BatchNorm sees each rank's part), samples/s of both;
+- mixed precision: the same round with `--mixed-precision`, `training.amp_dtype` bf16 and fp16
+  (fp16 with a GradScaler), samples/s against float32, losses finite;
+- out of memory: a round with a total batch too big for the GPU recovers by halving the
+  micro-batch (the round result's `micro_batch` is smaller than the batch per rank);
+- placement: `plan_workers` for `--workers 4 --workers-per-gpu 2` on the visible GPUs (every
+  GPU gets its workers as `cuda:N`);
+- self-play: `benchmarks/selfplay.py --device cuda` on 9x9 (moves/s and its ratio to the
+  network-only limit).
+
+Every check is bounded (`--timeout` seconds each); the whole check is sized to run in under
+10 minutes on one GPU. Record its table in docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_CONFIG = REPO / "configs" / "gpu.yaml"
+
+
+def _run(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, str, str, float]:
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **(env or {})})
+        return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+    except subprocess.TimeoutExpired as e:
+        return 124, str(e.stdout or ""), f"timed out after {timeout:.0f}s", timeout
+
+
+def _summary(stdout: str) -> dict:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError("no JSON summary line")
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add(self, check: str, ok: bool, figure: str, command: str = "") -> None:
+        self.rows.append({"check": check, "ok": ok, "figure": figure, "command": command})
+        print(f"{'ok    ' if ok else 'FAILED'}  {check:<34} {figure}", flush=True)
+
+
+def _trainer(args: list[str], run_dir: Path, samples: Path, steps: int, nproc: int,
+             timeout: float, extra_env: dict | None = None) -> tuple[int, str, str, float]:
+    base = ["-m", "training.trainer", "--config", str(GPU_CONFIG), "--run-dir", str(run_dir),
+            "--samples", str(samples), "--steps", str(steps), "--no-progress", *args]
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={nproc}", *base]
+    else:
+        cmd = [sys.executable, *base, "--gpus", "1"]
+    return _run(cmd, timeout, extra_env)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=30, help="training steps per round")
+    ap.add_argument("--seconds", type=float, default=20, help="self-play seconds")
+    ap.add_argument("--timeout", type=float, default=240, help="deadline of each check")
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("SKIP: GPU acceptance check: no CUDA device here (torch.cuda.is_available() is "
+              "False); run it on a machine with a GPU")
+        print(json.dumps({"skipped": "no CUDA device"}))
+        return 0
+    from configs import load_config
+    from training.fleet.placement import plan_workers
+    from training.learn.samples import synthetic_samples
+
+    table = Table()
+    n = torch.cuda.device_count()
+    names = [torch.cuda.get_device_name(k) for k in range(n)]
+    table.add("devices", n >= 1, f"{n}: {', '.join(names)}; bf16 "
+              f"{'yes' if torch.cuda.is_bf16_supported() else 'no'}")
+    code, out, err, _ = _run([sys.executable, "-c", "import torch; "
+                              "print(torch.cuda.device_count())"], 120,
+                             {"CUDA_VISIBLE_DEVICES": "0"})
+    table.add("CUDA_VISIBLE_DEVICES=0", code == 0 and out.strip() == "1",
+              f"child sees {out.strip() or err.strip()[-80:]} device(s)")
+    cfg = load_config(GPU_CONFIG)
+    figures: dict = {"devices": names}
+    with tempfile.TemporaryDirectory(prefix="azgo-gpu-") as tmp:
+        tmp = Path(tmp)
+        samples = tmp / "samples.npz"
+        batch = cfg.training.batch_size
+        synthetic_samples(max(4096, batch * 4), cfg.go.board_size, cfg.net.history,
+                          seed=1).save(samples)
+        code, out, err, secs = _trainer([], tmp / "one", samples, args.steps, 1, args.timeout)
+        one = _summary(out) if code == 0 else None
+        table.add("train, one GPU, float32", one is not None,
+                  f"{one['samples_per_s']:.0f} samples/s" if one else err.strip()[-200:])
+        if n > 1:
+            code, out, err, _ = _trainer([], tmp / "ddp", samples, args.steps, n, args.timeout)
+            ddp = _summary(out) if code == 0 else None
+            close = bool(ddp and one) and all(
+                abs(a - b) <= 0.05 * abs(b) for a, b in zip(ddp["step_losses"],
+                                                           one["step_losses"]))
+            table.add(f"DDP NCCL on {n} GPUs", close,
+                      f"{ddp['samples_per_s']:.0f} samples/s, world {ddp['world_size']}, step "
+                      "losses within 5% of one GPU" if ddp else err.strip()[-200:])
+            figures["ddp_samples_per_s"] = ddp and ddp["samples_per_s"]
+        else:
+            table.add("DDP NCCL", True, "one GPU only: nothing to spread over")
+        figures["one_gpu_samples_per_s"] = one and one["samples_per_s"]
+        for dtype in ("bf16", "fp16"):
+            cfg_file = tmp / f"{dtype}.yaml"
+            text = GPU_CONFIG.read_text().replace("amp_dtype: auto", f"amp_dtype: {dtype}")
+            cfg_file.write_text(text)
+            code, out, err, _ = _run(
+                [sys.executable, "-m", "training.trainer", "--config", str(cfg_file),
+                 "--run-dir", str(tmp / dtype), "--samples", str(samples), "--steps",
+                 str(args.steps), "--no-progress", "--gpus", "1", "--mixed-precision"],
+                args.timeout)
+            res = _summary(out) if code == 0 else None
+            good = res is not None and res["loss"] == res["loss"]
+            speed = (f"{res['samples_per_s']:.0f} samples/s "
+                     f"({res['samples_per_s'] / one['samples_per_s']:.2f}x float32)"
+                     if res and one else err.strip()[-200:])
+            table.add(f"mixed precision {dtype}" + (" + GradScaler" if dtype == "fp16" else ""),
+                      good, speed)
+            figures[f"{dtype}_samples_per_s"] = res and res["samples_per_s"]
+        # A batch about twice what the GPU's free memory holds in activations (an estimate
+        # from the net's size): the first step runs out of memory for real and the trainer
+        # halves its micro-batch until the step fits.
+        free, _total = torch.cuda.mem_get_info(0)
+        per_sample = (cfg.net.blocks * 12 + 10) * cfg.net.filters * cfg.go.board_size ** 2 * 4
+        oom_batch = int(min(2 * free // per_sample, 400_000))
+        oom_samples = tmp / "oom.npz"
+        synthetic_samples(oom_batch, cfg.go.board_size, cfg.net.history, seed=2).save(
+            oom_samples)
+        code, out, err, _ = _trainer(["--batch-size", str(oom_batch)], tmp / "oom",
+                                     oom_samples, 1, 1, args.timeout)
+        res = _summary(out) if code == 0 else None
+        table.add("CUDA out of memory recovered", bool(res) and res["accumulation"] > 1,
+                  f"batch {oom_batch}: micro-batch {res['micro_batch']} x "
+                  f"{res['accumulation']}" if res else err.strip()[-200:])
+    devices, messages = plan_workers(4, 2, False, n)
+    used = {f"cuda:{k}" for k in range(min(n, 4))}
+    table.add("placement --workers 4 --workers-per-gpu 2", set(devices) == used,
+              f"{devices} {' '.join(messages)}".strip())
+    code, out, err, _ = _run([sys.executable, "benchmarks/selfplay.py", "--device", "cuda",
+                              "--sizes", "9", "--searches", "gumbel-pcr", "--seconds",
+                              str(args.seconds), "--no-processes"], args.timeout * 2)
+    sp = _summary(out) if code == 0 else None
+    table.add("self-play 9x9 on cuda", sp is not None,
+              f"{sp['moves_per_s']:.0f} moves/s, {sp['ratio']:.2f} of the net-only limit"
+              if sp else err.strip()[-200:])
+    figures["selfplay"] = sp
+    print(json.dumps({"ok": all(r["ok"] for r in table.rows), "rows": table.rows,
+                      "figures": figures}))
+    return 0 if all(r["ok"] for r in table.rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
