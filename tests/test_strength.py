@@ -125,8 +125,17 @@ def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir):
                         ("--gnugo", "one")):
         out = _cli("--config", tiny, "--run-dir", str(run_dir), flag, value)
         assert out.returncode == 2 and f"{flag} {value!r}" in out.stderr, out.stderr
-    out = _cli("--config", tiny, "--run-dir", str(run_dir), "--gnugo", "11")
-    assert out.returncode == 2 and "levels are 1..10" in out.stderr
+    for bad in ("11", "10+0.3", "10+-2", "3+100"):
+        out = _cli("--config", tiny, "--run-dir", str(run_dir), "--gnugo", bad)
+        assert out.returncode == 2 and "levels 1..10" in out.stderr, (bad, out.stderr)
+
+
+def test_gnugo_keys_name_a_level_and_the_points_it_receives():
+    from training.strength import parse_gnugo, split_gnugo
+
+    assert parse_gnugo("1, 10,10+5,10+2.5") == ["1", "10", "10+5", "10+2.5"]
+    assert split_gnugo("10+5") == (10, 5.0) and split_gnugo(3) == (3, 0.0)
+    assert parse_gnugo(None) == []
 
 
 @pytest.mark.gnugo
@@ -134,21 +143,21 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
     require_tool("GNU Go", gnugo_path() is not None, "apt-get install gnugo")
     _fake_run(run_dir, tiny_cfg, [0, 1], hours={0: 0.0, 1: 1.5})
     out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
-               "--generations", "1", "--games", "2", "--gnugo", "1,2", "--simulations", "4",
+               "--generations", "1", "--games", "2", "--gnugo", "1,2+3", "--simulations", "4",
                "--seconds-per-move", "0.02", "--jobs", "1")
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("vs gnugo 1: game") == 4  # progress: 2 games x 2 budgets
     assert out.stdout.count("@ 0.02 s/move vs random: game") == 2  # judged too
     report = json.loads((run_dir / "strength.json").read_text())
     assert report["anchor"] == {"player": "gnugo 1", "elo": 0.0}
-    assert set(report["pool"]) == {"gnugo 1", "gnugo 2", "random"}
+    assert set(report["pool"]) == {"gnugo 1", "gnugo 2+3", "random"}
     rows = report["rows"]
     assert [(r["generation"], r["simulations"], r["seconds_per_move"]) for r in rows] == [
         (1, 4, None), (1, None, 0.02)]
     assert rows[1]["vs_gen0"] is None and sum(rows[1]["vs_random"]) == 2
     for r in rows:
-        assert set(r["vs_gnugo"]) == {"1", "2"}
-        for level in ("1", "2"):
+        assert set(r["vs_gnugo"]) == {"1", "2+3"}
+        for level in ("1", "2+3"):
             s = r["vs_gnugo"][level]
             assert sum(s["wdl"]) == 2 and len(s["games"]) == 2
             lo, hi = s["ci"]
@@ -175,4 +184,9 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
     played = [node.get_move() for node in parsed.get_main_sequence()[1:]]
     assert len(played) == game["moves"] and parsed.get_size() == tiny_cfg.go.board_size
     assert parsed.get_root().get("RE") == game["judge"]
+    # level 2 receiving 3 points: komi + 3 with GNU Go white, komi - 3 with GNU Go black
+    for k, shift in ((1, 3), (2, -3)):
+        (handicapped,) = [f for f in files if f.name == f"gen1_4sims_vs_gnugo2+3_00{k}.sgf"]
+        km = sgfmill.Sgf_game.from_bytes(handicapped.read_bytes()).get_komi()
+        assert km == tiny_cfg.go.komi + shift
     assert (run_dir / "strength.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -13,7 +13,9 @@ For every chosen generation and every search budget it plays
   first while a real move is left when `self_play.early_pass` is false. With a simulations
   budget all games are searched at once and scored by our rules (both rule engines must
   agree); with a time budget they go through `training.play.gnugo` like the GNU Go games;
-- GNU Go at each level of `--gnugo` (`training.play.gnugo`: GNU Go 3.8 with Chinese rules and
+- GNU Go at each level of `--gnugo` (`10+5`: level 10 receiving 5 points, komi moved in its
+  favour whichever colour it has: the rung above level 10) (`training.play.gnugo`: GNU Go 3.8
+  with Chinese rules and
   positional superko, a `--seed` per game, each random opening played with both colours,
   GNU Go's `final_score` of the replayed final position as the judge, our area count
   beside it and the games where the two disagree counted);
@@ -73,8 +75,42 @@ ANCHOR_ELO = 0.0
 RANDOM = "random"
 
 
-def gnugo_name(level: int) -> str:
-    return f"gnugo {level}"
+def gnugo_name(key: int | str) -> str:
+    """The pool name of a GNU Go opponent: `gnugo 10`, or `gnugo 10+5` (level 10 receiving 5
+    points)."""
+    return f"gnugo {key}"
+
+
+def split_gnugo(key: int | str) -> tuple[int, float]:
+    """(level, points it receives) of an opponent key: "10" -> (10, 0.0), "10+5" -> (10, 5.0)."""
+    level, _, bonus = str(key).partition("+")
+    return int(level), float(bonus) if bonus else 0.0
+
+
+def parse_gnugo(text: str | None) -> list[str]:
+    """`--gnugo 1,10,10+5` -> ["1", "10", "10+5"]: GNU Go levels 1..10, each optionally with
+    the points it receives (a multiple of 0.5, at most 81), for a rung above level 10."""
+    if text is None:
+        return []
+    keys = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        try:
+            level, bonus = split_gnugo(item)
+        except ValueError:
+            level, bonus = -1, 0.0
+        if not 1 <= level <= 10 or not (0 <= bonus <= 81 and bonus * 2 == int(bonus * 2)):
+            raise ValueError(f"--gnugo {text!r}: expected a comma list of GNU Go levels 1..10, "
+                             "each optionally +POINTS it receives, e.g. 1,10,10+5")
+        keys.append(f"{level}+{bonus:g}" if bonus else str(level))
+    if not keys:
+        raise ValueError(f"--gnugo {text!r}: expected a comma list of GNU Go levels, e.g. 1,10")
+    return keys
+
+
+def _gnugo_order(key: str) -> tuple[int, float]:
+    return split_gnugo(key)
 
 
 @dataclass(frozen=True)
@@ -210,7 +246,8 @@ def _summary(w: int, d: int, losses: int) -> dict:
 
 def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             simulations: int | None = None, *, budgets: Sequence[Budget] | None = None,
-            gnugo_levels: Sequence[int] = (), gnugo_games: int | None = None, jobs: int = 1,
+            gnugo_levels: Sequence[int | str] = (), gnugo_games: int | None = None,
+            jobs: int = 1,
             config_path: Path | None = None, log: Callable[[str], None] = print,
             sgf_dir: Path | None = None) -> list[Row]:
     """Play the matches of the table; `log` gets progress lines as results come, and with
@@ -237,7 +274,7 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                 model_path(run_dir, g), simulations=budget.simulations,
                 seconds_per_move=budget.seconds_per_move, config=config_path))
 
-            def series(name: str, opponent, n: int) -> list[gnugo.Outcome]:
+            def series(name: str, opponent, n: int, bonus: float = 0.0) -> list[gnugo.Outcome]:
                 def progress(outcome: gnugo.Outcome) -> None:
                     log(f"  {row.player} vs {name}: {outcome.describe()}")
                     if sgf_dir is not None:
@@ -249,7 +286,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
 
                 specs = gnugo.schedule(n, cfg.go.board_size, cfg.run.seed)
                 return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,
-                                         komi=cfg.go.komi, jobs=jobs, on_game=progress)
+                                         komi=cfg.go.komi, komi_bonus=bonus, jobs=jobs,
+                                         on_game=progress)
 
             with ours:
                 if budget.simulations is not None:
@@ -265,15 +303,16 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                     e = m.estimate()
                     row.vs_gen0, row.vs_gen0_elo = (m.wins, m.draws, m.losses), e.elo
                     row.vs_gen0_ci = (e.ci_low, e.ci_high)
-                for level in gnugo_levels:
-                    outcomes = series(gnugo_name(level), gnugo.gnugo_opponent(level),
-                                      gnugo_games)
+                for key in gnugo_levels:
+                    level, bonus = split_gnugo(key)
+                    outcomes = series(gnugo_name(key), gnugo.gnugo_opponent(level),
+                                      gnugo_games, bonus)
                     summary = _summary(*gnugo.tally(outcomes))
                     summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
                     summary["we_disagree"] = sum(o.we_agree is False for o in outcomes)
                     summary["wipeouts"] = sum(o.wiped_out for o in outcomes)
                     summary["games"] = [o.to_json() for o in outcomes]
-                    row.vs_gnugo[str(level)] = summary
+                    row.vs_gnugo[str(key)] = summary
             log(format_row(row))
             rows.append(row)
     rate(rows)
@@ -282,10 +321,10 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
 
 def anchor_of(rows: Sequence[Row]) -> str | None:
     """The pool member fixed at ANCHOR_ELO: GNU Go level 1, else the lowest level played."""
-    levels = sorted({int(k) for r in rows for k in r.vs_gnugo})
-    if not levels:
+    keys = sorted({k for r in rows for k in r.vs_gnugo}, key=_gnugo_order)
+    if not keys:
         return None
-    return gnugo_name(1 if 1 in levels else levels[0])
+    return gnugo_name("1" if "1" in keys else keys[0])
 
 
 def rate(rows: Sequence[Row]) -> dict[str, rating.Rating]:
@@ -300,7 +339,7 @@ def rate(rows: Sequence[Row]) -> dict[str, rating.Rating]:
         results.append(rating.Result(r.player, RANDOM, w + d / 2, w + d + losses))
         for level, s in r.vs_gnugo.items():
             w, d, losses = s["wdl"]
-            results.append(rating.Result(r.player, gnugo_name(int(level)), w + d / 2,
+            results.append(rating.Result(r.player, gnugo_name(level), w + d / 2,
                                          w + d + losses))
     fitted = rating.fit(results, anchor, ANCHOR_ELO)
     for r in rows:
@@ -338,8 +377,8 @@ def format_row(row: Row) -> str:
 
 
 def _opponents(rows: Sequence[Row]) -> list[str]:
-    levels = sorted({int(k) for r in rows for k in r.vs_gnugo})
-    return [RANDOM] + [gnugo_name(level) for level in levels]
+    keys = sorted({k for r in rows for k in r.vs_gnugo}, key=_gnugo_order)
+    return [RANDOM] + [gnugo_name(k) for k in keys]
 
 
 def _win_rate(row: Row, opponent: str) -> tuple[float, float, float] | None:
@@ -513,7 +552,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds-per-move", default=None,
                     help="seconds per move (a time budget), or a comma list, e.g. 0.5,1")
     ap.add_argument("--gnugo", default=None,
-                    help="GNU Go levels to play, e.g. 1,10 (default: none)")
+                    help="GNU Go levels to play, e.g. 1,10; 10+5: level 10 receiving 5 "
+                    "points, a rung above level 10 (default: none)")
     ap.add_argument("--gnugo-games", type=int, default=None,
                     help="games per GNU Go level (default: --games)")
     ap.add_argument("--jobs", type=int, default=None,
@@ -531,12 +571,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sims = _numbers(args.simulations, int, "--simulations")
         seconds = _numbers(args.seconds_per_move, float, "--seconds-per-move")
-        levels = _numbers(args.gnugo, int, "--gnugo")
+        levels = parse_gnugo(args.gnugo)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if any(level > 10 for level in levels):
-        print(f"error: --gnugo {args.gnugo}: GNU Go levels are 1..10", file=sys.stderr)
         return 2
     budgets = [Budget(simulations=n) for n in sims]
     budgets += [Budget(seconds_per_move=t) for t in seconds]

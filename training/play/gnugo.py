@@ -235,11 +235,14 @@ class Engines:
 
 
 def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
-                specs: Sequence[GameSpec], *, size: int, komi: float, jobs: int = 1,
+                specs: Sequence[GameSpec], *, size: int, komi: float, komi_bonus: float = 0.0,
+                jobs: int = 1,
                 timeout_s: float = 120.0, on_game: Callable[[Outcome], None] | None = None,
                 judge_level: int = JUDGE_LEVEL) -> list[Outcome]:
     """Play `specs` between our engine (`ours`: a GTP command, or an open `Engines` pool) and
-    `opponent(seed)`; return the outcomes in the order of `specs`. `on_game` is called as
+    `opponent(seed)`, the opponent receiving `komi_bonus` points on top of `komi` (a handicap
+    for a stronger player: komi rises when it is white, falls when it is black); return the
+    outcomes in the order of `specs`. `on_game` is called as
     each game finishes, one call at a time."""
     if not specs:
         return []
@@ -256,7 +259,10 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                            name=Path(argv[0]).name) as other, \
                     GtpClient(judge_cmd, timeout_s=timeout_s, name="judge") as judge:
                 black, white = (engine, other) if spec.we_are_black else (other, engine)
-                game = play_game(black, white, size, komi, opening=spec.opening, judge=judge)
+                # the opponent receives `komi_bonus` extra points whichever colour it has
+                game_komi = komi + (komi_bonus if spec.we_are_black else -komi_bonus)
+                game = play_game(black, white, size, game_komi, opening=spec.opening,
+                                 judge=judge)
         finally:
             engines.give_back(engine)
         outcome = Outcome(spec, game)
