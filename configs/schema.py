@@ -280,7 +280,7 @@ class TrainingConfig:
     """GPUs per node for training; 0 = all visible (CPU with Gloo when none)."""
     nodes: int = 1
     """Training nodes (the main node plus training_nodes from distributed)."""
-    master_port: int = 29500
+    master_port: int = 12355
     """Rendezvous port of rank 0 for multi-process training."""
     timeout_s: float = 300.0
     """Process group timeout: a stuck or dead rank ends the round after this."""
