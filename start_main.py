@@ -46,7 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "127.0.0.1:PORT (0: any free port, logged)")
     # the training guides' options, applied to the config's training section
     add_flags(p, "--gpus", "--batch-size", "--mixed-precision", "--lr", "--learning-rate",
-              "--epochs")
+              "--window-passes")
+    p.add_argument("--epochs", dest="cycles", type=int, default=None,
+                   help="self-play + training cycles, then stop (the same as --iterations); "
+                        "the trainer's passes over the window are --window-passes here")
     add_flags(p, "--filters", "--blocks", "--simulations")
     p.add_argument("--games-per-epoch", type=int, default=None,
                    help="new games per generation over all workers (sets "
@@ -55,8 +58,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
-    """The dotted config keys the flags set (configs.flags; validated again by the schema)."""
-    return overrides(args)
+    """The dotted config keys the flags set (configs.flags; validated again by the schema).
+    `--epochs N` (the parallel self-play guide's: N cycles of self-play and training) sets
+    run.iterations."""
+    changes = overrides(args)
+    if getattr(args, "cycles", None) is not None:
+        changes["run.iterations"] = args.cycles
+    return changes
 
 
 def games_per_worker(games_per_epoch: int, cfg) -> int:

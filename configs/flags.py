@@ -9,6 +9,8 @@ as they validate the file. Flags that set no config key (`--config`, `--steps`, 
 their entry point.
 
     start_main.py               --distributed --iterations --workers ... --simulations
+                                (its --epochs is the user guide's: self-play and training
+                                cycles, run.iterations; it is not in this table)
     python -m training.trainer  --run-dir --gpus --nodes --master-port --batch-size ...
 
 It must not: import anything but the standard library (argparse's parser is passed in), read
@@ -62,6 +64,8 @@ _TABLE = (
     Flag("--lr", "training.lr", float, "LR at training.lr_reference_batch (training.lr)"),
     Flag("--learning-rate", "training.lr", float, "the same as --lr (the DDP guides' name)"),
     Flag("--epochs", "training.epochs", int, "passes over the replay window (training.epochs)"),
+    Flag("--window-passes", "training.epochs", int,
+         "passes over the replay window per training round (training.epochs)"),
     Flag("--filters", "net.filters", int, "net.filters (new runs)"),
     Flag("--blocks", "net.blocks", int, "net.blocks (new runs)"),
     Flag("--simulations", "mcts.simulations", int, "mcts.simulations per move"),

@@ -27,13 +27,22 @@ def _cfg(*argv: str):
 
 def test_guide_flags_set_their_config_keys():
     _, cfg = _cfg("--workers", "3", "--workers-per-gpu", "2", "--cpu-only", "--simulations",
-                  "50", "--batch-size", "64", "--lr", "0.1", "--epochs", "2", "--filters", "32",
-                  "--blocks", "3", "--iterations", "4", "--mixed-precision", "--gpus", "2")
+                  "50", "--batch-size", "64", "--lr", "0.1", "--window-passes", "2",
+                  "--filters", "32", "--blocks", "3", "--iterations", "4", "--mixed-precision",
+                  "--gpus", "2")
     assert cfg.self_play.workers == 3 and cfg.self_play.workers_per_gpu == 2
     assert cfg.self_play.cpu_only and cfg.mcts.simulations == 50
     assert cfg.training.batch_size == 64 and cfg.training.lr == 0.1 and cfg.training.epochs == 2
     assert cfg.net.filters == 32 and cfg.net.blocks == 3 and cfg.run.iterations == 4
     assert cfg.training.mixed_precision and cfg.training.gpus == 2
+
+
+def test_epochs_on_the_coach_are_the_guides_cycles_not_window_passes():
+    # the parallel self-play guide: --epochs 500 --games-per-epoch 64 = 500 cycles of 64 games
+    _, cfg = _cfg("--epochs", "500", "--games-per-epoch", "64")
+    assert cfg.run.iterations == 500 and cfg.training.epochs == 0
+    _, cfg = _cfg("--window-passes", "3")
+    assert cfg.training.epochs == 3 and cfg.run.iterations == 0
 
 
 def test_the_guides_other_spellings_set_the_same_keys():
