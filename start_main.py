@@ -41,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--worker-class", default=None,
                    help="module:Class, a training.worker.Worker subclass for local workers")
     p.add_argument("--no-watch", action="store_true", help="do not watch the config file")
+    p.add_argument("--checkpoint", default=None, metavar="FILE",
+                   help="a new run starts from this model or trainer checkpoint (its "
+                        "generation 0); a run folder that has models resumes as it is")
     p.add_argument("--serve-status", type=int, default=None, metavar="PORT",
                    help="serve the run page, status.json and Prometheus /metrics read-only on "
                         "127.0.0.1:PORT (0: any free port, logged)")
@@ -65,6 +68,26 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     if getattr(args, "cycles", None) is not None:
         changes["run.iterations"] = args.cycles
     return changes
+
+
+def check_initial_model(path: str, cfg) -> str | None:
+    """Why `--checkpoint path` cannot start this run (None when it can): a missing or
+    unreadable file, or a net other than the config's."""
+    if not Path(path).is_file():
+        return f"--checkpoint {path}: no such file"
+    from training.learn.net import ModelError, load_model, net_from_config
+
+    try:
+        net, _ = load_model(path)
+    except ModelError as e:
+        return f"--checkpoint {e}"
+    want = net_from_config(cfg.net, cfg.go.board_size).config
+    differ = ", ".join(f"{k} {net.config.get(k)} (config: {want[k]})" for k in sorted(want)
+                       if want[k] != net.config.get(k))
+    if differ:
+        return (f"--checkpoint {path}: its net differs from the config's: {differ}; set "
+                "net.* and go.board_size to match it")
+    return None
 
 
 def games_per_worker(games_per_epoch: int, cfg) -> int:
@@ -119,11 +142,17 @@ def main(argv: list[str] | None = None) -> int:
               "used with distributed self-play only: add --distributed (or "
               "distributed.enabled: true), or remove the training nodes", file=sys.stderr)
         return 2
+    if args.checkpoint is not None:
+        problem = check_initial_model(args.checkpoint, cfg)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     from training.coach import Coach
 
     coach = Coach(cfg, config_path=args.config or DEFAULT_CONFIG_PATH, overrides=overrides,
                   status_path=args.status_file, worker_class=args.worker_class,
-                  watch_config=not args.no_watch, serve_status=args.serve_status)
+                  watch_config=not args.no_watch, serve_status=args.serve_status,
+                  initial_model=args.checkpoint)
     coach.install_signal_handlers()
     try:
         summary = coach.run()

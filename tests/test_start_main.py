@@ -65,6 +65,42 @@ def test_bad_flag_value_is_a_one_line_error_with_exit_code_2(capsys):
     assert "mcts.simulations must be between 1 and 100000, got 0" in err[0]
 
 
+def test_checkpoint_must_exist_and_fit_the_config(tmp_path, capsys):
+    from training.learn.net import net_from_config, save_model
+
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    assert start_main.main(["--config", tiny, "--checkpoint", str(tmp_path / "none.pt")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    cfg = load_config(tiny)
+    other = override(cfg, {"net.filters": cfg.net.filters * 2})
+    save_model(tmp_path / "wide.pt", net_from_config(other.net, cfg.go.board_size), 3)
+    assert start_main.main(["--config", tiny, "--checkpoint", str(tmp_path / "wide.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "its net differs from the config's: filters" in err and "Traceback" not in err
+    save_model(tmp_path / "good.pt", net_from_config(cfg.net, cfg.go.board_size), 3)
+    assert start_main.check_initial_model(str(tmp_path / "good.pt"), cfg) is None
+
+
+def test_a_new_run_starts_from_the_checkpoint_as_generation_0(tiny_cfg, tmp_path):
+    import torch
+
+    from training.coach import Coach
+    from training.learn.net import load_model, net_from_config, save_model
+
+    torch.manual_seed(5)
+    net = net_from_config(tiny_cfg.net, tiny_cfg.go.board_size)
+    save_model(tmp_path / "trained.pt", net, 12)
+    cfg = override(tiny_cfg, {"run.dir": str(tmp_path / "run")})
+    coach = Coach(cfg, status_path=tmp_path / "status.txt", watch_config=False,
+                  initial_model=tmp_path / "trained.pt")
+    coach.setup()
+    zero, info = load_model(tmp_path / "run" / "models" / "model_000000.pt")
+    assert info.generation == 0 and info.meta["from_generation"] == 12
+    for a, b in zip(zero.state_dict().values(), net.state_dict().values()):
+        assert torch.equal(a, b)
+    assert (tmp_path / "run" / "models" / "model_000000.json").exists()  # published
+
+
 def test_training_nodes_without_distributed_self_play_are_refused_by_name(tmp_path, capsys):
     cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     cfg["run"]["dir"] = str(tmp_path / "run")

@@ -116,6 +116,7 @@ class Coach:
         worker_class: str | None = None,
         watch_config: bool = True,
         serve_status: int | None = None,
+        initial_model: str | os.PathLike | None = None,
     ):
         self.cfg = cfg
         self.config_path = Path(config_path) if config_path else None
@@ -125,6 +126,7 @@ class Coach:
         self.paths = RunDir(self.run_dir)
         self.status_path = Path(status_path) if status_path else DEFAULT_STATUS_PATH
         self.serve_status = serve_status  # a loopback port for the run page, JSON, /metrics
+        self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
         self._status_server: StatusServer | None = None
         self.requests_dir = Path(requests_dir) if requests_dir else DEFAULT_REQUESTS_DIR
         self.trainer_cmd = trainer_cmd

@@ -123,6 +123,9 @@ class Rounds:
         trained = model_store.list_models(models)
         if trained:  # the coach stopped between training and publishing: publish now
             gen = trained[-1]
+        elif self.coach.initial_model is not None:
+            gen = 0
+            self._adopt_initial_model(Path(self.coach.initial_model))
         else:
             from training.learn.net import net_from_config, save_model
 
@@ -134,6 +137,22 @@ class Rounds:
             save_model(self.paths.model(0), net, 0, meta={"random": True})
             log.info("wrote generation 0 (a random net)")
         self.publish(gen)
+
+    def _adopt_initial_model(self, source: Path) -> None:
+        """Generation 0 of a new run is the net of `source` (a model file or a trainer
+        checkpoint; `start_main.py --checkpoint`); its board and net must be the config's."""
+        from training.learn.net import load_model, net_from_config, save_model
+
+        net, info = load_model(source)
+        want = net_from_config(self.cfg.net, self.cfg.go.board_size).config
+        if net.config != want:
+            differ = ", ".join(f"{k} ({net.config.get(k)} vs {want[k]})" for k in sorted(want)
+                               if want[k] != net.config.get(k))
+            raise ValueError(f"--checkpoint {source}: its net differs from the config's in "
+                             f"{differ}; set net.* and go.board_size to match it")
+        save_model(self.paths.model(0), net, 0,
+                   meta={"from": str(source), "from_generation": info.generation})
+        log.info("wrote generation 0 from %s (its generation %d)", source, info.generation)
 
     def manifest(self, generation: int) -> model_store.Manifest:
         return model_store.read_manifest(
