@@ -203,3 +203,55 @@ def test_a_series_plays_the_schedule_and_gnugo_judges_every_game(gnugo_path):
         assert record["judge"] == o.game.judgement and record["area"] == o.game.result
     w, d, losses = series.tally(outcomes)
     assert (w, d, losses) == (0, 0, 4), [o.describe() for o in outcomes]  # random vs GNU Go
+
+
+# -- games under a clock -----------------------------------------------------------------------
+
+SLOW_ENGINE = """
+import sys, time
+for line in sys.stdin:
+    words = line.split()
+    if words and words[0].isdigit():
+        words = words[1:]  # the command's id
+    if not words:
+        continue
+    if words[0] == "genmove":
+        time.sleep(float(sys.argv[1]))
+        print("= pass\\n", flush=True)
+    elif words[0] == "quit":
+        print("=\\n", flush=True)
+        break
+    else:
+        print("=\\n", flush=True)
+"""
+
+
+def test_the_referee_clock_counts_main_time_then_byo_yomi():
+    from training.play.referee import GameClock, TimeControl
+
+    clock = GameClock(TimeControl(10, 5, 2))
+    assert clock.time_left() == (10, 0)
+    assert clock.spend(9.5) and clock.time_left() == (0.5, 0)
+    assert clock.spend(3.0)  # 0.5 s of main time, then 2.5 s of the first period
+    assert clock.time_left() == (2.5, 1)
+    assert clock.spend(2.0) and clock.time_left() == (5, 2)  # period done: a fresh one
+    assert not clock.spend(5.1)  # over the period: the flag falls
+    absolute = GameClock(TimeControl(1, 0, 0))
+    assert absolute.spend(0.9) and not absolute.spend(0.2)
+
+
+def test_a_slow_engine_loses_on_time_and_a_quick_one_never_does():
+    from training.play.referee import TimeControl
+
+    quick = [sys.executable, "-m", "training.gtp", "--size", "5", "--seed", "1"]
+    slow = [sys.executable, "-c", SLOW_ENGINE, "1.0"]
+    tc = TimeControl(0, 0.5, 1)  # half a second a move
+    with GtpClient(quick, cwd=str(REPO), name="quick") as a, \
+            GtpClient(slow, name="slow", timeout_s=30) as b:
+        game = play_game(a, b, 5, 0.5, time_control=tc)
+    assert game.end == "time" and game.result == "B+T" and game.winner == BLACK
+    assert game.moves[-1] == "timeout" and game.think_max_s["white"] >= 1.0
+    with GtpClient(quick, cwd=str(REPO), name="b") as a, \
+            GtpClient(quick[:-1] + ["2"], cwd=str(REPO), name="w") as b:
+        game = play_game(a, b, 5, 0.5, time_control=TimeControl(0, 2, 1))
+    assert game.end == "two passes" and max(game.think_max_s.values()) < 2

@@ -65,6 +65,7 @@ from training.learn.net import load_model, make_evaluator
 from training.play import gnugo, rating
 from training.play.arena import MatchResult, play_arena
 from training.play.gtp_client import find_gnugo
+from training.play.referee import TimeControl
 from training.run import metrics
 from training.run.model_store import ModelStoreError, list_models, model_stem, read_manifest
 from training.run.run_dir import RunDir
@@ -115,15 +116,24 @@ def _gnugo_order(key: str) -> tuple[int, float]:
 
 @dataclass(frozen=True)
 class Budget:
-    """Thinking per move: a number of simulations, or seconds."""
+    """Thinking per move: a number of simulations, or seconds, or a game clock (GTP's
+    time_settings: main time, byo-yomi seconds, stones per period) kept by the referee."""
 
     simulations: int | None = None
     seconds_per_move: float | None = None
+    time_settings: tuple[float, float, int] | None = None
 
     def __str__(self) -> str:
+        if self.time_settings is not None:
+            m, b, n = self.time_settings
+            return f"clock {m:g}+{b:g}/{n}"
         if self.seconds_per_move is not None:
             return f"{self.seconds_per_move:g} s/move"
         return f"{self.simulations} sims"
+
+    @property
+    def time_control(self) -> TimeControl | None:
+        return None if self.time_settings is None else TimeControl(*self.time_settings)
 
 
 @dataclass
@@ -142,10 +152,12 @@ class Row:
     rating: float | None = None
     rating_ci: tuple[float, float] | None = None
     hours: float | None = None  # from generation 0's model to this one's (stops included)
+    time_settings: tuple[float, float, int] | None = None
 
     @property
     def budget(self) -> Budget:
-        return Budget(self.simulations, self.seconds_per_move)
+        return Budget(self.simulations, self.seconds_per_move,
+                      None if self.time_settings is None else tuple(self.time_settings))
 
     @property
     def player(self) -> str:
@@ -268,7 +280,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
     for g in generations:
         for budget in budgets:
             row = Row(g, None, None, None, (0, 0, 0), budget.simulations,
-                      budget.seconds_per_move, hours=hours.get(g))
+                      budget.seconds_per_move, hours=hours.get(g),
+                      time_settings=budget.time_settings)
             seed = cfg.run.seed * 1_000_003 + 7919 * (g + 1)
             ours = gnugo.Engines(gnugo.engine_command(
                 model_path(run_dir, g), simulations=budget.simulations,
@@ -286,7 +299,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
 
                 specs = gnugo.schedule(n, cfg.go.board_size, cfg.run.seed)
                 return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,
-                                         komi=cfg.go.komi, komi_bonus=bonus, jobs=jobs,
+                                         komi=cfg.go.komi, komi_bonus=bonus,
+                                         time_control=budget.time_control, jobs=jobs,
                                          on_game=progress)
 
             with ours:
@@ -311,6 +325,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                     summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
                     summary["we_disagree"] = sum(o.we_agree is False for o in outcomes)
                     summary["wipeouts"] = sum(o.wiped_out for o in outcomes)
+                    summary["time_losses"] = sum(o.game.end == "time" and o.points < 0
+                                                 for o in outcomes)
                     summary["games"] = [o.to_json() for o in outcomes]
                     row.vs_gnugo[str(key)] = summary
             log(format_row(row))
@@ -364,6 +380,8 @@ def format_row(row: Row) -> str:
             text += f", {s['we_disagree']} by our own count"
         if s.get("wipeouts"):
             text += f", {s['wipeouts']} with all our stones dead"
+        if s.get("time_losses"):
+            text += f", {s['time_losses']} lost on time"
     if row.vs_gen0 is not None:
         a, b, c = row.vs_gen0
         lo, hi = row.vs_gen0_ci
@@ -497,6 +515,22 @@ def plot(rows: Sequence[Row], path: Path) -> None:
     write_atomic(path, buf.getvalue())
 
 
+def _time_settings(text: str | None) -> tuple[float, float, int] | None:
+    """`--time-settings 0,5,1` -> (0.0, 5.0, 1): main seconds, byo-yomi seconds, stones."""
+    if text is None:
+        return None
+    parts = text.split(",")
+    try:
+        m, b, n = float(parts[0]), float(parts[1]), int(parts[2])
+    except (ValueError, IndexError):
+        m = b = n = -1
+    if len(parts) != 3 or not (math.isfinite(m) and math.isfinite(b)) or min(m, b, n) < 0 \
+            or (m == 0 and (b == 0 or n == 0)):
+        raise ValueError(f"--time-settings {text!r}: expected MAIN,BYO_SECONDS,BYO_STONES as "
+                         "GTP's time_settings, e.g. 0,5,1 (5 seconds a move)")
+    return m, b, n
+
+
 def append_history(path: Path, report: dict) -> None:
     """Add one evaluation to the history: one JSON line, appended and synced; earlier lines
     are never rewritten (strength.json holds only the newest)."""
@@ -551,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "(default: evaluation.simulations or mcts.simulations)")
     ap.add_argument("--seconds-per-move", default=None,
                     help="seconds per move (a time budget), or a comma list, e.g. 0.5,1")
+    ap.add_argument("--time-settings", default=None, metavar="MAIN,BYO,STONES",
+                    help="also play the GNU Go games under a game clock kept by the referee "
+                    "(GTP time_settings, e.g. 0,5,1: 5 seconds a move); a fallen flag loses")
     ap.add_argument("--gnugo", default=None,
                     help="GNU Go levels to play, e.g. 1,10; 10+5: level 10 receiving 5 "
                     "points, a rung above level 10 (default: none)")
@@ -571,15 +608,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sims = _numbers(args.simulations, int, "--simulations")
         seconds = _numbers(args.seconds_per_move, float, "--seconds-per-move")
+        clock = _time_settings(args.time_settings)
         levels = parse_gnugo(args.gnugo)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     budgets = [Budget(simulations=n) for n in sims]
     budgets += [Budget(seconds_per_move=t) for t in seconds]
+    if clock is not None:  # the engine's own budget when no clock applies: a period's share
+        share = clock[1] / clock[2] if clock[1] > 0 and clock[2] > 0 else 1.0
+        budgets.append(Budget(seconds_per_move=max(0.05, share), time_settings=clock))
     if not budgets:
         budgets = [Budget(cfg.evaluation.simulations or cfg.mcts.simulations)]
-    if (levels or seconds) and find_gnugo() is None:
+    if (levels or seconds or clock) and find_gnugo() is None:
         print("error: GNU Go not found on PATH or in /usr/games (apt-get install gnugo); "
               "--gnugo and --seconds-per-move need it (it judges those games)", file=sys.stderr)
         return 2

@@ -45,7 +45,7 @@ from training.go.coords import BLACK, from_gtp, to_gtp
 from training.go.rules import Position
 from training.go.sgf import game_sgf
 from training.play.gtp_client import GtpClient, find_gnugo
-from training.play.referee import GameResult, parse_score, play_game
+from training.play.referee import GameResult, TimeControl, parse_score, play_game
 
 REPO = Path(__file__).resolve().parents[2]
 JUDGE_LEVEL = 10
@@ -171,9 +171,9 @@ class Outcome:
         """The game as SGF, the judge's result as RE and its dead stones in the comment."""
         g = self.game
         black, white = (player, opponent) if self.spec.we_are_black else (opponent, player)
-        moves = [from_gtp(m, g.size) for m in g.moves if m != "resign"]
+        moves = [from_gtp(m, g.size) for m in g.moves if m not in ("resign", "timeout")]
         result = g.judgement or g.result
-        if g.end == "resignation":
+        if g.end in ("resignation", "time"):
             result = g.result
         note = (f"{g.end}; judge (GNU Go) {g.judgement}, dead {' '.join(g.judged_dead) or '-'}; "
                 f"Tromp-Taylor {g.result}; ours {self.our_score}; opening "
@@ -188,6 +188,7 @@ class Outcome:
                 "moves": len(g.moves), "end": g.end, "judge": g.judgement,
                 "area": g.result, "disagree": g.disagrees, "ours": self.our_score,
                 "we_agree": self.we_agree, "wiped_out": self.wiped_out,
+                "think_max_s": {k: round(v, 3) for k, v in g.think_max_s.items()},
                 "points": self.points, "record": " ".join(g.moves)}
 
     def describe(self) -> str:
@@ -236,13 +237,14 @@ class Engines:
 
 def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                 specs: Sequence[GameSpec], *, size: int, komi: float, komi_bonus: float = 0.0,
-                jobs: int = 1,
+                time_control: TimeControl | None = None, jobs: int = 1,
                 timeout_s: float = 120.0, on_game: Callable[[Outcome], None] | None = None,
                 judge_level: int = JUDGE_LEVEL) -> list[Outcome]:
     """Play `specs` between our engine (`ours`: a GTP command, or an open `Engines` pool) and
     `opponent(seed)`, the opponent receiving `komi_bonus` points on top of `komi` (a handicap
     for a stronger player: komi rises when it is white, falls when it is black); return the
-    outcomes in the order of `specs`. `on_game` is called as
+    outcomes in the order of `specs`. With `time_control` every game is played under that
+    clock (the referee's; a flag that falls loses the game). `on_game` is called as
     each game finishes, one call at a time."""
     if not specs:
         return []
@@ -262,7 +264,7 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                 # the opponent receives `komi_bonus` extra points whichever colour it has
                 game_komi = komi + (komi_bonus if spec.we_are_black else -komi_bonus)
                 game = play_game(black, white, size, game_komi, opening=spec.opening,
-                                 judge=judge)
+                                 judge=judge, time_control=time_control)
         finally:
             engines.give_back(engine)
         outcome = Outcome(spec, game)

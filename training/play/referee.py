@@ -19,6 +19,7 @@ The engines are `training.play.gtp_client.GtpClient`s; the referee does not star
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -29,6 +30,55 @@ from training.play.gtp_client import GtpClient, GtpError
 
 class RefereeError(RuntimeError):
     """An engine sent an illegal move, or refused a legal one."""
+
+
+@dataclass(frozen=True)
+class TimeControl:
+    """GTP's `time_settings main byo_time byo_stones`: main time, then `byo_stones` stones in
+    every period of `byo_time` seconds (Canadian; 1 stone: Japanese byo-yomi with one period);
+    byo_time 0: absolute time."""
+
+    main: float
+    byo_time: float
+    byo_stones: int
+
+    def gtp(self) -> str:
+        return f"time_settings {self.main:g} {self.byo_time:g} {self.byo_stones}"
+
+
+class GameClock:
+    """One player's clock as the referee keeps it: `time_left()` for GTP's `time_left`,
+    `spend(seconds)` after each move (False: the flag fell, the game is lost on time)."""
+
+    def __init__(self, tc: TimeControl):
+        self.tc = tc
+        self.main = tc.main
+        self.in_byo = tc.main <= 0
+        self.period = tc.byo_time
+        self.stones = tc.byo_stones
+
+    def time_left(self) -> tuple[float, int]:
+        return (self.period, self.stones) if self.in_byo else (self.main, 0)
+
+    def spend(self, seconds: float) -> bool:
+        tc = self.tc
+        if not self.in_byo:
+            if seconds <= self.main:
+                self.main -= seconds
+                return True
+            seconds -= self.main
+            self.main = 0.0
+            if tc.byo_time <= 0 or tc.byo_stones <= 0:
+                return False  # absolute time used up
+            self.in_byo = True
+            self.period, self.stones = tc.byo_time, tc.byo_stones
+        if seconds > self.period:
+            return False
+        self.period -= seconds
+        self.stones -= 1
+        if self.stones == 0:
+            self.period, self.stones = tc.byo_time, tc.byo_stones
+        return True
 
 
 @dataclass
@@ -46,11 +96,12 @@ class GameResult:
     opening: list[str] = field(default_factory=list)  # GTP moves played before the game
     judgement: str | None = None  # the judge's final_score of the end position, "B+12.5"
     judged_dead: list[str] = field(default_factory=list)  # the judge's dead stones (GTP)
+    think_max_s: dict[str, float] = field(default_factory=dict)  # longest genmove per colour
 
     @property
     def disagrees(self) -> bool:
         """The judge and the Tromp-Taylor count name different winners."""
-        return self.judgement is not None and self.end != "resignation" and (
+        return self.judgement is not None and self.end not in ("resignation", "time") and (
             _sign(parse_score(self.judgement)) != _sign(self.score))
 
 
@@ -104,8 +155,13 @@ def play_game(
     *,
     opening: Sequence[str] = (),
     judge: GtpClient | None = None,
+    time_control: TimeControl | None = None,
 ) -> GameResult:
-    """Play one game (after `opening`) and return its result, judged by `judge` if given."""
+    """Play one game (after `opening`) and return its result, judged by `judge` if given.
+
+    With `time_control` both engines get `time_settings`, each `genmove` is preceded by the
+    mover's `time_left` and timed here (pipes included, as a server times it), and a player
+    whose clock runs out loses on time (`B+T` / `W+T`, end "time")."""
     max_moves = 4 * size * size if max_moves is None else max_moves
     engines = {BLACK: black, WHITE: white}
     names = {BLACK: "black", WHITE: "white"}
@@ -113,6 +169,9 @@ def play_game(
         engine.send(f"boardsize {size}")
         engine.send("clear_board")
         engine.send(f"komi {komi:g}")
+        if time_control is not None:
+            engine.send(time_control.gtp())
+    clocks = {c: GameClock(time_control) for c in engines} if time_control else {}
     position = Position(size, komi=komi, max_moves=max_moves)
     game = GameResult(size=size, komi=komi, opening=list(opening))
     for text in opening:
@@ -127,7 +186,21 @@ def play_game(
         game.moves.append(to_gtp(move, size))
     color = position.to_play
     while not position.is_over():
+        if clocks:
+            left, stones = clocks[color].time_left()
+            engines[color].send(f"time_left {names[color]} {left:.3f} {stones}")
+        t0 = time.monotonic()
         reply = engines[color].send(f"genmove {names[color]}")
+        if clocks:
+            spent = time.monotonic() - t0
+            key = names[color]
+            game.think_max_s[key] = max(game.think_max_s.get(key, 0.0), spent)
+            if not clocks[color].spend(spent):
+                game.moves.append("timeout")
+                game.winner = -color
+                game.result = ("W" if color == BLACK else "B") + "+T"
+                game.end = "time"
+                return game
         if reply.lower() == "resign":
             game.moves.append("resign")
             game.winner = -color
