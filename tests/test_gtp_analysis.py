@@ -247,3 +247,27 @@ def test_byo_yomi_budget_keeps_a_safety_margin_and_the_clock_counts_down():
         clock.settings(float("nan"), 0, 0)
     with pytest.raises(ValueError):
         clock.time_left(BLACK, float("inf"), 0)
+
+
+def test_gogui_analyze_commands_draw_the_policy_and_the_ownership(engine):
+    engine.reply("boardsize 5")
+    engine.reply("clear_board")
+    engine.reply("play B C3")
+    menu = engine.reply("gogui-analyze_commands")
+    assert menu[0] == "= gfx/Policy/azgo-policy" and menu[1] == "gfx/Ownership/azgo-ownership"
+    (policy,) = engine.reply("azgo-policy")
+    words = policy.split()
+    assert words[:2] == ["=", "LABEL"] and len(words) > 2
+    points = words[2::2]
+    assert "C3" not in points and all(from_gtp(p, N) < N * N for p in points)
+    assert all(0 <= int(v) <= 100 for v in words[3::2])
+    (ownership,) = engine.reply("azgo-ownership")
+    words = ownership.split()
+    assert words[:2] == ["=", "INFLUENCE"] and len(words[2:]) == 2 * N * N
+    assert all(-1 <= float(v) <= 1 for v in words[3::2])
+    random_engine = Stream([sys.executable, "-m", "training.gtp", "--size", "5"])
+    try:
+        assert random_engine.reply("gogui-analyze_commands") == ["="]
+        assert random_engine.reply("azgo-policy")[0].startswith("? the policy needs a model")
+    finally:
+        random_engine.close()

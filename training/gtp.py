@@ -81,6 +81,9 @@ COMMANDS = (
     "lz-genmove_analyze",
     "kata-genmove_analyze",
     "genmove_analyze",
+    "gogui-analyze_commands",
+    "azgo-policy",
+    "azgo-ownership",
 )
 STREAMING = object()
 """What a command handler returns when it has written its reply itself (analysis)."""
@@ -327,6 +330,33 @@ class GtpEngine:
 
     def cmd_kata_genmove_analyze(self, args):
         return self._genmove_analyze(args, "kata")
+
+    # -- GoGui's analysis menu ----------------------------------------------------------------
+
+    def cmd_gogui_analyze_commands(self, args):
+        if not hasattr(self.player, "policy"):
+            return ""
+        return "gfx/Policy/azgo-policy\ngfx/Ownership/azgo-ownership"
+
+    def cmd_azgo_policy(self, args):
+        """GoGui graphics: the net's prior of the side to move, in percent, as labels."""
+        if not hasattr(self.player, "policy"):
+            raise GtpError("the policy needs a model (--model FILE)")
+        p, n = self.position, self.position.size
+        prior = self.player.policy(p, p.to_play)
+        top = sorted(range(n * n), key=lambda m: -prior[m])[:12]
+        labels = " ".join(f"{to_gtp(m, n)} {round(100 * prior[m])}" for m in top
+                          if prior[m] >= 0.005)
+        return f"LABEL {labels}" if labels else ""
+
+    def cmd_azgo_ownership(self, args):
+        """GoGui graphics: the net's ownership of every point (black +1, white -1)."""
+        own = getattr(self.player, "ownership", None)
+        values = None if own is None else own(self.position)
+        if values is None:
+            raise GtpError("the ownership needs a model with an ownership head")
+        n = self.position.size
+        return "INFLUENCE " + " ".join(f"{to_gtp(m, n)} {v:.2f}" for m, v in enumerate(values))
 
     def _analysis_request(self, args) -> AnalysisRequest:
         if not hasattr(self.player, "analyze"):

@@ -295,6 +295,26 @@ class NetPlayer:
                                   order, pv, None if leads is None else leads[order]))
         return infos
 
+    def policy(self, position: Any, color: int) -> list[float]:
+        """The net's prior over the moves of `color` (N*N + 1 entries, pass last; 0 for an
+        illegal move), averaged over the 8 symmetries."""
+        from training.go import features
+
+        base = position.copy()
+        if color != base.to_play and not base.is_over():
+            base.play(base.pass_move)
+        n = base.size
+        legal = np.array([base.is_legal(m) for m in range(n * n + 1)], bool)
+        x = features.planes(base, self._net.history)
+        batch = np.stack([features.transform_planes(x, k)
+                          for k in range(features.NUM_SYMMETRIES)])
+        masks = np.stack([features.transform_policy(legal.astype(np.float32), k) > 0
+                          for k in range(features.NUM_SYMMETRIES)])
+        priors, _ = self.player.evaluate(batch, masks)
+        mean = np.mean([features.inverse_transform_policy(priors[k], k)
+                        for k in range(features.NUM_SYMMETRIES)], axis=0)
+        return [float(p) if ok else 0.0 for p, ok in zip(mean, legal)]
+
     def root_score_lead(self, position: Any, color: int) -> float | None:
         """The net's score lead of `color` in the position (points), None without the head."""
         leads = self._score_leads(position, color, [None])
