@@ -259,3 +259,18 @@ def test_a_command_that_fails_inside_answers_and_the_engine_stays_up():
     engine = GtpEngine(Broken(), 5)
     assert engine.handle("7 genmove b") == "?7 internal error in genmove: RuntimeError\n\n"
     assert engine.handle("8 name") == "=8 azgo\n\n"
+
+
+def test_dame_move_is_a_neutral_point_between_living_stones():
+    board = board_of([
+        "..X.O",
+        "..X.O",
+        "..X.O",
+        "..XXO",
+        "..XOO",
+    ])
+    dame = endgame.dame_move(board, N, BLACK, set(), lambda p: board[p] == EMPTY)
+    assert dame in {from_gtp(v, N) for v in ("D5", "D4", "D3")}  # between the two walls
+    assert endgame.dame_move(board, N, BLACK, {from_gtp(v, N) for v in ("E5", "E4", "E3",
+                                                                        "E2", "E1", "D1")},
+                             lambda p: board[p] == EMPTY) is None  # white is all dead

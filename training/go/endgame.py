@@ -16,6 +16,8 @@ the point at the end, -1 white):
 - `fills_own_area(board, n, p, color, ownership)`: a move that touches no opponent stone on
   a point the map gives to `color`: after the opponent's pass it gains nothing and can only
   shrink our eyes.
+- `dame_move(board, n, color, dead, is_legal)`: a neutral point between living stones of both
+  colours, worth a point under area scoring, for when a pass in reply would lose.
 - `cleanup_move(board, n, color, dead, is_legal)`: a liberty of the dead opponent group with
   the fewest liberties (capturing first, never a self-atari that captures nothing), for
   `kgs-genmove_cleanup`: play on until Tromp-Taylor and the judge agree.
@@ -93,6 +95,25 @@ def cleanup_move(board: Sequence[int], n: int, color: int, dead: set[int],
             if len(own_libs) >= 2 or any(board[q] == EMPTY and q not in own_libs
                                          for q in nbrs[p]):
                 return p
+    return None
+
+
+def dame_move(board: Sequence[int], n: int, color: int, dead: set[int],
+              is_legal: Callable[[int], bool]) -> int | None:
+    """A legal neutral point between living stones of both colours (a point for us under area
+    scoring) that does not put our new chain in atari; None when there is none."""
+    nbrs = neighbors(n)
+    for p in range(n * n):
+        if board[p] != EMPTY or not is_legal(p):
+            continue
+        touching = {board[q] for q in nbrs[p] if board[q] != EMPTY and q not in dead}
+        if touching != {1, -1}:
+            continue
+        after = list(board)
+        after[p] = color
+        _, libs = find_group(tuple(after), n, p)
+        if len(libs) >= 2:
+            return p
     return None
 
 

@@ -176,7 +176,8 @@ class NetPlayer:
     The end of a game is judged the way the opponent's judge will (`training.go.endgame`): the
     net's ownership map (averaged over the 8 symmetries) names the dead stones. Right after
     the opponent's pass, `genmove` passes when the board without those stones is won, and
-    answers a search move that would only fill its own area with a pass (self-play never sees
+    answers a search move that would only fill its own area with a neutral point between both
+    colours' living stones, or a pass when none is left (self-play never sees
     an opponent pass before the board is settled, so the search does not know these moves are
     worthless, and Tromp-Taylor calls every dead stone alive). `genmove_cleanup` captures the
     dead opponent stones first (`kgs-genmove_cleanup`). Without an ownership head every stone
@@ -245,7 +246,10 @@ class NetPlayer:
             return position.pass_move
         move = self.player.genmove(moves, position.komi, **search)
         if own is not None and endgame.fills_own_area(board, n, move, color, own):
-            return position.pass_move
+            # a move inside our own area gains nothing: take a neutral point, else pass
+            dame = endgame.dame_move(board, n, color, dead,
+                                     lambda p: position.is_legal(p, color))
+            return position.pass_move if dame is None else dame
         return move
 
     def genmove_cleanup(self, position: Any, color: int, *,
