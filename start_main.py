@@ -92,7 +92,12 @@ def check_initial_model(path: str, cfg) -> str | None:
 
 def games_per_worker(games_per_epoch: int, cfg) -> int:
     """--games-per-epoch spread over the workers the run will have (at least 1 each)."""
-    workers = len(cfg.distributed.workers) if cfg.distributed.enabled else cfg.self_play.workers
+    if cfg.distributed.enabled:
+        workers = len(cfg.distributed.workers)
+    else:
+        from training.fleet.local_workers import plan_devices
+
+        workers = len(plan_devices(cfg, quiet=True))  # the count the run will start
     return max(1, -(-games_per_epoch // max(1, workers)))
 
 

@@ -196,10 +196,12 @@ class SelfPlayConfig:
     """Resign when a search's root value falls below this; -1 disables resignation."""
     resign_disabled_fraction: float = 0.1
     """Share of games where resignation is off, to measure false resignations."""
-    workers: int = 2
-    """Local mode: self-play worker processes (the user guide's --workers)."""
-    workers_per_gpu: int = 1
-    """Local mode: worker processes per GPU (--workers-per-gpu); workers are spread evenly."""
+    workers: int = 0
+    """Local mode: self-play worker processes (the user guide's --workers); 0 = automatic:
+    one per CPU core without GPUs, 2 to 4 per GPU with them."""
+    workers_per_gpu: int = 0
+    """Local mode: the most worker processes per GPU (--workers-per-gpu); 0 = no cap. Workers
+    are spread evenly over the GPUs."""
     cpu_only: bool = False
     """Run self-play on the CPU even when GPUs are present."""
     threads_per_worker: int = 1
@@ -217,8 +219,8 @@ class SelfPlayConfig:
         _range(self, "temperature_moves", 0, 1000)
         _range(self, "resign_threshold", -1.0, 1.0)
         _range(self, "resign_disabled_fraction", 0.0, 1.0)
-        _range(self, "workers", 1, 1024)
-        _range(self, "workers_per_gpu", 1, 64)
+        _range(self, "workers", 0, 1024)
+        _range(self, "workers_per_gpu", 0, 64)
         _range(self, "threads_per_worker", 1, 256)
         module, _, cls = self.worker_class.partition(":")
         _check(

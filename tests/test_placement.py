@@ -61,7 +61,26 @@ def test_without_a_core_count_cpu_workers_are_not_capped():
     assert plan_workers(5, 1, True, 0) == (["cpu"] * 5, [])
 
 
-@pytest.mark.parametrize("args", [(0, 1, False, 1), (2, 0, False, 1), (2, 1, False, -1)])
+def test_automatic_mode_counts_cores_without_gpus_and_at_least_two_per_gpu():
+    devices, messages = plan_workers(0, 0, False, 0, n_cpus=2)  # this 2-core machine
+    assert devices == ["cpu", "cpu"]
+    assert any("automatic: 2 self-play workers on the CPU" in m for m in messages)
+    devices, messages = plan_workers(0, 0, False, 8, n_cpus=16)  # was 2 workers, 6 GPUs idle
+    assert Counter(devices) == {f"cuda:{k}": 2 for k in range(8)}
+    assert "2 on each of the 8 GPUs" in messages[0]
+    devices, _ = plan_workers(0, 0, False, 2, n_cpus=32)
+    assert Counter(devices) == {"cuda:0": 4, "cuda:1": 4}  # at most 4 a GPU
+    devices, _ = plan_workers(0, 3, False, 2, n_cpus=32)
+    assert Counter(devices) == {"cuda:0": 3, "cuda:1": 3}  # an asked per-GPU count holds
+
+
+def test_without_a_per_gpu_cap_nine_workers_on_two_gpus_run_as_eight():
+    devices, messages = plan_workers(9, 0, False, 2)  # the guide's example, default cap
+    assert Counter(devices) == {"cuda:0": 4, "cuda:1": 4}
+    assert len(messages) == 1 and "running 8" in messages[0]
+
+
+@pytest.mark.parametrize("args", [(-1, 1, False, 1), (2, -1, False, 1), (2, 1, False, -1)])
 def test_nonsense_requests_are_refused(args):
     with pytest.raises(ValueError):
         plan_workers(*args)

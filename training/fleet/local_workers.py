@@ -45,9 +45,10 @@ cores: the trainer at 0.13x of its speed alone beside equal-priority self-play, 
 niced self-play) and self-play fills the idle time."""
 
 
-def plan_devices(cfg: Config) -> list[str]:
-    """One device per local worker ("cpu", "cuda:0", ...) by `placement.plan_workers`; its
-    warnings (more workers than GPUs allow, ...) are logged and printed."""
+def plan_devices(cfg: Config, quiet: bool = False) -> list[str]:
+    """One device per local worker ("cpu", "cuda:0", ...) by `placement.plan_workers` with
+    this machine's GPUs and cores; its messages (the automatic count, an adjusted request)
+    are logged and printed unless `quiet`."""
     sp = cfg.self_play
     n_gpus = 0
     if not sp.cpu_only:
@@ -56,10 +57,12 @@ def plan_devices(cfg: Config) -> list[str]:
         n_gpus = torch.cuda.device_count()
     from training.fleet.placement import plan_workers
 
-    devices, messages = plan_workers(sp.workers, sp.workers_per_gpu, sp.cpu_only, n_gpus)
-    for m in messages:
-        log.warning("%s", m)
-        print(m, file=sys.stderr)
+    devices, messages = plan_workers(sp.workers, sp.workers_per_gpu, sp.cpu_only, n_gpus,
+                                     os.cpu_count())
+    if not quiet:
+        for m in messages:
+            log.warning("%s", m)
+            print(m, file=sys.stderr)
     return list(devices)
 
 
