@@ -184,6 +184,14 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
     played = [node.get_move() for node in parsed.get_main_sequence()[1:]]
     assert len(played) == game["moves"] and parsed.get_size() == tiny_cfg.go.board_size
     assert parsed.get_root().get("RE") == game["judge"]
+    # How each game ended, by the judge at the opponent's first pass and at the end
+    out = _cli("--endings", str(folder))
+    assert out.returncode == 0, out.stderr
+    counts = json.loads(out.stdout.splitlines()[-1])
+    assert counts["games"] == len(files)
+    assert counts["dead_at_first_pass"] + counts["lost_in_the_ending"] <= counts["wiped_out"]
+    assert counts["wiped_out"] <= counts["lost"] <= counts["games"]
+    assert out.stdout.count(".sgf: we ") == len(files)
     # level 2 receiving 3 points: komi + 3 with GNU Go white, komi - 3 with GNU Go black
     for k, shift in ((1, 3), (2, -3)):
         (handicapped,) = [f for f in files if f.name == f"gen1_4sims_vs_gnugo2+3_00{k}.sgf"]

@@ -52,13 +52,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from configs import Config, ConfigError, dump_config, load_config
 from distributed.transfer import write_atomic
-from training.go.coords import BLACK
+from training.go.coords import BLACK, to_gtp
 from training.go.rules import Position
 from training.gtp import RandomPlayer
 from training.learn.net import load_model, make_evaluator
@@ -541,6 +541,71 @@ def append_history(path: Path, report: dict) -> None:
         os.fsync(f.fileno())
 
 
+def explain_endings(folder: Path, judge_level: int = gnugo.JUDGE_LEVEL,
+                    log: Callable[[str], None] = print) -> dict:
+    """How the games in `folder` (SGFs the strength tool wrote) ended: for each game the judge
+    (a fresh GNU Go) scores the board at the opponent's first pass and at the end, and lists
+    which of our stones it calls dead at both. A loss whose stones were all dead already when
+    the opponent passed was lost in play; one that was alive then and dead at the end was
+    lost in the ending (our own moves after the pass). Returns the counts."""
+    from training.go.sgf import from_sgf
+    from training.play.gtp_client import GtpClient
+
+    counts = {"games": 0, "lost": 0, "wiped_out": 0, "dead_at_first_pass": 0,
+              "lost_in_the_ending": 0, "we_passed_in_reply_and_won": 0}
+    for path in sorted(folder.glob("*.sgf")):
+        text = path.read_text()
+        ours = "B" if "PB[azgo" in text else "W"
+        game = from_sgf(text)
+        n = game.board_size
+        moves = [int(m) for m in game.moves]
+        colors = ["B" if k % 2 == 0 else "W" for k in range(len(moves))]
+        theirs_pass = next((k for k, (m, c) in enumerate(zip(moves, colors))
+                            if m == n * n and c != ours), None)
+        with GtpClient(gnugo.gnugo_command(judge_level), name="judge") as judge:
+            judge.send(f"boardsize {n}")
+            judge.send("clear_board")
+            judge.send(f"komi {game.komi:g}")
+            at_pass = None
+            for k, (m, c) in enumerate(zip(moves, colors)):
+                if k == theirs_pass:
+                    at_pass = (judge.send("final_score"), _ours_all_dead(judge, ours, n))
+                judge.send(f"play {c} {to_gtp(m, n)}")
+            end = (judge.send("final_score"), _ours_all_dead(judge, ours, n))
+        won = end[0].startswith(ours + "+")
+        lost = not won and end[0] != "0"
+        counts["games"] += 1
+        counts["lost"] += lost
+        counts["wiped_out"] += lost and end[1]
+        if at_pass is not None and lost and end[1]:
+            counts["dead_at_first_pass" if at_pass[1] else "lost_in_the_ending"] += 1
+        if (theirs_pass is not None and theirs_pass + 1 < len(moves)
+                and moves[theirs_pass + 1] == n * n and won):
+            counts["we_passed_in_reply_and_won"] += 1
+        after = [to_gtp(m, n) for m in moves[theirs_pass:]] if theirs_pass is not None else []
+        log(f"{path.name}: we {ours}, end {end[0]}{' (all ours dead)' if end[1] else ''}; at "
+            f"their first pass {at_pass[0] if at_pass else '-'}"
+            f"{' (all ours dead)' if at_pass and at_pass[1] else ''}; after it: "
+            f"{' '.join(after[:16])}")
+    return counts
+
+
+def _ours_all_dead(judge: Any, ours: str, n: int) -> bool:
+    """The judge calls every stone of ours on its board dead (and there is one)."""
+    dead = set(judge.send("final_status_list dead").split())
+    board = judge.send("showboard")
+    stones = set()
+    mark = "X" if ours == "B" else "O"
+    for line in board.splitlines():
+        cells = line.split()
+        if cells and cells[0].isdigit() and len(cells) >= n + 1:
+            row = int(cells[0])
+            for col, cell in enumerate(cells[1:n + 1]):
+                if cell == mark:
+                    stones.add(f"{'ABCDEFGHJKLMNOPQRST'[col]}{row}")
+    return bool(stones) and stones <= dead
+
+
 def read_history(path: Path) -> list[dict]:
     """Every evaluation of the history file, oldest first (a torn last line is skipped)."""
     if not path.exists():
@@ -595,7 +660,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="games per GNU Go level (default: --games)")
     ap.add_argument("--jobs", type=int, default=None,
                     help="games against GNU Go played at once (default: the CPU count)")
+    ap.add_argument("--endings", default=None, metavar="DIR",
+                    help="only explain how the games in DIR (strength_games/<time>) ended: "
+                    "lost in play or in the ending, by GNU Go's judgement at the opponent's "
+                    "first pass and at the end")
     args = ap.parse_args(argv)
+    if args.endings is not None:
+        counts = explain_endings(Path(args.endings))
+        print(json.dumps(counts))
+        return 0
     try:
         cfg = load_config(args.config)
         paths = RunDir(args.run_dir or cfg.run.dir)
