@@ -68,8 +68,8 @@ def test_progress_plot_gains_a_pool_rating_panel_from_the_strength_history(run_d
     record_metrics(run_dir, 1, loss=2.0, games_per_s=1.0)
     plain = Image.open(plot_progress(run_dir)).size
 
-    def report(rows):
-        return json.dumps({"rows": rows}) + "\n"
+    def report(rows, anchor="gnugo 1"):
+        return json.dumps({"rows": rows, "anchor": {"player": anchor, "elo": 0.0}}) + "\n"
 
     def row(g, rating, seconds=None):
         return {"generation": g, "simulations": None if seconds else 64,
@@ -86,3 +86,7 @@ def test_progress_plot_gains_a_pool_rating_panel_from_the_strength_history(run_d
     }
     with_pool = Image.open(plot_progress(run_dir)).size
     assert with_pool[1] > plain[1]  # one more panel
+    # an evaluation on another anchor: only its ratings count from then on
+    with history.open("a") as f:
+        f.write(report([row(9, 50.0)], anchor="gnugo 10"))
+    assert pool_ratings(history) == {"64 sims": [(9, 50.0, 0.0, 100.0)]}

@@ -129,8 +129,11 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 def pool_ratings(history: Path) -> dict[str, list[tuple[int, float, float, float]]]:
     """budget -> [(generation, rating, ci low, ci high)] by generation: the newest rating of
-    each (generation, budget) in the strength tool's history (unreadable lines skipped)."""
+    each (generation, budget) in the strength tool's history, among the evaluations anchored
+    like the newest one (a rating only compares with ratings on the same anchor; unreadable
+    lines skipped). `pool_anchor(history)` names that anchor."""
     newest: dict[tuple[str, int], tuple[float, float, float]] = {}
+    anchor = pool_anchor(history)
     try:
         text = history.read_text(encoding="utf-8")
     except OSError:
@@ -138,6 +141,8 @@ def pool_ratings(history: Path) -> dict[str, list[tuple[int, float, float, float
     for line in text.splitlines():
         try:
             report = json.loads(line)
+            if _anchor_name(report) != anchor:
+                continue
             for row in report["rows"]:
                 if row.get("rating") is None:
                     continue
@@ -153,6 +158,27 @@ def pool_ratings(history: Path) -> dict[str, list[tuple[int, float, float, float
     for (budget, g), (r, lo, hi) in sorted(newest.items()):
         out.setdefault(budget, []).append((g, r, lo, hi))
     return out
+
+
+def _anchor_name(report: Any) -> str | None:
+    anchor = report.get("anchor") if isinstance(report, dict) else None
+    return anchor.get("player") if isinstance(anchor, dict) else None
+
+
+def pool_anchor(history: Path) -> str | None:
+    """The pool player the newest rated evaluation in the history is anchored on."""
+    try:
+        lines = history.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            name = _anchor_name(json.loads(line))
+        except ValueError:
+            continue
+        if name:
+            return name
+    return None
 
 
 def plot_progress(run_dir: str | os.PathLike) -> Path:
@@ -217,7 +243,7 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
             ax.plot(gens, [p[1] for p in points], marker="o", label=budget)
             ax.fill_between(gens, [p[2] for p in points], [p[3] for p in points], alpha=0.15)
         ax.axhline(0, color="grey", lw=0.8, ls="--")
-        ax.set_ylabel("Elo vs pool (GNU Go 1 = 0)")
+        ax.set_ylabel(f"Elo vs pool ({pool_anchor(paths.strength_history)} = 0)")
         ax.legend(loc="upper left", fontsize="small")
     ax = axes[-1]
     xs, ys = _series(rows, "games_per_s")
