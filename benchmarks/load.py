@@ -132,7 +132,10 @@ def worker_states(text: str) -> dict[str, str]:
             for row in lines[i + 1:]:
                 if not row.strip():
                     break
-                states[row.split()[0]] = row[start:].split()[0] if row[start:].split() else ""
+                words = row[start:].split()  # a state's indicator may come first
+                states[row.split()[0]] = next(
+                    (w for w in words[:2] if w in ("Active", "Syncing", "Error", "Offline")),
+                    words[0] if words else "")
             return states
     return {}
 

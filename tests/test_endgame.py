@@ -274,3 +274,15 @@ def test_dame_move_is_a_neutral_point_between_living_stones():
     assert endgame.dame_move(board, N, BLACK, {from_gtp(v, N) for v in ("E5", "E4", "E3",
                                                                         "E2", "E1", "D1")},
                              lambda p: board[p] == EMPTY) is None  # white is all dead
+
+
+def test_passes_out_of_turn_never_end_the_replayed_game():
+    pos = Position(N, komi=0.5, max_moves=10_000)
+    pos.play(from_gtp("B2", N), BLACK)
+    pos.play(pos.pass_move, BLACK)  # black passes out of turn
+    assert pos.alternating_moves(BLACK) == [from_gtp("B2", N), N * N]
+    assert pos.alternating_moves(WHITE) == [from_gtp("B2", N)]
+    pos.play(from_gtp("C3", N), BLACK)  # and plays again
+    replay = pos.alternating_moves(WHITE)
+    assert replay == [from_gtp("B2", N), N * N, from_gtp("C3", N)]
+    assert all(not (a == b == N * N) for a, b in zip(replay, replay[1:]))

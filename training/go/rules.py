@@ -240,18 +240,28 @@ class Position:
 
     def alternating_moves(self, color: int | None = None) -> list[int]:
         """`moves` as a game of alternating turns, black first, ending with `color` to move
-        (default: the side to move): a pass is put wherever the same colour played twice (a
-        handicap set up with `play`) or the other colour is asked to move. What a search that
-        replays moves from the empty board must be given."""
+        (default: the side to move), never with two passes in a row that the game did not
+        have: a pass is put wherever the same colour placed stones twice (a handicap set up
+        with `play`) or the other colour is asked to move, and a pass out of turn is left out
+        (it changes nothing). What a search that replays moves from the empty board is given."""
         out: list[int] = []
         expected = BLACK
-        for move, c in zip(self.moves, self.colors()):
-            if c != expected:
+
+        def hand_over() -> None:  # the other colour's turn, the board unchanged
+            if out and out[-1] == self.pass_move:
+                out.pop()  # a pass the other colour never needed
+            else:
                 out.append(self.pass_move)
+
+        for move, c in zip(self.moves, self.colors()):
+            if move == self.pass_move and c != expected:
+                continue  # a pass out of turn changes nothing
+            if c != expected:
+                hand_over()
             out.append(move)
             expected = -c
         if color is not None and color != expected:
-            out.append(self.pass_move)
+            hand_over()
         return out
 
     def copy(self) -> "Position":
