@@ -481,7 +481,8 @@ def test_model_corrupted_in_transit_keeps_the_previous_model(tmp_path):
         assert hb["generation"] == 0, hb
         assert "sha256" in hb["last_error"] or "bytes" in hb["last_error"], hb["last_error"]
         n = hb["games_done"]
-        wait_until(lambda: _heartbeat(folder).get("games_done", 0) > n + 10, 30, "self-play to go on")
+        wait_until(lambda: _heartbeat(folder).get("games_done", 0) > n + 10, 30,
+                   "self-play to go on")
         state_after = _heartbeat(folder).get("state")
         fixed = _publish_fake_model(tmp_path / "pub2", 2, b"gen2")
         model_store.copy_published(tmp_path / "pub2", fixed, folder / "models")

@@ -223,14 +223,16 @@ def test_disk_filled_by_someone_else_shows_error_even_from_the_heartbeat_thread(
         t = threading.Thread(target=worker.run, daemon=True)
         t.start()
         try:
-            wait_until(lambda: _heartbeat(folder).get("state") == "Syncing", 30, "a first heartbeat")
+            wait_until(lambda: _heartbeat(folder).get("state") == "Syncing", 30,
+                       "a first heartbeat")
             with open(folder / "filler", "wb", buffering=0) as f:  # someone fills the disk
                 try:
                     while True:
                         f.write(b"\0" * 4096)
                 except OSError:
                     pass
-            wait_until(lambda: _heartbeat(folder).get("state") == "Error", 10, "Error on a full disk")
+            wait_until(lambda: _heartbeat(folder).get("state") == "Error", 10,
+                       "Error on a full disk")
             assert "space" in _heartbeat(folder)["last_error"]
         finally:
             worker.stop()
