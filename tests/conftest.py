@@ -57,3 +57,14 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 60.0,
             return time.monotonic() - t0
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    """A model file of configs/tiny.yaml's net (5x5, random weights), one per test module."""
+    from training.learn.net import net_from_config, save_model
+
+    cfg = load_config(REPO / "configs" / "tiny.yaml")
+    path = tmp_path_factory.mktemp("model") / "model_000001.pt"
+    save_model(path, net_from_config(cfg.net, cfg.go.board_size), generation=1)
+    return str(path)

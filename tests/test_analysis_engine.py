@@ -18,16 +18,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 5  # configs/tiny.yaml
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    from configs import load_config
-    from training.learn.net import net_from_config, save_model
-
-    cfg = load_config(os.path.join(REPO, "configs", "tiny.yaml"))
-    path = tmp_path_factory.mktemp("model") / "model_000001.pt"
-    save_model(path, net_from_config(cfg.net, cfg.go.board_size), generation=1)
-    return str(path)
-
 
 class Engine:
     def __init__(self, model: str, *extra: str):
@@ -59,8 +49,8 @@ class Engine:
 
 
 @pytest.fixture
-def engine(model):
-    e = Engine(model)
+def engine(tiny_model):
+    e = Engine(tiny_model)
     yield e
     if e.proc.poll() is None:
         e.close()
@@ -144,8 +134,8 @@ def test_partial_reports_then_terminate(engine):
     assert final["rootInfo"]["visits"] < 1000  # answered with what it had
 
 
-def test_queries_sent_together_are_all_answered_and_input_end_stops_it(model):
-    e = Engine(model, "--slots", "4")
+def test_queries_sent_together_are_all_answered_and_input_end_stops_it(tiny_model):
+    e = Engine(tiny_model, "--slots", "4")
     for k in range(10):  # more than the slots: they wait their turn
         e.send(query(f"q{k}", maxVisits=16))
     ids = {e.next()["id"] for _ in range(10)}

@@ -189,16 +189,6 @@ def test_absurd_komi_is_refused_and_the_random_engine_stays_up(engine):
     assert from_gtp(engine.send("genmove black"), 5) is not None
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from configs import load_config
-    from training.learn.net import net_from_config, save_model
-
-    cfg = load_config(os.path.join(REPO, "configs", "tiny.yaml"))
-    path = tmp_path_factory.mktemp("model") / "model_000001.pt"
-    save_model(path, net_from_config(cfg.net, cfg.go.board_size), generation=1)
-    return str(path)
-
 
 def test_nan_komi_then_genmove_keeps_a_model_engine_up(tiny_model):
     """`komi nan` used to reach the search's config check and kill the engine at genmove."""

@@ -20,16 +20,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 5  # configs/tiny.yaml
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    from configs import load_config
-    from training.learn.net import net_from_config, save_model
-
-    cfg = load_config(os.path.join(REPO, "configs", "tiny.yaml"))
-    path = tmp_path_factory.mktemp("model") / "model_000001.pt"
-    save_model(path, net_from_config(cfg.net, cfg.go.board_size), generation=1)
-    return str(path)
-
 
 class Stream:
     """The engine's stdout line by line, with a timeout (what a front-end reads)."""
@@ -72,8 +62,8 @@ class Stream:
 
 
 @pytest.fixture
-def engine(model):
-    stream = Stream([sys.executable, "-m", "training.gtp", "--model", model,
+def engine(tiny_model):
+    stream = Stream([sys.executable, "-m", "training.gtp", "--model", tiny_model,
                      "--seconds-per-move", "0.3"])
     yield stream
     stream.close()

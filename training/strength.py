@@ -52,7 +52,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -562,6 +562,13 @@ def explain_endings(folder: Path, judge_level: int = gnugo.JUDGE_LEVEL,
         colors = ["B" if k % 2 == 0 else "W" for k in range(len(moves))]
         theirs_pass = next((k for k, (m, c) in enumerate(zip(moves, colors))
                             if m == n * n and c != ours), None)
+        color = BLACK if ours == "B" else -BLACK
+        position = Position(n, komi=game.komi, max_moves=10 * n * n)
+
+        def judged() -> tuple[str, bool]:
+            return judge.send("final_score"), gnugo.all_dead(
+                position.board, n, color, judge.send("final_status_list dead").split())
+
         with GtpClient(gnugo.gnugo_command(judge_level), name="judge") as judge:
             judge.send(f"boardsize {n}")
             judge.send("clear_board")
@@ -569,9 +576,10 @@ def explain_endings(folder: Path, judge_level: int = gnugo.JUDGE_LEVEL,
             at_pass = None
             for k, (m, c) in enumerate(zip(moves, colors)):
                 if k == theirs_pass:
-                    at_pass = (judge.send("final_score"), _ours_all_dead(judge, ours, n))
+                    at_pass = judged()
                 judge.send(f"play {c} {to_gtp(m, n)}")
-            end = (judge.send("final_score"), _ours_all_dead(judge, ours, n))
+                position.play(m)
+            end = judged()
         won = end[0].startswith(ours + "+")
         lost = not won and end[0] != "0"
         counts["games"] += 1
@@ -588,22 +596,6 @@ def explain_endings(folder: Path, judge_level: int = gnugo.JUDGE_LEVEL,
             f"{' (all ours dead)' if at_pass and at_pass[1] else ''}; after it: "
             f"{' '.join(after[:16])}")
     return counts
-
-
-def _ours_all_dead(judge: Any, ours: str, n: int) -> bool:
-    """The judge calls every stone of ours on its board dead (and there is one)."""
-    dead = set(judge.send("final_status_list dead").split())
-    board = judge.send("showboard")
-    stones = set()
-    mark = "X" if ours == "B" else "O"
-    for line in board.splitlines():
-        cells = line.split()
-        if cells and cells[0].isdigit() and len(cells) >= n + 1:
-            row = int(cells[0])
-            for col, cell in enumerate(cells[1:n + 1]):
-                if cell == mark:
-                    stones.add(f"{'ABCDEFGHJKLMNOPQRST'[col]}{row}")
-    return bool(stones) and stones <= dead
 
 
 def read_history(path: Path) -> list[dict]:

@@ -164,8 +164,7 @@ class Outcome:
         for text in g.moves:
             position.play(from_gtp(text, g.size))
         ours = BLACK if self.spec.we_are_black else -BLACK
-        stones = {to_gtp(p, g.size) for p, c in enumerate(position.board) if c == ours}
-        return bool(stones) and stones <= set(g.judged_dead)
+        return all_dead(position.board, g.size, ours, g.judged_dead)
 
     def to_sgf(self, player: str, opponent: str) -> str:
         """The game as SGF, the judge's result as RE and its dead stones in the comment."""
@@ -279,6 +278,12 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
     finally:
         if engines is not ours:
             engines.close()
+
+
+def all_dead(board, size: int, color: int, dead: Sequence[str]) -> bool:
+    """`color` has stones on `board` and the judge's `dead` list (GTP points) holds them all."""
+    stones = {to_gtp(p, size) for p, c in enumerate(board) if c == color}
+    return bool(stones) and stones <= set(dead)
 
 
 def _sign(x: float) -> int:
