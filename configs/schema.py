@@ -390,8 +390,12 @@ class DistributedConfig:
     """zstd level, 1 (fast) to 22 (small)."""
     batch_size: int = 100
     """Finished games per batch file a worker sends."""
-    sync_interval: int = 50
-    """Games between a worker's checks for a newer model."""
+    batch_max_wait_s: float = 10.0
+    """A worker also sends a smaller batch once its oldest finished game has waited this long
+    (fresh data for the trainer); 0 = only full batches."""
+    sync_interval: int = 1
+    """Games between a worker's checks for a newer model (a new one is also used by the games
+    in flight)."""
     load_balancing: bool = True
     """Share each generation's games by worker_weights, or by measured speed when none given."""
     worker_weights: dict[str, float] = field(default_factory=dict)
@@ -437,6 +441,7 @@ class DistributedConfig:
         _range(self, "compression_level", 1, 22)
         _range(self, "batch_size", 1, 100_000)
         _range(self, "sync_interval", 1, 10**9)
+        _range(self, "batch_max_wait_s", 0.0, 86_400.0)
         for name in (
             "connect_timeout_s",
             "command_timeout_s",

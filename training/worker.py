@@ -17,7 +17,8 @@ naming the holder's pid, and `start_worker.py` / `python -m training.worker` exi
 and that message, before either could reserve a sequence number.
 
 Loop: wait for a model (state Syncing) -> play `self_play.parallel_games` games at once ->
-every `distributed.batch_size` finished games write one batch to outbox/ -> every
+every `distributed.batch_size` finished games write one batch to outbox/ (or fewer, once the
+oldest of them has waited `distributed.batch_max_wait_s`) -> every
 `distributed.sync_interval` finished games, if the model folder changed (a watchdog observer
 sets a flag; a slow poll backs it up), load the newest model (Syncing while it loads). A model
 whose size or sha256 disagrees with its manifest, or that does not load, is refused: the worker
@@ -144,6 +145,7 @@ class Worker:
         self._next_seq = self._load_next_seq(min_seq)
         self._selfplay: Any = None
         self._pending: list[Any] = []  # finished games not yet in a batch
+        self._pending_since = 0.0  # monotonic time the oldest of them finished
         self._reserved: int | None = None  # a sequence number reserved, its batch unwritten
         self._heartbeat_failing = False
         self._make_disk_reserve()
@@ -240,6 +242,8 @@ class Worker:
                 if self._outbox_full() or not self._flush_full_batches():
                     continue
                 finished = self._selfplay.step()
+                if finished and not self._pending:
+                    self._pending_since = time.monotonic()
                 for rec in finished:
                     self._pending.append(rec)
                     games_since_sync += 1
@@ -426,12 +430,19 @@ class Worker:
         return True
 
     def _flush_full_batches(self) -> bool:
-        """Write every full batch; on a write failure wait a little and return False (no
-        self-play while finished games cannot be saved)."""
-        while len(self._pending) >= self.cfg.distributed.batch_size:
-            if not self._flush(self.cfg.distributed.batch_size):
+        """Write every full batch, and the games that waited `distributed.batch_max_wait_s`
+        as a smaller one; on a write failure wait a little and return False (no self-play
+        while finished games cannot be saved)."""
+        size = self.cfg.distributed.batch_size
+        wait_s = self.cfg.distributed.batch_max_wait_s
+        while self._pending:
+            full = len(self._pending) >= size
+            if not full and not (wait_s > 0 and time.monotonic() - self._pending_since >= wait_s):
+                return True
+            if not self._flush(min(size, len(self._pending))):
                 self._stop.wait(min(5.0, self.cfg.distributed.backoff_max_s))
                 return False
+            self._pending_since = time.monotonic()  # the rest finished no earlier than now
         return True
 
     def _load_next_seq(self, min_seq: int) -> int:
