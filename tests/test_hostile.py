@@ -70,8 +70,9 @@ def _write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def _good(outbox: Path, seq: int, *, worker: str = WORKER, generation: int = 0,
-          seed: int = 0) -> str:
-    recs = _games(seed=seed, generation=generation)
+          seed: int | None = None) -> str:
+    """A valid batch; its games differ from every other `seed`'s (default: the seq)."""
+    recs = _games(seed=seq if seed is None else seed, generation=generation)
     name = records.batch_name(worker, generation, seq)
     records.write_batch(outbox / name, recs, records.BatchMeta.from_records(worker, recs))
     return name
@@ -197,9 +198,10 @@ def _ledger(run_dir: Path) -> list[dict]:
 
 
 def _assert_rejected(run_dir: Path, col: Collector, res, name: str, word: str,
-                     worker: str = WORKER, *, kept: bool = True) -> str:
+                     worker: str = WORKER, *, kept: bool = True, ingested: int = 0) -> str:
+    """`name` rejected with `word` in its reason, counted once; `ingested` batches before."""
     assert res.rejected == [name] and res.ingested == [], (res.rejected, res.ingested)
-    assert os.listdir(run_dir / "replay") == [], "a hostile batch reached the replay folder"
+    assert len(os.listdir(run_dir / "replay")) == ingested, "a hostile batch reached replay/"
     where = col.quarantine_path(worker, name)
     assert where.exists() == kept, (where, kept)
     reason = where.with_name(where.name + ".reason.txt").read_text()
@@ -207,8 +209,9 @@ def _assert_rejected(run_dir: Path, col: Collector, res, name: str, word: str,
     assert (name in reason or shown[:40] in reason) and word in reason, reason
     lines = [e for e in _ledger(run_dir) if name in (e["name"], e.get("listed_name"))]
     assert len(lines) == 1 and lines[0]["status"] == "rejected" and lines[0]["worker"] == worker
-    assert col.tally[worker].rejected == 1 and col.tally[worker].batches == 0
-    assert _collector(run_dir).tally[worker].rejected == 1  # counted again from the ledger
+    rejected = sum(e["status"] == "rejected" for e in _ledger(run_dir))
+    assert col.tally[worker].rejected == rejected and col.tally[worker].batches == ingested
+    assert _collector(run_dir).tally[worker].rejected == rejected  # counted from the ledger
     return reason
 
 
@@ -411,6 +414,169 @@ def test_generation_newer_than_exists_is_rejected(run_dir, outbox):
     col = _collector(run_dir)
     res = col.collect(WORKER, LocalSource(outbox), current_generation=0)
     _assert_rejected(run_dir, col, res, name, "newer")
+
+
+# ----------------------------------------------------------------------------- valid-looking data
+
+
+RULES = records.BatchRules(move_cap=2 * N * N, max_simulations=16, max_games=5,
+                           early_pass=False, cpu_budget_s=30.0)
+
+
+def _ruled_collector(run_dir: Path, rules: records.BatchRules = RULES) -> Collector:
+    return Collector(run_dir, validate_with_records(N, KOMI, max_generation=lambda: 0,
+                                                    rules=rules))
+
+
+def _write(outbox: Path, seq: int, recs: list[records.GameRecord], **meta) -> str:
+    name = records.batch_name(WORKER, 0, seq)
+    m = dataclasses.replace(records.BatchMeta.from_records(WORKER, recs), **meta)
+    records.write_batch(outbox / name, recs, m)
+    return name
+
+
+def _honest(n: int, seed: int) -> list[records.GameRecord]:
+    """Random games as the run's self-play ends them: a side passes first only when every
+    legal point would fill one of its own single-point eyes."""
+    from training.go.rules import Position, neighbors
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        pos = Position(N, KOMI)
+        while not pos.is_over():
+            real = [q for q in range(N * N) if pos.board[q] == 0 and pos.is_legal(q)
+                    and not all(pos.board[r] == pos.to_play for r in neighbors(N)[q])]
+            pos.play(int(rng.choice(real)) if real and pos.passes == 0 else N * N)
+        t, score = len(pos.moves), pos.score()
+        out.append(records.GameRecord(
+            board_size=N, komi=KOMI, moves=np.array(pos.moves, np.int16),
+            visits=np.eye(N * N + 1, dtype=np.uint16)[pos.moves] * 8,
+            result=int((score > 0) - (score < 0)), score=float(score), resigned=False,
+            resign_disabled=False, would_resign_as=0, generation=0, seed=1000 * seed + i,
+            simulations=8, values=np.zeros(t, np.float16), full_search=np.ones(t, np.bool_)))
+    return out
+
+
+@pytest.mark.parametrize("created", [float("inf"), float("nan"), 4e9, -1.0, 10**400],
+                         ids=["inf", "nan", "year2096", "negative", "huge_int"])
+def test_batch_time_that_is_no_time_is_refused(created, run_dir, outbox):
+    name = _write(outbox, 0, _games(), created=created)
+    col = _collector(run_dir)
+    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), name, "created")
+
+
+def test_same_bytes_under_a_new_name_are_refused(run_dir, outbox):
+    first = _good(outbox, 0)
+    col = _collector(run_dir)
+    assert col.collect(WORKER, LocalSource(outbox)).ingested == [first]
+    again = records.batch_name(WORKER, 0, 1)
+    (outbox / again).write_bytes((run_dir / "replay" / first).read_bytes())
+    res = col.collect(WORKER, LocalSource(outbox))
+    assert "same bytes as " + first in _assert_rejected(run_dir, col, res, again, again,
+                                                        ingested=1)
+    # after a restart the ledger still knows the content
+    third = records.batch_name(WORKER, 0, 2)
+    (outbox / third).write_bytes((run_dir / "replay" / first).read_bytes())
+    col = _collector(run_dir)
+    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), third, "same bytes",
+                     ingested=1)
+
+
+def test_a_game_ingested_before_is_refused_in_a_new_batch(run_dir, outbox):
+    games = _games(3, seed=5)
+    first = _write(outbox, 0, games[:2])
+    col = _collector(run_dir)
+    assert col.collect(WORKER, LocalSource(outbox)).ingested == [first]
+    mixed = _write(outbox, 1, [games[2], games[1]])  # one new game, one seen
+    reason = _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), mixed,
+                              "repeats a game of " + first, ingested=1)
+    assert "game 1" in reason
+    twice = _write(outbox, 2, [games[2], games[2]])  # within one batch
+    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), twice,
+                     "repeats game 0 of the same batch", ingested=1)
+
+
+@pytest.mark.parametrize("case, word", [
+    ("move_cap", "move cap of 500"),
+    ("games", "more than this run's batches hold (5)"),
+    ("simulations", "simulations, more than this run allows (16)"),
+    ("early_pass", "passes first while"),
+    ("cpu", "CPU seconds"),
+])
+def test_batch_is_held_to_the_runs_rules_not_its_own(case, word, run_dir, outbox):
+    """The move cap, simulations, games per batch and passes come from the run's config."""
+    rules = RULES
+    if case == "move_cap":
+        name = _write(outbox, 0, _honest(2, 1), max_moves=500)
+    elif case == "games":
+        name = _write(outbox, 0, _honest(6, 2))
+    elif case == "simulations":
+        name = _write(outbox, 0, _honest(2, 3), simulations=10_000)
+    elif case == "early_pass":  # a "game" of two passes: black wins nothing, white by komi
+        rec = records.GameRecord(
+            board_size=N, komi=KOMI, moves=np.array([N * N, N * N], np.int16),
+            visits=np.eye(N * N + 1, dtype=np.uint16)[[N * N, N * N]], result=-1, score=-KOMI,
+            resigned=False, resign_disabled=False, would_resign_as=0, generation=0,
+            seed=4, simulations=8, values=np.zeros(2, np.float16),
+            full_search=np.ones(2, np.bool_))
+        name = _write(outbox, 0, [rec])
+    else:
+        rules = dataclasses.replace(RULES, cpu_budget_s=0.0)
+        name = _write(outbox, 0, _honest(2, 5))
+    records.read_batch(outbox / name)  # valid by its own meta
+    col = _ruled_collector(run_dir, rules)
+    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), name, word)
+    control = _write(outbox, 1, _honest(3, 6))
+    assert _ruled_collector(run_dir).collect(WORKER, LocalSource(outbox)).ingested == [control]
+
+
+def test_no_worker_owns_the_window_by_sending_more(tmp_path):
+    """A worker with ten times the games of the other holds at most 1.5 x its equal share."""
+    from training.learn.replay_buffer import ReplayWindow
+
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    seq = 0
+    for worker, batches in (("w1", 2), ("w2", 20)):
+        for _ in range(batches):
+            recs = _honest(4, 100 + seq)
+            records.write_batch(replay / records.batch_name(worker, 0, seq), recs,
+                                records.BatchMeta.from_records(worker, recs))
+            seq += 1
+    cfg = dataclasses.replace(Config().replay, min_positions=400, max_positions=400)
+    plain = ReplayWindow(replay, cfg, 1, N)
+    capped = ReplayWindow(replay, cfg, 1, N, worker_weights={}, share_slack=1.5)
+
+    def share(window) -> float:
+        segs = np.concatenate([window._segments, window.validation._segments])
+        own = [window._sidecars[int(c)].name.startswith("w2") for c in segs[:, 0]]
+        lengths = segs[:, 2] - segs[:, 1]
+        return float(lengths[np.array(own)].sum() / lengths.sum())
+
+    assert share(plain) == 1.0  # the newest 400 positions are all w2's
+    assert share(capped) <= 0.75 + 0.05 and capped.stats().positions >= 400
+    print(f"window share of the flooding worker: {share(plain):.2f} uncapped, "
+          f"{share(capped):.2f} capped")
+
+
+def test_window_order_is_the_coachs_ingest_order_not_the_batchs_clock(tmp_path):
+    from training.learn.replay_buffer import ReplayWindow
+
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    names = []
+    for seq, created in enumerate((1.7e9, 1e9)):  # the first claims a later time
+        recs = _honest(2, 200 + seq)
+        meta = dataclasses.replace(records.BatchMeta.from_records(WORKER, recs),
+                                   created=created)
+        names.append(records.batch_name(WORKER, 0, seq))
+        records.write_batch(replay / names[-1], recs, meta)
+        os.utime(replay / names[-1], ns=(10**18 + seq, 10**18 + seq))
+    window = ReplayWindow(replay, Config().replay, 1, N)
+    assert window.names() == names  # ingested first = oldest
+    follower = ReplayWindow(replay, Config().replay, 1, N, files=names[::-1])
+    assert follower.names() == names[::-1], "given files keep the order the chooser sent"
 
 
 # ----------------------------------------------------------------------------- over SFTP

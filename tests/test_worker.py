@@ -72,6 +72,19 @@ def test_worker_writes_valid_batches_and_continues_sequence_after_restart(cfg, r
     assert hb.state == WorkerState.OFFLINE and hb.games_done >= 10 and hb.generation == 0
 
 
+def test_games_that_waited_batch_max_wait_s_are_sent_without_filling_a_batch(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    big = override(cfg, {"distributed.batch_size": 1000, "distributed.batch_max_wait_s": 0})
+    assert Worker(big, "w1", folder).run(max_games=12).batches == 1  # only the flush at stop
+    for n in outbox_batches(folder / "outbox"):
+        (folder / "outbox" / n).unlink()
+    fresh = override(big, {"distributed.batch_max_wait_s": 0.001})
+    summary = Worker(fresh, "w1", folder).run(max_games=12)
+    games = [len(read_batch(folder / "outbox" / n)[1]) for n in outbox_batches(folder / "outbox")]
+    assert summary.batches == len(games) > 1 and sum(games) == summary.games
+
+
 def test_corrupt_model_is_refused_and_previous_model_kept(cfg, run_dir):
     folder = run_dir / "workers" / "w1"
     _publish(cfg, folder, 0)

@@ -75,7 +75,7 @@ from distributed.status import (
 from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
-from training.fleet.collector import Collector, validate_with_records
+from training.fleet.collector import Collector, batch_rules, validate_with_records
 from training.fleet.fleet import Fleet, Job
 from training.rounds import REPO, Round, Rounds
 from training.run.run_dir import STRENGTH_GAMES, RunDir
@@ -234,7 +234,8 @@ class Coach:
         self.collector = Collector(self.run_dir, validate_with_records(
             self.cfg.go.board_size, self.cfg.go.komi,
             sidecar_dir=sidecar_dir(self.paths.replay),
-            max_generation=lambda: self.generation),
+            max_generation=lambda: self.generation,
+            rules=lambda: batch_rules(self.cfg)),
             max_rejected=self.cfg.distributed.max_rejected_batches)
         self.rounds.ensure_first_model()
         self.rounds.games_at_gen = self.total_games()

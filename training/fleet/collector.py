@@ -62,12 +62,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from distributed.transfer import fsync_dir
 from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, batch_name_or_none,
                                  outbox_batches)
 from training.run.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from training.go.records import BatchRules
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,8 @@ DEFAULT_MAX_REJECTED = 20
 DEFAULT_NAMES_PER_PASS = 64
 DEFAULT_QUARANTINE_MAX_BYTES = 256 << 20
 """Bytes of rejected files kept in `quarantine/` (a disk budget, not a file size)."""
+VALIDATE_CPU_S = 60.0
+"""CPU seconds the replay of one batch may take (an honest 100-game 9x9 batch takes about 1)."""
 DECOMPRESS_TIMEOUT_S = 20.0
 """A batch whose zstd layer takes longer than this to decompress is rejected (a bomb)."""
 SLOW_FETCH_TRIES = 3
@@ -126,6 +131,7 @@ class BatchInfo:
     games: int
     positions: int
     generations: tuple[int, ...]  # model generation of each game
+    game_keys: tuple[str, ...] = ()  # `game_key` of each game: the same game twice is refused
 
 
 @dataclass
@@ -151,16 +157,43 @@ class CollectResult:
     over_budget: str = ""  # non-empty: this worker's collection is stopped, and why
 
 
+def game_key(seed: int, moves: Any) -> str:
+    """A game's identity for duplicate detection: a hash of its seed and its moves."""
+    digest = hashlib.blake2b(digest_size=10)
+    digest.update(int(seed).to_bytes(8, "little", signed=True))
+    digest.update(memoryview(moves).cast("B"))
+    return digest.hexdigest()
+
+
+def batch_rules(cfg: Any) -> "BatchRules":
+    """What a run with config `cfg` demands of every batch (`records.BatchRules`)."""
+    from training.go.records import BatchRules
+
+    n = cfg.go.board_size
+    slack = max(cfg.self_play.parallel_games, 1)  # one step may finish a cohort of games
+    return BatchRules(
+        move_cap=cfg.go.max_moves or 2 * n * n,
+        max_simulations=2 * max(cfg.mcts.simulations, cfg.evaluation.simulations),
+        max_games=cfg.distributed.batch_size + slack,
+        early_pass=cfg.self_play.early_pass,
+        cpu_budget_s=VALIDATE_CPU_S,
+    )
+
+
 def validate_with_records(board_size: int, komi: float, *,
                           sidecar_dir: str | os.PathLike | None = None,
                           max_generation: Callable[[], int] | None = None,
                           max_bytes: int | None = None,
-                          decompress_timeout_s: float = DECOMPRESS_TIMEOUT_S
+                          decompress_timeout_s: float = DECOMPRESS_TIMEOUT_S,
+                          rules: "BatchRules | Callable[[], BatchRules] | None" = None,
                           ) -> Callable[[Path], BatchInfo]:
     """The coach's validator: bound the zstd layer (size and time, streaming, no memory),
-    replay every game (`records.load_batch`), check the board size, komi and that no game
-    claims a model newer than the coach published; then, with `sidecar_dir`, write the
-    replay window's sidecar from that one replay."""
+    replay every game (`records.load_batch`) under the run's `rules` (`batch_rules(cfg)`, or
+    a function returning them, read per batch so that a reloaded config applies:
+    move cap, simulations, games per batch, early passes, a CPU budget), check the board
+    size, komi, that no game claims a model newer than the coach published and that no game
+    appears twice; then, with `sidecar_dir`, write the replay window's sidecar from that one
+    replay."""
 
     def validate(path: Path) -> BatchInfo:
         from distributed.transfer import TransferError, check_decompressed_size
@@ -173,12 +206,18 @@ def validate_with_records(board_size: int, komi: float, *,
             raise BatchRejected(f"{path.name}: cannot decompress within bounds: {e}") from e
         limit = max_generation() if max_generation is not None else None
         try:
-            batch = records.load_batch(path, max_generation=limit, max_bytes=limit_bytes)
+            batch = records.load_batch(path, max_generation=limit, max_bytes=limit_bytes,
+                                       rules=rules() if callable(rules) else rules)
         except records.BatchError as e:
             raise BatchRejected(str(e)) from e
         games = batch.records
         if not games:
             raise BatchRejected(f"{path.name}: holds no games")
+        keys = tuple(game_key(g.seed, g.moves) for g in games)
+        if len(set(keys)) < len(keys):
+            first = next(i for i, k in enumerate(keys) if keys.index(k) != i)
+            raise BatchRejected(f"{path.name}: game {first} repeats game {keys.index(keys[first])} "
+                                "of the same batch (same seed and moves)")
         for i, g in enumerate(games):
             if g.board_size != board_size or float(g.komi) != float(komi):
                 raise BatchRejected(
@@ -194,7 +233,7 @@ def validate_with_records(board_size: int, komi: float, *,
             except OSError as e:  # the trainer rebuilds a missing sidecar itself
                 log.warning("%s: sidecar not written: %s", path.name, e)
         return BatchInfo(len(games), sum(g.num_moves for g in games),
-                         tuple(int(g.generation) for g in games))
+                         tuple(int(g.generation) for g in games), keys)
 
     return validate
 
@@ -222,6 +261,8 @@ class Collector:
         self.entries: dict[str, dict] = {}
         self.tally: dict[str, WorkerTally] = {}
         self.over_budget: dict[str, str] = {}  # worker -> why its collection stopped
+        self._contents: dict[str, str] = {}  # sha256 of an ingested file -> its name
+        self._games: dict[str, str] = {}  # game_key of an ingested game -> its batch name
         self.rejected_since_start: dict[str, int] = {}
         self._slow: dict[tuple[str, str], int] = {}  # (worker, name) -> deadline overruns
         self._lock = threading.RLock()  # ledger, entries, tallies, renames into the run
@@ -254,7 +295,8 @@ class Collector:
                     try:
                         info = self.validate(folder / name)
                         entry.update(games=info.games, positions=info.positions,
-                                     generation_mean=_mean(info.generations))
+                                     generation_mean=_mean(info.generations),
+                                     game_keys=list(info.game_keys))
                     except Exception as e:  # noqa: BLE001 - validated before; keep, say so
                         log.error("%s no longer validates: %s: %s", name, type(e).__name__, e)
                 self._append(entry)
@@ -307,6 +349,10 @@ class Collector:
                 self.tally = {**self.tally, entry["worker"]: new}
         t = self.tally[entry["worker"]]
         if entry["status"] == "ingested":
+            if entry.get("sha256"):
+                self._contents[entry["sha256"]] = name
+            for key in entry.get("game_keys", ()):
+                self._games[key] = name
             t.batches += 1
             t.games += int(entry.get("games", 0))
             t.positions += int(entry.get("positions", 0))
@@ -456,12 +502,19 @@ class Collector:
             return
         with self._lock:
             entry = self._entry(name, incoming, "ingested", None)
-            os.replace(incoming, self.replay_dir / name)
-            fsync_dir(self.replay_dir)  # the rename is durable before the ledger says so
-            entry.update(games=info.games, positions=info.positions,
-                         generation_mean=_mean(info.generations),
-                         coach_generation=current_generation)
-            self._append(entry)
+            repeated = self._repeats(entry["sha256"], info.game_keys)
+            if not repeated:
+                os.utime(incoming)  # the window orders batches by the coach's clock
+                os.replace(incoming, self.replay_dir / name)
+                fsync_dir(self.replay_dir)  # the rename is durable before the ledger says so
+                entry.update(games=info.games, positions=info.positions,
+                             generation_mean=_mean(info.generations),
+                             coach_generation=current_generation,
+                             game_keys=list(info.game_keys))
+                self._append(entry)
+        if repeated:
+            self._reject(worker, name, name, incoming, f"{name}: {repeated}", source, result)
+            return
         source.delete(name)
         result.ingested.append(name)
         result.games += info.games
@@ -500,6 +553,16 @@ class Collector:
             return True  # the listing's file went away, or the link failed: next pass
         self._reject(worker, name, key, local, reason, source, result)
         return True
+
+    def _repeats(self, sha256: str, game_keys: tuple[str, ...]) -> str:
+        """Why a validated batch repeats what was ingested before ("" if it does not): the
+        same file under a new name, or a game (seed and moves) already in the run."""
+        if sha256 in self._contents:
+            return f"the same bytes as {self._contents[sha256]}, ingested before"
+        for i, key in enumerate(game_keys):
+            if key in self._games:
+                return f"game {i} repeats a game of {self._games[key]}, ingested before"
+        return ""
 
     def _too_slow(self, worker: str, name: str, err: Exception) -> bool:
         """Count one deadline overrun of a name; True once it has used up its tries."""

@@ -60,8 +60,8 @@ from distributed.transfer import (
     write_atomic,
 )
 from configs.schema import WORKER_NAME_PATTERN
-from training.go.coords import BLACK, MAX_SIZE, MIN_SIZE, WHITE
-from training.go.rules import IllegalMove, Position
+from training.go.coords import BLACK, EMPTY, MAX_SIZE, MIN_SIZE, WHITE, to_gtp
+from training.go.rules import IllegalMove, Position, neighbors
 from training.go.sgf import result_text, to_sgf
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,29 @@ class BatchName(NamedTuple):
     worker: str
     generation: int
     seq: int
+
+
+FUTURE_SLACK_S = 86_400.0
+"""A batch may say it was written at most this far in the future (clocks drift)."""
+
+
+@dataclass(frozen=True)
+class BatchRules:
+    """What the run's own config demands of every batch, whatever the batch says of itself.
+
+    None leaves a rule to the batch's meta (reading a file outside a run)."""
+
+    move_cap: int | None = None
+    """The run's move cap (`go.max_moves`, 0 = 2 N^2); a batch under another cap is refused."""
+    max_simulations: int | None = None
+    """Most simulations a game may claim."""
+    max_games: int | None = None
+    """Most games in one batch (the run's batch size, with slack)."""
+    early_pass: bool = True
+    """False: a pass that is not a reply to a pass, while a move other than filling an own
+    single-point eye is left, is refused (the run's self-play never plays one)."""
+    cpu_budget_s: float | None = None
+    """CPU seconds the whole validation of one batch may take."""
 
 
 class BatchError(ValueError):
@@ -283,15 +306,17 @@ def write_batch(
 
 
 def read_batch(
-    path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, max_generation: int | None = None
+    path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, max_generation: int | None = None,
+    rules: BatchRules | None = None,
 ) -> tuple[BatchMeta, list[GameRecord]]:
     """Read and fully validate a batch file; BatchError names the file, game and reason."""
-    batch = load_batch(path, max_bytes=max_bytes, max_generation=max_generation)
+    batch = load_batch(path, max_bytes=max_bytes, max_generation=max_generation, rules=rules)
     return batch.meta, batch.records
 
 
 def load_batch(
-    path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, max_generation: int | None = None
+    path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, max_generation: int | None = None,
+    rules: BatchRules | None = None,
 ) -> Batch:
     """`read_batch`, also keeping each game's replayed boards (for the replay window)."""
     path = Path(path)
@@ -299,7 +324,8 @@ def load_batch(
         raw = path.read_bytes()
     except OSError as e:
         raise BatchError(path, f"cannot read the file: {e.strerror}", kind="unreadable") from e
-    return decode_batch(raw, path, max_bytes=max_bytes, max_generation=max_generation)
+    return decode_batch(raw, path, max_bytes=max_bytes, max_generation=max_generation,
+                        rules=rules)
 
 
 def decode_batch(
@@ -308,8 +334,13 @@ def decode_batch(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_generation: int | None = None,
+    rules: BatchRules | None = None,
 ) -> Batch:
-    """Validate the compressed bytes of a batch file; `path` is used in error messages."""
+    """Validate the compressed bytes of a batch file; `path` is used in error messages.
+
+    With `rules` (the run's config), the batch is held to them instead of its own meta."""
+    rules = rules or BatchRules()
+    started = time.thread_time()
     try:
         data = decompress_bytes(raw, max_bytes)
     except DecompressionLimitError as e:
@@ -333,10 +364,17 @@ def decode_batch(
             f"({max_generation}); the batch is not from this run",
             kind="generation_too_new",
         )
+    _check_rules(meta, rules, path)
     offsets = _check_arrays(arrays, meta, path)
-    _check_values(arrays, meta, path, max_generation)
+    if rules.max_games is not None and len(offsets) - 1 > rules.max_games:
+        raise BatchError(path, f"{len(offsets) - 1} games, more than this run's batches hold "
+                         f"({rules.max_games})", kind="too_many_games")
+    _check_values(arrays, meta, path, max_generation, rules.max_simulations)
     records, boards = [], []
     for g in range(len(offsets) - 1):
+        if rules.cpu_budget_s is not None and time.thread_time() - started > rules.cpu_budget_s:
+            raise BatchError(path, f"validation used more than its {rules.cpu_budget_s:g} CPU "
+                             f"seconds (at game {g} of {len(offsets) - 1})", kind="too_slow")
         a, b = int(offsets[g]), int(offsets[g + 1])
         rec = GameRecord(
             board_size=int(arrays["board_size"][g]),
@@ -354,7 +392,8 @@ def decode_batch(
             values=arrays["values"][a:b],
             full_search=arrays["full_search"][a:b],
         )
-        boards.append(_replay_checked(rec, meta.move_cap, path, g))
+        boards.append(_replay_checked(rec, meta.move_cap, path, g,
+                                      early_pass=rules.early_pass))
         records.append(rec)
     return Batch(meta, records, boards)
 
@@ -447,9 +486,30 @@ def _parse_meta(arr: np.ndarray, path: str | Path) -> BatchMeta:
         problems.append(f"komi {meta.komi} is not a multiple of 0.5")
     if meta.generation < 0 or meta.simulations < 1 or meta.max_moves < 0:
         problems.append("negative generation, max_moves or simulations < 1")
+    if not _plausible_time(meta.created):
+        problems.append(f"created {meta.created!r} is not a time up to a day from now")
     if problems:
         raise BatchError(path, "bad meta: " + "; ".join(problems), kind="bad_meta")
     return meta
+
+
+def _plausible_time(t: float) -> bool:
+    """A Unix time from 1970 up to FUTURE_SLACK_S from now (a huge int is not one)."""
+    try:
+        return math.isfinite(t) and 0 <= t <= time.time() + FUTURE_SLACK_S
+    except OverflowError:
+        return False
+
+
+def _check_rules(meta: BatchMeta, rules: BatchRules, path: str | Path) -> None:
+    """The run's rules against what the batch says of itself."""
+    if rules.move_cap is not None and meta.move_cap != rules.move_cap:
+        raise BatchError(path, f"played under a move cap of {meta.move_cap}, this run's is "
+                         f"{rules.move_cap} (go.max_moves); check the worker's config",
+                         kind="move_cap_mismatch")
+    if rules.max_simulations is not None and meta.simulations > rules.max_simulations:
+        raise BatchError(path, f"claims {meta.simulations} simulations, more than this run "
+                         f"allows ({rules.max_simulations})", kind="bad_simulations")
 
 
 def _check_name(path: str | Path, meta: BatchMeta) -> None:
@@ -535,7 +595,8 @@ def _check_visit_values(visits: np.ndarray, offsets: np.ndarray, path) -> None:
             raise BatchError(path, f"{what} at move {t}", kind=kind, game=g)
 
 
-def _check_values(arrays, meta: BatchMeta, path, max_generation: int | None) -> None:
+def _check_values(arrays, meta: BatchMeta, path, max_generation: int | None,
+                  max_simulations: int | None = None) -> None:
     """Ranges of per-move and per-game values (vectorised over the whole batch)."""
     offsets = arrays["offsets"]
     p = meta.board_size**2 + 1
@@ -579,6 +640,10 @@ def _check_values(arrays, meta: BatchMeta, path, max_generation: int | None) -> 
         (np.diff(offsets) > meta.move_cap, f"more moves than the move cap {meta.move_cap}",
          "after_end"),
     ]
+    if max_simulations is not None:
+        per_game.append((games["simulations"] > max_simulations,
+                         f"more simulations than this run allows ({max_simulations})",
+                         "bad_simulations"))
     if max_generation is not None:
         per_game.insert(0, (games["generation"] > max_generation,
                             f"generation newer than the newest model {max_generation}",
@@ -591,8 +656,10 @@ def _check_values(arrays, meta: BatchMeta, path, max_generation: int | None) -> 
             raise BatchError(path, what + where, kind=kind, game=g)
 
 
-def _replay_checked(rec: GameRecord, move_cap: int, path, g: int) -> np.ndarray:
-    """Replay one game through the reference rules; boards int8 [T+1, N*N]."""
+def _replay_checked(rec: GameRecord, move_cap: int, path, g: int, *,
+                    early_pass: bool = True) -> np.ndarray:
+    """Replay one game through the reference rules; boards int8 [T+1, N*N]. `early_pass`
+    False: a first pass while a real move is left is refused (`BatchRules.early_pass`)."""
     n = rec.board_size
     pos = Position(n, rec.komi, max_moves=move_cap)
     for t, move in enumerate(rec.moves.tolist()):
@@ -601,6 +668,14 @@ def _replay_checked(rec: GameRecord, move_cap: int, path, g: int) -> np.ndarray:
                 path, f"move {t} is played after the game ended ({_end_reason(pos)})",
                 kind="after_end", game=g,
             )
+        if not early_pass and move == pos.pass_move and pos.passes == 0:
+            real = _real_move(pos)
+            if real is not None:
+                raise BatchError(
+                    path, f"move {t} passes first while {to_gtp(real, n)} was left; this run's "
+                    "self-play never does (self_play.early_pass: false)", kind="early_pass",
+                    game=g,
+                )
         try:
             pos.play(move)
         except IllegalMove as e:
@@ -635,6 +710,21 @@ def _replay_checked(rec: GameRecord, move_cap: int, path, g: int) -> np.ndarray:
         raise BatchError(path, f"result {rec.result:+d} disagrees with the replayed score "
                          f"{score:g}", kind="result_mismatch", game=g)
     return boards
+
+
+def _real_move(pos: Position) -> int | None:
+    """A legal move of the side to move that does not fill one of its own single-point
+    eyes, or None: the moves after which self-play may pass first (`Mcts(early_pass=False)`)."""
+    n, board, me = pos.size, pos.board, pos.to_play
+    around = neighbors(n)
+    for p in range(n * n):
+        if board[p] != EMPTY:
+            continue
+        if all(board[q] == me for q in around[p]):
+            continue  # an own eye
+        if pos.is_legal(p):
+            return p
+    return None
 
 
 def _end_reason(pos: Position) -> str:

@@ -56,13 +56,15 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: DistContext,
     A rank given `cache_dir` (a training node without rank 0's run folder) opens its window
     over cache_dir/replay instead, after rank 0 sent it the chosen files it lacks there.
     """
-    from training.learn.replay_buffer import ReplayWindow
+    from training.learn.replay_buffer import WINDOW_SHARE_SLACK, ReplayWindow
 
     replay_dir = RunDir(run_dir).replay if cache_dir is None else cache_dir / "replay"
 
     def _open(files: list[str] | None) -> SampleDataset:
         return ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size,
-                            seed=cfg.run.seed, files=files)
+                            seed=cfg.run.seed, files=files,
+                            worker_weights=cfg.distributed.worker_weights,
+                            share_slack=WINDOW_SHARE_SLACK)
 
     window = _open(None) if ctx.is_main else None
     names = [window.names() if window is not None else None]

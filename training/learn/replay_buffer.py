@@ -22,10 +22,15 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
       info.json                 name, meta generation, created, board size, counts, version
   Ownership is recomputed here from the replayed final position rather than stored in the
   batch file: a worker cannot forge it, and batches need no new array.
-- **Window**: files ordered by (generation, created, name), oldest first; games are taken
+- **Window**: files ordered by (generation, ingest time, name), oldest first, where the
+  ingest time is the file's modification time in `replay/`, which the coach sets as it
+  ingests (a worker's own clock never orders the window); games are taken
   newest first until the window holds `size` positions, where (KataGo's growing window)
   size = min_positions * (total / min_positions) ** growth, clamped to
-  [min_positions, max_positions] and to the positions on disk.
+  [min_positions, max_positions] and to the positions on disk. With `share_slack`, one
+  worker's games fill at most `share_caps` of it (its weight's share times the slack), so
+  a worker that sends more than its share cannot own the window. Given `files` are taken in
+  their order (the rank that chose them sends them oldest first).
 - **Validation split**: a game is held out when a stable hash of (batch name, game index) falls
   below `validation_fraction`, so the split is the same on every rank and after a restart.
 - **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, and
@@ -58,7 +63,7 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -103,6 +108,25 @@ def symmetry_permutations(n: int) -> np.ndarray:
     grid = np.arange(n * n, dtype=np.int64).reshape(n, n)
     return np.stack([features.transform_planes(grid, s).ravel()
                      for s in range(features.NUM_SYMMETRIES)])
+
+
+WINDOW_SHARE_SLACK = 1.5
+"""A worker's games may fill up to 1.5 times its weight's share of the window (2 equal
+workers: 75% each; 4: 37.5%)."""
+
+
+def share_caps(owners: Sequence[str], weights: Mapping[str, float], slack: float | None,
+               target: int) -> dict[str, float]:
+    """Most positions each worker's games may hold in a window of `target` positions: its
+    weight's share (`distributed.worker_weights`, 1.0 when unlisted) times `slack`; no cap
+    (infinity) without `slack` or with a single worker. No worker can own the window by
+    sending more games than its share, while honest workers at uneven speeds keep theirs."""
+    names = sorted(set(owners))
+    if slack is None or len(names) < 2:
+        return {n: math.inf for n in names}
+    w = {n: max(float(weights.get(n, 1.0)), 0.0) for n in names}
+    total = sum(w.values()) or 1.0
+    return {n: min(1.0, slack * w[n] / total) * target for n in names}
 
 
 def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
@@ -223,10 +247,11 @@ def _read_info(folder: Path) -> dict | None:
 class _Sidecar:
     """One batch's sidecar: info read eagerly, arrays mmapped on first use."""
 
-    def __init__(self, folder: Path, info: dict):
+    def __init__(self, folder: Path, info: dict, ingested_ns: int = 0):
         self.folder = folder
         self.info = info
         self.name: str = info["name"]
+        self.ingested_ns = ingested_ns  # the batch file's mtime: when the coach ingested it
         self.games = np.load(folder / "games.npy")  # small: [G, 4]
         self._arrays: dict[str, np.ndarray] = {}
 
@@ -246,7 +271,7 @@ class _Sidecar:
 
     @property
     def sort_key(self) -> tuple:
-        return (int(self.info["generation"]), float(self.info["created"]), self.name)
+        return (int(self.info["generation"]), self.ingested_ns, self.name)
 
 
 # ------------------------------------------------------------------------------ samples
@@ -448,6 +473,8 @@ class ReplayWindow(WindowView):
         augment: bool = True,
         files: Iterable[str] | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        worker_weights: Mapping[str, float] | None = None,
+        share_slack: float | None = None,
     ):
         self.replay_dir = Path(replay_dir)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else sidecar_dir(replay_dir)
@@ -461,7 +488,11 @@ class ReplayWindow(WindowView):
         self.max_bytes = max_bytes
         self.skipped: dict[str, str] = {}
         """Batch names left out, with the reason (a bad file, another board size)."""
-        self._fixed_files = None if files is None else sorted(set(files))
+        # given files keep their order (oldest first): ranks whose copies of the files have
+        # other modification times still order the window as the rank that chose them
+        self._fixed_files = None if files is None else list(dict.fromkeys(files))
+        self.worker_weights = dict(worker_weights or {})
+        self.share_slack = share_slack
         self._all: dict[str, _Sidecar] = {}
         self._board_size = board_size
         super().__init__([], np.zeros((0, 6), np.int64), history=history,
@@ -510,7 +541,11 @@ class ReplayWindow(WindowView):
             self._skip(name, f"board size {info['board_size']}, the window is "
                        f"{self._board_size}x{self._board_size}")
             return None
-        car = _Sidecar(folder, info)
+        try:
+            ingested_ns = os.stat(self.replay_dir / name).st_mtime_ns
+        except OSError:
+            ingested_ns = 0  # gone meanwhile: _select leaves it out
+        car = _Sidecar(folder, info, ingested_ns)
         self._all[name] = car
         return car
 
@@ -526,7 +561,7 @@ class ReplayWindow(WindowView):
         if path.parent.resolve() != self.replay_dir.resolve():
             raise ValueError(f"{path}: not in the replay folder {self.replay_dir}")
         if self._fixed_files is not None and path.name not in self._fixed_files:
-            self._fixed_files = sorted({*self._fixed_files, path.name})
+            self._fixed_files = [*self._fixed_files, path.name]
         ok = self._open(path.name, build=True) is not None
         self._select()
         return ok
@@ -542,20 +577,30 @@ class ReplayWindow(WindowView):
     # -- selection ----------------------------------------------------------------------
 
     def _select(self) -> None:
-        names = set(self._batch_names())  # a batch deleted from the folder leaves the window
-        cars = sorted((self._all[n] for n in names if n in self._all), key=lambda c: c.sort_key)
+        listed = self._batch_names()  # a batch deleted from the folder leaves the window
+        if self._fixed_files is not None:
+            cars = [self._all[n] for n in listed if n in self._all]
+        else:
+            cars = sorted((self._all[n] for n in set(listed) if n in self._all),
+                          key=lambda c: c.sort_key)
         self.total_positions = int(sum(c.info["positions"] for c in cars))
         target = window_size(self.total_positions, self.min_positions, self.max_positions,
                              self.growth)
+        owners = [parse_batch_name(c.name).worker for c in cars]
+        caps = share_caps(owners, self.worker_weights, self.share_slack, target)
         chosen: list[tuple[int, int, int]] = []  # (car index, game, positions), newest first
         held = 0
+        held_by: dict[str, int] = {}
         for ci in range(len(cars) - 1, -1, -1):
             games = cars[ci].games
+            owner = owners[ci]
             for g in range(len(games) - 1, -1, -1):
-                if held >= target:
+                if held >= target or held_by.get(owner, 0) >= caps[owner]:
                     break
-                chosen.append((ci, g, int(games[g, 1] - games[g, 0])))
-                held += int(games[g, 1] - games[g, 0])
+                n = int(games[g, 1] - games[g, 0])
+                chosen.append((ci, g, n))
+                held += n
+                held_by[owner] = held_by.get(owner, 0) + n
             if held >= target:
                 break
         chosen.reverse()  # oldest first: a stable order for samplers
