@@ -110,6 +110,10 @@ class DeployError(SSHError):
     """The project could not be installed on a worker."""
 
 
+class ListingCapError(VerifyError):
+    """A remote folder lists more entries than the caller's cap (never retried)."""
+
+
 class UnknownWorkerError(LookupError):
     """No worker of that name in the config."""
 
@@ -196,6 +200,15 @@ class _Connection:
             self.sftp = self.client.open_sftp()
         self.sftp.get_channel().settimeout(timeout_s)
         return self.sftp
+
+    def close_sftp(self) -> None:
+        """End the SFTP session (the next call opens a new one); the SSH link stays."""
+        sftp, self.sftp = self.sftp, None
+        if sftp is not None:
+            try:
+                sftp.close()
+            except _NET_ERRORS:
+                pass
 
     def close(self) -> None:
         try:
@@ -622,13 +635,24 @@ class SSHConnector:
 
         return self._with_retries(name, f"read {remote_path}", op)
 
-    def listdir(self, name: str, remote_path: str) -> list[str]:
-        """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out)."""
+    def listdir(self, name: str, remote_path: str, *, max_entries: int | None = None
+                ) -> list[str]:
+        """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out).
+
+        With `max_entries`, ListingCapError once the folder lists more entries: the listing
+        is read one reply at a time and stops there (bounded time and memory)."""
 
         def op(c: _Connection) -> list[str]:
             path = WorkerPaths(c.root, name).resolve(remote_path)
+            names: list[str] = []
             try:
-                names = self._sftp(c).listdir(path)
+                # one READDIR in flight: stopping early leaves no reply unread on the channel
+                for attr in self._sftp(c).listdir_iter(path, read_aheads=1):
+                    if max_entries is not None and len(names) >= max_entries:
+                        c.close_sftp()  # drops the open folder handle with the session
+                        raise ListingCapError(f"{self._where(name)}: {path} lists more than "
+                                              f"{max_entries} entries")
+                    names.append(attr.filename)
             except FileNotFoundError:
                 return []
             except _NET_ERRORS as e:

@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _CHUNK = 1 << 20
+PREFETCH_REQUESTS = 16
+"""READ requests a download keeps in flight (32 KiB each: 512 KiB, enough for a WAN link; a
+server's oversized replies are held at most this many at a time)."""
 # paramiko errors that mean "the connection or the remote file system failed"
 _NET_ERRORS = (paramiko.SSHException, EOFError, OSError)
 
@@ -495,8 +498,8 @@ def get_file(
                 f"{where}: {remote_path} is {remote_size} bytes, over the limit {max_bytes}"
             )
         f = sftp.open(remote_path, "rb")
-        if remote_size > 0:
-            f.prefetch(remote_size)
+        if remote_size > 0:  # a bounded pipeline: replies held at once stay few
+            f.prefetch(remote_size, max_concurrent_requests=PREFETCH_REQUESTS)
         size, digest = _copy_capped(f.read, partial, remote_size, f"{where}: {remote_path}",
                                     t0, timeout_s)
     except FileNotFoundError:

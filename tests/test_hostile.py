@@ -1146,6 +1146,34 @@ def test_5000_junk_files_are_handled_a_bounded_number_per_pass(run_dir, outbox):
           f"deferred={res.deferred}")
 
 
+def test_flooded_outbox_stops_collection_with_that_reason(outbox_source, run_dir,
+                                                          monkeypatch):
+    """Past the listing cap (of entries of any kind) the listing stops, nothing is fetched,
+    and the worker is over its budget (state Error) with the reason, until it is resumed."""
+    import training.fleet.collector as collector
+    import training.fleet.ssh_workers as ssh_workers
+
+    monkeypatch.setattr(collector, "MAX_LISTED", 300)
+    monkeypatch.setattr(ssh_workers, "MAX_LISTED", 300)
+    kind, outbox, source = outbox_source
+    good = _good(outbox, 0)
+    col = _collector(run_dir)
+    for i in range(299):
+        (outbox / f"junk{i:05d}").write_bytes(b"j")
+    assert col.collect(WORKER, source).ingested == [good]  # 299 + 1 entries: under the cap
+    (outbox / "one-more").write_bytes(b"j")
+    (outbox / "two-more").write_bytes(b"j")
+    later = _good(outbox, 1)
+    res = col.collect(WORKER, source)
+    assert res.ingested == [] and res.rejected == [] and "flooded" in res.over_budget
+    assert "more than 300 entries" in col.over_budget[WORKER] and (outbox / later).exists()
+    for junk in outbox.glob("junk*"):
+        junk.unlink()
+    col.resume(WORKER)
+    assert col.collect(WORKER, source).ingested == [later]  # the link still works
+    print(f"hostile case=outbox_flood source={kind} cap=300 stopped=1")
+
+
 def test_quarantine_keeps_reasons_but_not_bytes_past_its_budget(run_dir, outbox):
     names = [f"junk{i}.npz.zst" for i in range(3)]
     for n in names:

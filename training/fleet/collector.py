@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from distributed.transfer import fsync_dir
-from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, batch_name_or_none,
-                                 outbox_batches)
+from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, OutboxOverflow,
+                                 batch_name_or_none, outbox_batches)
 from training.run.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -88,6 +88,9 @@ VALIDATE_CPU_S = 60.0
 """CPU seconds the replay of one batch may take (an honest 100-game 9x9 batch takes about 1)."""
 DECOMPRESS_TIMEOUT_S = 20.0
 """A batch whose zstd layer takes longer than this to decompress is rejected (a bomb)."""
+MAX_LISTED = 10_000
+"""Entries of any kind an outbox listing may hold (an honest one holds at most
+`distributed.max_outbox_batches` batches and a few temporary files)."""
 SLOW_FETCH_TRIES = 3
 """A name whose fetch overran its deadline this many times is rejected (a trickle)."""
 _REASON_MAX_CHARS = 2000
@@ -104,6 +107,11 @@ class SourceError(Exception):
 class BatchRefused(SourceError):
     """The source refused the file itself: not a regular file (a symlink, FIFO, device), over
     the size cap, or it grew while read. Never retried: the name is rejected."""
+
+
+class ListingTooLong(SourceError):
+    """The outbox lists more than `MAX_LISTED` entries: no honest worker writes that many
+    (it pauses at `distributed.max_outbox_batches`). Collection from it stops (Error)."""
 
 
 class FetchTooSlow(SourceError):
@@ -443,7 +451,14 @@ class Collector:
                 return result
             owned: list[tuple[int, str]] = []
             foreign: list[str] = []
-            for name in source.list_batches():
+            try:
+                listed = source.list_batches()
+            except ListingTooLong as e:
+                self._stop_collecting(worker, f"its outbox is flooded: {e}. Empty the "
+                                      "worker's outbox folder, then restart the worker")
+                result.over_budget = self.over_budget[worker]
+                return result
+            for name in listed:
                 parsed = batch_name_or_none(name) if _is_bare_name(name) else None
                 if parsed is not None and parsed[0] == worker:
                     owned.append((parsed[2], name))
@@ -564,6 +579,13 @@ class Collector:
                 return f"game {i} repeats a game of {self._games[key]}, ingested before"
         return ""
 
+    def _stop_collecting(self, worker: str, why: str) -> None:
+        """Collection from `worker` stops (its state shows Error with `why`) until `resume`."""
+        with self._lock:
+            if worker not in self.over_budget:
+                self.over_budget[worker] = why
+                log.error("worker %s: %s", worker, why)
+
     def _too_slow(self, worker: str, name: str, err: Exception) -> bool:
         """Count one deadline overrun of a name; True once it has used up its tries."""
         with self._lock:
@@ -681,7 +703,12 @@ class LocalSource:
         self.timeout_s = timeout_s
 
     def list_batches(self) -> list[str]:
-        return outbox_batches(self.outbox)
+        try:
+            return outbox_batches(self.outbox, max_entries=MAX_LISTED)
+        except OutboxOverflow as e:
+            raise ListingTooLong(str(e)) from e
+        except OSError as e:
+            raise SourceError(f"{self.outbox}: cannot list: {e}") from e
 
     def fetch(self, name: str, dest: Path) -> int:
         from distributed.transfer import DeadlineError, TransferError, VerifyError, copy_file

@@ -38,6 +38,7 @@ from distributed.ssh_connector import (
     AuthError,
     DeployError,
     HostKeyError,
+    ListingCapError,
     RemoteCommandError,
     SSHConnector,
     SSHError,
@@ -50,9 +51,10 @@ from distributed.transfer import (
     VerifyError,
     write_atomic,
 )
-from training.fleet.collector import MAX_BATCH_BYTES, BatchRefused, FetchTooSlow, SourceError
+from training.fleet.collector import (MAX_BATCH_BYTES, MAX_LISTED, BatchRefused, FetchTooSlow,
+                                      ListingTooLong, SourceError)
 from training.fleet.fleet import Backend, Fleet, Unreachable, WorkerFault
-from training.go.records import BATCH_SUFFIX
+from training.go.records import batch_names_among
 from training.run.model_store import Manifest, model_stem
 from training.run.run_dir import RunDir
 
@@ -108,11 +110,14 @@ class SSHSource:
         self.outbox = outbox
 
     def list_batches(self) -> list[str]:
+        """The outbox's batch names; ListingTooLong past `MAX_LISTED` entries of any kind."""
         try:
-            names = self.connector.listdir(self.name, self.outbox)
+            names = self.connector.listdir(self.name, self.outbox, max_entries=MAX_LISTED)
+        except ListingCapError as e:
+            raise ListingTooLong(f"{self.name}: {e}") from e
         except _ERRORS as e:
             raise SourceError(f"{self.name}: cannot list {self.outbox}: {e}") from e
-        return sorted(n for n in names if n.endswith(BATCH_SUFFIX) and not n.startswith("."))
+        return batch_names_among(names)
 
     def fetch(self, name: str, dest: Path) -> int:
         """Regular files only, capped while reading, within distributed.transfer_timeout_s

@@ -216,12 +216,29 @@ def batch_name(worker: str, generation: int, seq: int) -> str:
     return name
 
 
-def outbox_batches(outbox: str | os.PathLike) -> list[str]:
-    """Names of complete batch files in an outbox (temporary and partial names skipped)."""
+class OutboxOverflow(ValueError):
+    """An outbox holds more entries than its reader's cap (`outbox_batches(max_entries=)`)."""
+
+
+def outbox_batches(outbox: str | os.PathLike, *, max_entries: int | None = None) -> list[str]:
+    """Names of complete batch files in an outbox (temporary and partial names skipped).
+
+    With `max_entries`, OutboxOverflow once the folder lists more entries of any kind (the
+    listing stops there: a flood of junk costs bounded time and memory)."""
+    names = []
     try:
-        names = os.listdir(outbox)
+        with os.scandir(outbox) as it:
+            for count, entry in enumerate(it, 1):
+                if max_entries is not None and count > max_entries:
+                    raise OutboxOverflow(f"{outbox}: more than {max_entries} entries")
+                names.append(entry.name)
     except FileNotFoundError:
         return []
+    return batch_names_among(names)
+
+
+def batch_names_among(names: Sequence[str]) -> list[str]:
+    """The complete batch file names among `names`, sorted (temporary and dot names out)."""
     return sorted(n for n in names if not n.startswith(".") and n.endswith(BATCH_SUFFIX))
 
 

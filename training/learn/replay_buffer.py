@@ -75,6 +75,7 @@ from training.go.records import (
     DEFAULT_MAX_BYTES,
     Batch,
     BatchError,
+    batch_names_among,
     load_batch,
     parse_batch_name,
 )
@@ -511,7 +512,7 @@ class ReplayWindow(WindowView):
             names = os.listdir(self.replay_dir)
         except FileNotFoundError:
             return []
-        return sorted(n for n in names if n.endswith(BATCH_SUFFIX) and not n.startswith("."))
+        return batch_names_among(names)
 
     def _open(self, name: str, build: bool) -> _Sidecar | None:
         if name in self._all:
