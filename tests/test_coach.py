@@ -228,6 +228,43 @@ def test_a_worker_over_its_rejection_budget_reads_error_with_the_reason(tiny_cfg
     assert rows["worker2"].last_error.startswith("50 files rejected: collection stopped")
 
 
+def test_a_config_change_of_the_board_or_the_net_is_refused_and_the_rest_kept(
+        tiny_cfg, run_dir, caplog):
+    from configs import dump_config
+
+    coach = _coach(tiny_cfg, run_dir, ["worker1"])
+    coach.config_path = run_dir / "user.yaml"
+    changed = override(coach.cfg, {"go.board_size": 7, "net.filters": 64,
+                                   "distributed.offline_after_s": 99.0})
+    coach.config_path.write_text(dump_config(changed))
+    with caplog.at_level("ERROR"):
+        coach._reload_config()
+    assert coach.cfg.go.board_size == tiny_cfg.go.board_size
+    assert coach.cfg.distributed.offline_after_s != 99.0, "the whole change is refused"
+    assert "go.board_size 5 -> 7" in caplog.text and "net.filters" in caplog.text
+    coach.config_path.write_text(dump_config(override(coach.cfg, {
+        "distributed.offline_after_s": 99.0})))
+    coach._reload_config()
+    assert coach.cfg.distributed.offline_after_s == 99.0  # other keys still reload
+
+
+def test_a_failing_stage_of_the_loop_never_stops_the_later_ones(tiny_cfg, run_dir, caplog):
+    coach = _coach(tiny_cfg, run_dir, ["worker1"])
+    coach.requests_dir = run_dir / "requests"
+
+    def _handle_requests():
+        raise ValueError("a bad restart-request entry")
+
+    coach._handle_requests = _handle_requests
+    advanced = []
+    coach._advance_training = lambda: advanced.append(1)
+    with caplog.at_level("ERROR"):
+        coach._step()
+    assert "handle requests failed" in caplog.text
+    assert advanced == [1], "the training stage ran after the failed one"
+    assert (run_dir / "status.txt").exists(), "status.txt is written after a failed stage"
+
+
 # ------------------------------------------------------------------ coach: training rounds
 
 # A trainer command for the coach: copies a prepared model file to the new model's place, and

@@ -51,6 +51,7 @@ torch work).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
@@ -310,24 +311,21 @@ class Coach:
         self.fleet.start(self.collector)
 
     def _step(self) -> None:
-        """One pass of the loop; operational failures are logged and retried next pass.
+        """One pass of the loop; each stage's failure is logged and retried next pass, and
+        never keeps the later stages from running (status.txt stays current whatever fails).
         Nothing here waits on a host: supervisors and jobs do that in their threads."""
-        try:
-            self._handle_requests()
-            self._poll_config()
-            if self._config_changed.is_set():
-                self._reload_config()
-            self.fleet.watchdog()
-            self._observe()
-            self._set_quotas()
-            self._advance_training()
-        except Exception:  # noqa: BLE001 - the loop boundary: log, carry on next pass
-            log.exception("coach loop pass failed; retrying")
-        try:
-            self._write_status()  # whatever failed above, status.txt stays current
-            self._progress()
-        except Exception:  # noqa: BLE001 - the loop boundary: log, carry on next pass
-            log.exception("writing the status failed; retrying")
+        for stage in (self._handle_requests, self._poll_config, self._reload_if_changed,
+                      self.fleet.watchdog, self._observe, self._set_quotas,
+                      self._advance_training, self._write_status, self._progress):
+            try:
+                stage()
+            except Exception:  # noqa: BLE001 - the stage boundary: log, carry on
+                log.exception("coach loop: %s failed; retrying next pass",
+                              stage.__name__.lstrip("_").replace("_", " "))
+
+    def _reload_if_changed(self) -> None:
+        if self._config_changed.is_set():
+            self._reload_config()
 
     # ------------------------------------------------------------------ workers
 
@@ -454,6 +452,11 @@ class Coach:
             log.error("config change ignored: %s", e)
             return
         new = override_config(new, {"run.dir": str(self.run_dir)})
+        fixed = _fixed_keys_changed(self.cfg, new)
+        if fixed:
+            log.error("config change ignored: %s; the board and the net of a run are fixed "
+                      "(start a new run with another run.dir, or --fresh)", "; ".join(fixed))
+            return
         self.cfg = new
         write_atomic(self.run_config_path, f"# git commit: {_git_commit()}\n" + dump_config(new))
         self.tracker.offline_after_s = new.distributed.offline_after_s
@@ -592,3 +595,16 @@ def _git_commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def _fixed_keys_changed(old: Config, new: Config) -> list[str]:
+    """The go.* and net.* keys that differ ("go.board_size 9 -> 7"): a running run keeps them
+    (every model, batch and window of the run depends on them)."""
+    changed = []
+    for section in ("go", "net"):
+        a, b = getattr(old, section), getattr(new, section)
+        for f in dataclasses.fields(a):
+            if getattr(a, f.name) != getattr(b, f.name):
+                changed.append(f"{section}.{f.name} {getattr(a, f.name)!r} -> "
+                               f"{getattr(b, f.name)!r}")
+    return changed
