@@ -31,6 +31,7 @@ import gzip
 import posixpath
 import shlex
 import subprocess
+import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,6 +246,9 @@ def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
     folder or scratch file beside the code never leaves the main node (add a new module with
     `git add` before deploying it). Regular files only: a tracked symlink is not followed.
 
+    A config file under `configs/` ships redacted (`redacted_config_text`): the main node's
+    worker list, hosts, users, key paths and weights stay on the main node.
+
     Its top folder is `<dist>-<version>/`, so `pip install` accepts it like an sdist. The bytes
     depend only on the files' contents and modes (times, owners and the gzip header are fixed),
     so its sha256 identifies the code that a worker runs.
@@ -267,11 +271,42 @@ def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for rel in sorted(f for f in files if f):
                 path = project.root / rel
-                if path.is_file() and not path.is_symlink():
+                if not path.is_file() or path.is_symlink():
+                    continue
+                if rel.startswith("configs/") and rel.endswith((".yaml", ".yml")):
+                    data = redacted_config_text(path.read_text(encoding="utf-8",
+                                                               errors="replace")).encode()
+                    info = normalize(tar.gettarinfo(path, arcname=f"{prefix}/{rel}"))
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+                else:
                     tar.add(path, arcname=f"{prefix}/{rel}", recursive=False,
                             filter=normalize)
     tmp.replace(archive)
     return archive
+
+
+_PRIVATE_KEYS = {"workers": [], "training_nodes": [], "worker_weights": {},
+                 "master_addr": None}
+
+
+def redacted_config_text(text: str) -> str:
+    """A config file's text without what names other machines (distributed.workers,
+    training_nodes, worker_weights, master_addr); a file that is not a YAML mapping ships
+    as a comment saying so (it held nothing a worker reads)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if not isinstance(data, dict):
+        return "# not shipped: this file is not a YAML mapping on the main node\n"
+    dist = data.get("distributed")
+    if isinstance(dist, dict):
+        data["distributed"] = {**dist, **{k: v for k, v in _PRIVATE_KEYS.items() if k in dist}}
+    return ("# shipped by the coach: hosts, users, key paths and weights removed\n"
+            + yaml.safe_dump(data, sort_keys=False))
 
 
 def deployed_marker(paths: WorkerPaths) -> str:

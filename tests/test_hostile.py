@@ -1276,6 +1276,34 @@ def test_deploy_archive_holds_only_tracked_files(tmp_path):
     assert names == ["proj-0.1/pkg/__init__.py"], names
 
 
+def test_deploy_archive_ships_configs_without_hosts_users_or_keys(tmp_path):
+    import tarfile
+
+    import yaml
+
+    from distributed.remote import ProjectInfo, build_source_archive
+
+    root = tmp_path / "proj"
+    (root / "configs").mkdir(parents=True)
+    (root / "configs" / "config.yaml").write_text("go:\n  board_size: 9\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "configs/config.yaml"], check=True)
+    # the user's edit of the tracked file, as the guide tells them to make it
+    (root / "configs" / "config.yaml").write_text(
+        "go:\n  board_size: 9\ndistributed:\n  enabled: true\n  workers:\n"
+        "    - host: secret-host.example\n      user: alice\n"
+        "      key_path: ~/.ssh/alice_secret_key\n      gpu_id: 0\n"
+        "  worker_weights: {worker1: 2.0}\n  master_addr: 10.1.2.3\n")
+    archive = build_source_archive(ProjectInfo("proj", "0.1", root), tmp_path / "out")
+    with tarfile.open(archive) as tar:
+        shipped = tar.extractfile("proj-0.1/configs/config.yaml").read().decode()
+    for secret in ("secret-host", "alice", "10.1.2.3"):
+        assert secret not in shipped, shipped
+    data = yaml.safe_load(shipped)
+    assert data["go"] == {"board_size": 9} and data["distributed"]["enabled"] is True
+    assert data["distributed"]["workers"] == [] and data["distributed"]["master_addr"] is None
+
+
 # concurrent supervisors
 
 
