@@ -1304,6 +1304,34 @@ def test_deploy_archive_ships_configs_without_hosts_users_or_keys(tmp_path):
     assert data["distributed"]["workers"] == [] and data["distributed"]["master_addr"] is None
 
 
+def test_remote_text_never_forges_a_log_line_or_an_escape(tmp_path):
+    """The coach's log as start_main.py configures it: one line per event, whatever a worker
+    host put in its error text (newlines, terminal escapes, Unicode line separators)."""
+    import logging
+
+    from training.run.logsetup import configure_logging
+
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    try:
+        configure_logging(tmp_path / "coach.log", "INFO", stderr=False)
+        hostile = "disk full\n2026-01-01 00:00:00,000 INFO coach: all fine\x1b[2J\x1b[31m\u2028!"
+        logging.getLogger("training.fleet.fleet").warning("worker %s: %s", "w1", hostile)
+        for h in root.handlers:
+            h.flush()
+        text = (tmp_path / "coach.log").read_text(encoding="utf-8")
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+            h.close()
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])
+    lines = text.splitlines()
+    assert len(lines) == 1 and "\x1b" not in text and "\u2028" not in text, text
+    assert "disk full\\n2026-01-01" in lines[0] and "\\x1b[2J" in lines[0]
+
+
 # concurrent supervisors
 
 
