@@ -12,9 +12,11 @@ of training.worker.Worker).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from training.worker import main
 
 if __name__ == "__main__":
+    os.umask(0o077)  # run and worker folders, logs and models: the user's alone
     sys.exit(main())

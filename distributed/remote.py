@@ -179,6 +179,7 @@ def start_command(paths: WorkerPaths, argv: Sequence[str]) -> str:
     """
     return (
         _ALIVE_FN
+        + "umask 077; "  # the worker's folders and files are the user's alone
         + f"mkdir -p {q(paths.root)} && cd {q(paths.root)} || exit 1; "
         + f"mkdir -p logs run {q(paths.outbox)} {q(paths.models)} || exit 1; "
         + f"p=$(cat {q(paths.pid_file)} 2>/dev/null); "
@@ -335,7 +336,8 @@ def make_venv_command(paths: WorkerPaths, python: str) -> str:
     """
     vpy = q(paths.venv_python)
     return (
-        f"mkdir -p {q(paths.deploy_dir)} {q(posixpath.join(paths.root, 'logs'))} || exit 1; "
+        f"umask 077; mkdir -p {q(paths.deploy_dir)} {q(posixpath.join(paths.root, 'logs'))} "
+        "|| exit 1; "
         f"[ -x {vpy} ] || {q(python)} -m venv --system-site-packages --without-pip "
         f"{q(paths.venv)} || exit 1; "
         f"{vpy} -m pip --version > /dev/null 2>&1 || {vpy} -m ensurepip --default-pip"

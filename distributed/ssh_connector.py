@@ -685,7 +685,7 @@ class SSHConnector:
             pass
         except _NET_ERRORS as e:
             raise TransferError(f"{self._where(name)}: stat {path}: {e}") from e
-        self._exec(c, name, f"mkdir -p {q(path)}", self.cfg.command_timeout_s, True)
+        self._exec(c, name, f"umask 077; mkdir -p {q(path)}", self.cfg.command_timeout_s, True)
 
     def push_files(self, files: Sequence[tuple[str | os.PathLike, str]],
                    names: Iterable[str] | None = None

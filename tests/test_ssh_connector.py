@@ -113,6 +113,7 @@ def test_put_get_round_trip_with_metacharacters(conn, tmp_path):
     assert remote_abs.read_bytes() == src.read_bytes()
     assert res.sha256 == sha256_file(src)
     assert [p.name for p in remote_abs.parent.iterdir()] == ["model_000001.pt.zst"]
+    assert remote_abs.parent.stat().st_mode & 0o077 == 0, "folders it makes are private"
     back = tmp_path / f"back {NASTY}.bin"
     got = conn.get("worker1", remote, back, expected_sha256=res.sha256)
     assert back.read_bytes() == src.read_bytes() and got.size == 3 << 20

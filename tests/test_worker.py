@@ -178,6 +178,11 @@ def test_daemon_stops_cleanly_on_sigterm_with_a_custom_worker_class(cfg, run_dir
                 for n in outbox_batches(folder / "outbox"))
     assert total == hb["games_done"]  # every finished game is in a batch, none half-written
     assert "worker w1 stopped" in (folder / "logs" / "worker_w1.log").read_text()
+    # what the daemon created is its user's alone (umask 077)
+    made = [folder / "outbox", folder / "logs", folder / "logs" / "worker_w1.log",
+            folder / "status.json", *(folder / "outbox").iterdir()]
+    assert all(path.stat().st_mode & 0o077 == 0 for path in made), \
+        [(path.name, oct(path.stat().st_mode)) for path in made]
 
 
 def test_lower_priority_sets_the_process_and_its_session_group(tmp_path):

@@ -674,4 +674,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    os.umask(0o077)  # run and worker folders, logs and models: the user's alone
     sys.exit(main())
