@@ -121,19 +121,23 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(cfg.run.dir)
     from training.run.run_lock import RunFolderBusy, RunLock
 
-    if run_dir.exists():  # before --fresh moves it aside under a running coach
-        try:
-            RunLock(run_dir).acquire().release()
+    configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
+    if run_dir.exists():
+        try:  # refused while a coach runs on it; held while --fresh moves it aside
+            lock = RunLock(run_dir).acquire()
         except RunFolderBusy as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
-    if args.fresh and run_dir.exists():
-        aside = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        run_dir.rename(aside)
-        log.info("moved the old run folder to %s", aside)
-    elif run_dir.exists():
-        log.info("resuming the run in %s", run_dir)
+        try:
+            if args.fresh:
+                aside = run_dir.with_name(
+                    f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+                run_dir.rename(aside)
+                log.info("moved the old run folder to %s", aside)
+            else:
+                log.info("resuming the run in %s", run_dir)
+        finally:
+            lock.release()
     elif args.resume:
         print(f"error: --resume: no run folder {run_dir} to resume (run.dir in the config, or "
               "--run-dir)", file=sys.stderr)

@@ -1311,25 +1311,74 @@ def test_remote_text_never_forges_a_log_line_or_an_escape(tmp_path):
 
     from training.run.logsetup import configure_logging
 
-    root = logging.getLogger()
-    saved = list(root.handlers), root.level
+    restore = logging_root_state()
     try:
         configure_logging(tmp_path / "coach.log", "INFO", stderr=False)
         hostile = "disk full\n2026-01-01 00:00:00,000 INFO coach: all fine\x1b[2J\x1b[31m\u2028!"
         logging.getLogger("training.fleet.fleet").warning("worker %s: %s", "w1", hostile)
-        for h in root.handlers:
+        for h in logging.getLogger().handlers:
             h.flush()
         text = (tmp_path / "coach.log").read_text(encoding="utf-8")
     finally:
-        for h in list(root.handlers):
-            root.removeHandler(h)
-            h.close()
-        for h in saved[0]:
-            root.addHandler(h)
-        root.setLevel(saved[1])
+        restore()
     lines = text.splitlines()
     assert len(lines) == 1 and "\x1b" not in text and "\u2028" not in text, text
     assert "disk full\\n2026-01-01" in lines[0] and "\\x1b[2J" in lines[0]
+
+
+def test_fresh_holds_the_run_lock_while_it_moves_the_folder_aside(tmp_path, monkeypatch):
+    """No coach can start on the old folder between the check and the rename."""
+    import sys as _sys
+
+    from training.run.run_lock import RunFolderBusy, RunLock
+
+    _sys.path.insert(0, str(REPO))
+    import start_main
+
+    run_dir = tmp_path / "run"
+    (run_dir / "replay").mkdir(parents=True)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"run:\n  dir: {run_dir}\nlogging:\n  dir: {tmp_path / 'logs'}\n"
+                      "distributed:\n  enabled: true\n")  # stops right after the move
+    seen = []
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if self == run_dir:
+            try:
+                RunLock(self).acquire().release()
+                seen.append("free")
+            except RunFolderBusy:
+                seen.append("held")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    root = logging_root_state()
+    try:
+        assert start_main.main(["--config", str(config), "--fresh"]) == 2
+    finally:
+        root()
+    assert seen == ["held"] and not run_dir.exists()
+    assert [p.name.startswith("run.old-") for p in tmp_path.iterdir() if p.name != "c.yaml"
+            and p.name != "logs"] == [True]
+
+
+def logging_root_state():
+    """Save the root logger's handlers and level; the returned function restores them."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+
+    def restore() -> None:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+            h.close()
+        for h in handlers:
+            root.addHandler(h)
+        root.setLevel(level)
+
+    return restore
 
 
 # concurrent supervisors
