@@ -314,17 +314,37 @@ def test_other_board_size_or_komi_is_rejected(run_dir, outbox):
 
 def test_duplicate_name_offered_again_is_ingested_once(run_dir, outbox):
     name = _good(outbox, 0)
+    kept = (outbox / name).read_bytes()
     col = _collector(run_dir)
     assert col.collect(WORKER, LocalSource(outbox)).ingested == [name]
-    _good(outbox, 0, seed=9)  # same name again, even with other games
+    (outbox / name).write_bytes(kept)  # the same file again (the coach died before its delete)
     res = col.collect(WORKER, LocalSource(outbox))
     assert res.ingested == [] and res.duplicates == 1 and os.listdir(outbox) == []
-    _good(outbox, 0)
+    (outbox / name).write_bytes(kept)
     res = _collector(run_dir).collect(WORKER, LocalSource(outbox))  # after a coach restart
     assert res.ingested == [] and res.duplicates == 1
     assert [e["name"] for e in _ledger(run_dir)] == [name]
     assert col.tally[WORKER].batches == 1
     print("hostile case=duplicate_name ingested=1 offered=3 duplicates_ingested=0")
+
+
+def test_other_bytes_under_a_known_name_are_quarantined_not_deleted_unread(run_dir, outbox):
+    """A wiped worker host starts its batch numbers again: its new games under an old name
+    are kept in quarantine with the reason, never silently deleted as "already ingested"."""
+    name = _good(outbox, 0)
+    col = _collector(run_dir)
+    assert col.collect(WORKER, LocalSource(outbox)).ingested == [name]
+    original = (run_dir / "replay" / name).read_bytes()
+    _good(outbox, 0, seed=9)  # same name, other games
+    fresh = (outbox / name).read_bytes()
+    res = col.collect(WORKER, LocalSource(outbox))
+    assert res.rejected == [name] and res.duplicates == 0 and os.listdir(outbox) == []
+    assert (run_dir / "replay" / name).read_bytes() == original
+    kept = list((run_dir / "quarantine" / "reused" / WORKER).glob("*.bin"))
+    assert [k.read_bytes() for k in kept] == [fresh]
+    reason = kept[0].with_name(kept[0].name + ".reason.txt").read_text()
+    assert name in reason and "--min-seq" in reason
+    assert col.tally[WORKER].rejected == 1 and _collector(run_dir).tally[WORKER].rejected == 1
 
 
 def test_name_of_another_worker_is_rejected(run_dir, outbox):

@@ -483,9 +483,7 @@ class Collector:
     def _collect_owned(self, worker: str, name: str, source: BatchSource,
                        result: CollectResult, current_generation: int) -> None:
         if self.is_known(name):
-            source.delete(name)
-            result.duplicates += 1
-            log.info("%s already ingested; deleted the worker's copy", name)
+            self._collect_known(worker, name, source, result)
             return
         incoming = self.incoming_dir / name
         try:
@@ -536,6 +534,42 @@ class Collector:
         result.positions += info.positions
         log.info("ingested %s from %s: games=%d positions=%d bytes=%d", name, worker,
                  info.games, info.positions, nbytes)
+
+    def _collect_known(self, worker: str, name: str, source: BatchSource,
+                       result: CollectResult) -> None:
+        """A name ingested or rejected before: the worker's copy is deleted when it holds the
+        same bytes (a coach that stopped before its delete). Other bytes under a known name
+        (a wiped worker host that started its sequence again) are never deleted unread:
+        they go to quarantine with the reason, and count against the worker."""
+        from distributed.transfer import sha256_file
+
+        known = self.entries.get(name, {}).get("sha256", "")
+        if known:
+            local = self.incoming_dir / f"known-{_digest(worker, name)}"
+            try:
+                source.fetch(name, local)
+                digest = sha256_file(local)
+            except BatchRefused as e:
+                self._reject(worker, name, f"reused:{worker}:{name}", None,
+                             f"{name}: a known name, refused: {e}", source, result,
+                             target=self._reused_path(worker, name))
+                return
+            if digest != known:
+                self._reject(worker, name, f"reused:{worker}:{name}:{digest[:16]}", local,
+                             f"{name}: this name was collected before with other bytes "
+                             f"(sha256 {known[:12]}.., now {digest[:12]}..): the worker's "
+                             "batch numbers started again (a wiped worker folder?); "
+                             "restart it through the coach, which passes --min-seq",
+                             source, result, target=self._reused_path(worker, name))
+                return
+            local.unlink(missing_ok=True)
+        source.delete(name)
+        result.duplicates += 1
+        log.info("%s already ingested; deleted the worker's copy", name)
+
+    def _reused_path(self, worker: str, name: str) -> Path:
+        return (self.quarantine_dir / "reused" / _safe_worker(worker)
+                / f"{_digest(worker, name + str(time.time_ns()))}.bin")
 
     def _collect_foreign(self, worker: str, name: str, source: BatchSource,
                          result: CollectResult) -> bool:
@@ -595,11 +629,13 @@ class Collector:
         return n >= SLOW_FETCH_TRIES
 
     def _reject(self, worker: str, name: str, key: str, path: Path | None, reason: str,
-                source: BatchSource | None, result: CollectResult) -> None:
-        """Count a rejected file against `worker`: its bytes to quarantine while within the
-        budget, its reason file, the ledger line, then the worker's copy deleted."""
+                source: BatchSource | None, result: CollectResult, *,
+                target: Path | None = None) -> None:
+        """Count a rejected file against `worker`: its bytes to quarantine (`target`, by
+        default `quarantine_path`) while within the budget, its reason file, the ledger
+        line, then the worker's copy deleted."""
         reason = _escaped(reason)[:_REASON_MAX_CHARS]
-        target = self.quarantine_path(worker, name)
+        target = target or self.quarantine_path(worker, name)
         folder, stem = target.parent, target.name
         with self._lock:
             folder.mkdir(parents=True, exist_ok=True)
