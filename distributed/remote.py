@@ -103,6 +103,11 @@ class WorkerPaths:
         return posixpath.join(self.worker_dir, "status.json")
 
     @property
+    def lease(self) -> str:
+        """Which run's coach uses this worker folder (`training.fleet.ssh_workers`)."""
+        return posixpath.join(self.worker_dir, "lease.json")
+
+    @property
     def outbox(self) -> str:
         return posixpath.join(self.worker_dir, "outbox")
 

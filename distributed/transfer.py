@@ -422,8 +422,8 @@ def put_file(
 ) -> TransferResult:
     """Upload `local_path` to `remote_path` atomically.
 
-    The file goes to a temporary name beside the target; its size is checked with stat; then
-    OpenSSH's posix-rename replaces the target in one step. Stale temporary files of earlier
+    The file goes to a temporary name beside the target; its size is checked with stat, its
+    mode set to 0600; then OpenSSH's posix-rename replaces the target in one step. Stale temporary files of earlier
     cut uploads of the same name are removed afterwards. `where` (e.g. "worker1 (host)")
     names the destination in errors. Raises TransferError.
     """
@@ -440,6 +440,7 @@ def put_file(
                 f"{where}: upload of {local_path} to {tmp} stored {got} of {size} bytes "
                 "(remote disk full?)"
             )
+        sftp.chmod(tmp, 0o600)  # the user's alone, whatever the SFTP server's umask
         sftp.posix_rename(tmp, remote_path)
     except TransferError:
         _remove_quietly(sftp, tmp)

@@ -1401,6 +1401,32 @@ def logging_root_state():
     return restore
 
 
+@pytest.mark.ssh
+def test_two_runs_never_share_a_worker_folder(ssh_worker, tmp_path, monkeypatch):
+    """A worker folder's lease: a second run's coach is refused with the holder named; the
+    holder renews it; it frees itself once its coach stops renewing."""
+    import training.fleet.ssh_workers as ssh_workers
+    from training.fleet.fleet import WorkerFault
+
+    backend, outbox = ssh_worker
+    conn = backend.connector
+    first, second = "main-node:/runs/a", "main-node:/runs/b"
+    ssh_workers.take_lease(conn, WORKER, first)
+    with pytest.raises(WorkerFault, match="used by another run .main-node:/runs/a"):
+        ssh_workers.take_lease(conn, WORKER, second)
+    ssh_workers.take_lease(conn, WORKER, first)  # the same run renews (or resumes)
+    lease = json.loads((outbox.parent / "lease.json").read_text())
+    assert lease["run"] == first and (outbox.parent / "lease.json").stat().st_mode & 0o077 == 0
+    later = time.time() + ssh_workers.LEASE_TTL_S + 1
+    ssh_workers.take_lease(conn, WORKER, second, now=later)  # the first coach is gone
+    with pytest.raises(WorkerFault, match="runs/b"):
+        ssh_workers.take_lease(conn, WORKER, first, now=later)
+    # the coach's backend takes it as part of bringing the worker up
+    assert backend.run == ssh_workers.run_identity(tmp_path / "coach")
+    with pytest.raises(WorkerFault):
+        backend.prepare()
+
+
 # concurrent supervisors
 
 

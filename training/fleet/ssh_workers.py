@@ -5,7 +5,10 @@ worker's `SSHBackend` owns one `SSHConnector` for that host alone, so a dead lin
 transfer or a held lock on one host never touches another (after an abandoned operation the
 supervisor gets a fresh backend with a fresh connector; `abort` closes the old one's socket).
 
-Bringing a worker up (`prepare_host`, shared with `training.fleet.remote_training`): preflight
+Bringing a worker up (`prepare_host`, shared with `training.fleet.remote_training`): the worker
+folder's lease (`<worker folder>/lease.json`: this run's identity, main node and run folder,
+renewed every 20 s with the heartbeat reads; a folder whose lease another run renewed within
+two minutes is refused as WorkerFault, so two coaches never share one) -> preflight
 (Python, torch, GPUs, disk; problems make it Error and it is retried with backoff) -> deploy
 the project's exact version (unless `distributed.deploy` is off) -> upload the run's config,
 redacted (`worker_config`: no other worker's host, user or key path) -> start the daemon
@@ -26,9 +29,14 @@ It must not: import paramiko (only `distributed/` does), or decide when to train
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 import os
 import posixpath
+import socket
+import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +51,7 @@ from distributed.ssh_connector import (
     SSHConnector,
     SSHError,
 )
-from distributed.status import Heartbeat, StatusFormatError
+from distributed.status import Heartbeat, StatusFormatError, printable
 from distributed.transfer import (
     DeadlineError,
     TransferError,
@@ -82,9 +90,13 @@ def write_worker_config(cfg: Config, path: Path) -> Path:
     return path
 
 
-def prepare_host(connector: SSHConnector, name: str, config_file: Path, deploy: bool) -> None:
-    """Preflight, deploy (when on) and the run's config: once before a host's first start.
-    Raises SSHError (a failed preflight is a RemoteCommandError naming the problems)."""
+def prepare_host(connector: SSHConnector, name: str, config_file: Path, deploy: bool,
+                 run: str | None = None) -> None:
+    """The worker folder's lease for `run` (when given), preflight, deploy (when on) and the
+    run's config: once before a host's first start. Raises SSHError (a failed preflight is a
+    RemoteCommandError naming the problems), or WorkerFault for a folder another run uses."""
+    if run is not None:
+        take_lease(connector, name, run)
     report = connector.preflight(name)
     if not report.ok:
         raise RemoteCommandError(f"{name}: preflight: " + "; ".join(report.problems),
@@ -99,6 +111,51 @@ def translate(err: Exception) -> Exception:
     if isinstance(err, _FAULTS):
         return WorkerFault(str(err))
     return Unreachable(str(err))
+
+
+LEASE_TTL_S = 120.0
+"""A worker folder's lease that its coach has not renewed for this long is free (the coach is
+gone); a live coach renews it every `LEASE_RENEW_S`."""
+LEASE_RENEW_S = 20.0
+LEASE_MAX_BYTES = 4096
+
+
+def run_identity(run_dir: str | os.PathLike) -> str:
+    """The run a coach serves, as a worker folder's lease names it: the main node and the
+    run folder (a resumed coach of the same run takes its own lease back)."""
+    return f"{socket.gethostname()}:{Path(run_dir).resolve()}"
+
+
+def take_lease(connector: SSHConnector, name: str, run: str, *, now: float | None = None
+               ) -> None:
+    """Write (or renew) the worker folder's lease for `run`; WorkerFault when another run's
+    coach renewed it within LEASE_TTL_S: two coaches never share a worker folder (each would
+    collect the other's games and push its models)."""
+    now = time.time() if now is None else now
+    path = connector.paths(name).lease
+    try:
+        held = json.loads(connector.read_bytes(name, path, max_bytes=LEASE_MAX_BYTES))
+    except FileNotFoundError:
+        held = None
+    except ValueError:  # unreadable: taken over, as an expired one
+        held = None
+    if isinstance(held, dict) and held.get("run") != run:
+        age = now - float(held.get("time", 0) or 0) if _finite(held.get("time")) else 1e18
+        if age < LEASE_TTL_S:
+            raise WorkerFault(
+                f"{name}: its folder {connector.paths(name).worker_dir} is used by another "
+                f"run ({printable(held.get('run'), 200)}, pid {printable(held.get('pid'), 20)}, "
+                f"renewed {max(age, 0):.0f}s ago): stop that coach, or give this run's "
+                "worker another name or distributed.remote_dir")
+    with tempfile.TemporaryDirectory(prefix="azgo-lease-") as tmp:
+        local = Path(tmp) / "lease.json"
+        local.write_text(json.dumps({"run": run, "pid": os.getpid(), "time": now}))
+        connector.put(name, local, path)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
 
 
 class SSHSource:
@@ -144,12 +201,14 @@ class SSHBackend(Backend):
 
     def __init__(self, cfg: Config, spec: WorkerSpec, config_file: Path, *,
                  stats: TransferStats, start_command: tuple[str, ...] = START_COMMAND,
-                 project: remote.ProjectInfo | None = None):
+                 project: remote.ProjectInfo | None = None, run: str | None = None):
         self.cfg, self.spec, self.name = cfg, spec, spec.name
         self.host = spec.host
         self.gpu = "cpu" if spec.gpu_id < 0 else str(spec.gpu_id)
         self.config_file, self.stats = Path(config_file), stats
         self.start_command, self.project = tuple(start_command), project
+        self.run = run  # the lease's run identity (None: no lease, e.g. a one-off command)
+        self._leased_at = -math.inf
         self.connector = SSHConnector(dataclasses.replace(cfg.distributed, workers=(spec,)),
                                       start_command=self.start_command, stats=stats,
                                       project=project)
@@ -175,7 +234,8 @@ class SSHBackend(Backend):
 
     def prepare(self) -> None:
         self._call(prepare_host, self.connector, self.name, self.config_file,
-                   self.cfg.distributed.deploy)
+                   self.cfg.distributed.deploy, self.run)
+        self._leased_at = time.monotonic()
 
     def start(self, min_seq: int) -> int:
         self.connector.start_command = (*self.start_command, "--min-seq", str(min_seq))
@@ -188,6 +248,9 @@ class SSHBackend(Backend):
         self._call(self.connector.stop, self.name)
 
     def read_heartbeat(self) -> Heartbeat | None:
+        if self.run is not None and time.monotonic() - self._leased_at > LEASE_RENEW_S:
+            self._call(take_lease, self.connector, self.name, self.run)
+            self._leased_at = time.monotonic()
         try:
             return self._call(self.connector.read_heartbeat, self.name)
         except Unreachable as e:
@@ -223,7 +286,8 @@ class SSHBackend(Backend):
 
     def fresh(self) -> SSHBackend:
         return SSHBackend(self.cfg, self.spec, self.config_file, stats=self.stats,
-                          start_command=self.start_command, project=self.project)
+                          start_command=self.start_command, project=self.project,
+                          run=self.run)
 
     def close(self) -> None:
         self.connector.close()
@@ -252,6 +316,7 @@ class SSHFleet(Fleet):
 
     def backends_for(self, cfg: Config) -> list[Backend]:
         write_worker_config(cfg, self.config_file)
+        run = run_identity(self.run_dir)
         return [SSHBackend(cfg, spec, self.config_file, stats=self.stats,
-                           start_command=self.start_command, project=self.project)
+                           start_command=self.start_command, project=self.project, run=run)
                 for spec in cfg.distributed.workers]
