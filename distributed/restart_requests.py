@@ -17,7 +17,8 @@ from pathlib import Path
 
 from distributed.transfer import write_atomic
 
-DEFAULT_DIR = Path(__file__).resolve().parent / "requests"  # distributed/requests/
+DEFAULT_DIR = Path("distributed", "requests")
+"""Relative to the folder the coach and `ssh_connector.py --restart` run in (as status.txt)."""
 ACTIONS = ("restart",)
 
 

@@ -32,7 +32,9 @@ from pathlib import Path
 from distributed.transfer import file_kind, write_atomic, write_json_atomic
 
 HEARTBEAT_NAME = "status.json"
-DEFAULT_STATUS_PATH = Path(__file__).resolve().parent / "status.txt"  # distributed/status.txt
+DEFAULT_STATUS_PATH = Path("distributed", "status.txt")
+"""Relative to the folder the coach runs in, where the guide's `watch cat distributed/status.txt`
+looks (not beside an installed package)."""
 
 
 class WorkerState(str, enum.Enum):

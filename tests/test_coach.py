@@ -265,6 +265,16 @@ def test_a_failing_stage_of_the_loop_never_stops_the_later_ones(tiny_cfg, run_di
     assert (run_dir / "status.txt").exists(), "status.txt is written after a failed stage"
 
 
+def test_status_file_and_requests_are_under_the_folder_the_user_runs_in(tiny_cfg, tmp_path,
+                                                                        monkeypatch):
+    from training.coach import Coach
+
+    monkeypatch.chdir(tmp_path)
+    coach = Coach(override(tiny_cfg, {"run.dir": str(tmp_path / "run")}), watch_config=False)
+    assert coach.status_path.resolve() == tmp_path / "distributed" / "status.txt"
+    assert coach.requests_dir.resolve() == tmp_path / "distributed" / "requests"
+
+
 # ------------------------------------------------------------------ coach: training rounds
 
 # A trainer command for the coach: copies a prepared model file to the new model's place, and
