@@ -193,7 +193,10 @@ class SelfPlayConfig:
     """Moves sampled (puct: in proportion to visits; gumbel: the search's choice with its root
     noise); after that, the search's best move (the most visited; gumbel: without noise)."""
     resign_threshold: float = -0.9
-    """Resign when a search's root value falls below this; -1 disables resignation."""
+    """Resign when a side's root value stays below this for `resign_moves` of its own moves
+    in a row; -1 disables resignation."""
+    resign_moves: int = 3
+    """Own moves in a row below `resign_threshold` before a side resigns (KataGo's 3)."""
     resign_disabled_fraction: float = 0.1
     """Share of games where resignation is off, to measure false resignations."""
     workers: int = 0
@@ -218,6 +221,7 @@ class SelfPlayConfig:
         _range(self, "batch_size", 1, 4096)
         _range(self, "temperature_moves", 0, 1000)
         _range(self, "resign_threshold", -1.0, 1.0)
+        _range(self, "resign_moves", 1, 1000)
         _range(self, "resign_disabled_fraction", 0.0, 1.0)
         _range(self, "workers", 0, 1024)
         _range(self, "workers_per_gpu", 0, 64)

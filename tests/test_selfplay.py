@@ -84,15 +84,24 @@ def test_resignation_and_resign_disabled_games(tiny_cfg):
     resigned = [r for r in records if r.resigned]
     played_out = [r for r in records if not r.resigned]
     assert resigned and played_out
-    for r in resigned:
+    for r in resigned:  # black resigns at its 3rd move below the threshold, not its 1st
         check_record(r, cfg)
-        assert r.result == WHITE and not r.resign_disabled and r.num_moves == 0
+        assert r.result == WHITE and not r.resign_disabled
+        assert r.num_moves == 2 * (cfg.self_play.resign_moves - 1) == 4
     for r in played_out:
         check_record(r, cfg)
         assert r.resign_disabled and r.would_resign_as == BLACK
     black_won = sum(r.result == BLACK for r in played_out)
     assert false_resignation_rate(records) == black_won / len(played_out)
     assert false_resignation_rate(resigned) is None
+
+
+def test_resign_moves_is_the_own_moves_in_a_row_below_the_threshold(tiny_cfg):
+    for moves in (1, 2, 5):
+        cfg = override(tiny_cfg, {"self_play.resign_disabled_fraction": 0.0,
+                                  "self_play.resign_moves": moves})
+        sp = SelfPlay(white_wins, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=0)
+        assert {r.num_moves for r in sp.play(max_games=3)} == {2 * (moves - 1)}
 
 
 def test_no_resignation_at_threshold_minus_one(tiny_cfg):

@@ -33,8 +33,8 @@ the first `temperature_moves` moves, where it varies the openings); `GameRecord.
 marks the moves whose targets the trainer learns the policy from (every move trains the
 value). The tree is reused across both kinds as usual.
 
-A game resigns when its root value (side to move's view)
-falls below `resign_threshold`; in `resign_disabled_fraction` of games resignation is off and
+A side resigns when its root value (its own view) has stayed below `resign_threshold` for
+`resign_moves` of its own moves in a row (one noisy search never ends a game); in `resign_disabled_fraction` of games resignation is off and
 the record notes the colour that would have resigned (`would_resign_as`), so the share of
 such games that colour went on to win is the false-resignation rate.
 
@@ -84,6 +84,8 @@ class _Game:
     generation: int
     resign_disabled: bool
     would_resign_as: int = 0
+    below: dict[int, int] = field(default_factory=dict)
+    """Each colour's own moves in a row with its root value below the resign threshold."""
     moves: list[int] = field(default_factory=list)
     visits: list[np.ndarray] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -210,8 +212,9 @@ class SelfPlay:
         playing = []
         for i, g in enumerate(slots.tolist()):
             game = games[g]
-            if threshold > -1.0 and values[i] < threshold:
-                color = self.mcts.to_play(g)
+            color = self.mcts.to_play(g)
+            game.below[color] = game.below.get(color, 0) + 1 if values[i] < threshold else 0
+            if threshold > -1.0 and game.below[color] >= self.cfg.resign_moves:
                 if not game.resign_disabled:
                     finished.append(self._finish(g, resigned_by=color))
                     continue
