@@ -261,6 +261,10 @@ class ReplayConfig:
 class TrainingConfig:
     batch_size: int = 256
     """Total batch across all ranks (split evenly; the guides' --batch-size)."""
+    batch_size_per_gpu: int = 0
+    """If > 0: each rank's batch instead (total = this x ranks; 001/002's per-GPU batch)."""
+    backend: str = "auto"
+    """torch.distributed backend: auto (NCCL on CUDA, else Gloo), nccl or gloo."""
     lr: float = 0.02
     """Learning rate for the reference batch size lr_reference_batch."""
     lr_reference_batch: int = 256
@@ -301,6 +305,8 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         _range(self, "batch_size", 1, 1 << 20)
+        _range(self, "batch_size_per_gpu", 0, 1 << 20)
+        _choice(self, "backend", ("auto", "nccl", "gloo"))
         _range(self, "lr", 0.0, 10.0)
         _range(self, "lr_reference_batch", 1, 1 << 20)
         _choice(self, "lr_scaling", ("linear", "sqrt", "none"))

@@ -206,6 +206,55 @@ def test_two_nodes_on_loopback_train_together(work):
     assert not (work / "two_nodes_node1" / "models").exists()  # node 1 holds rank 1: no files
 
 
+def test_ranks_started_by_hand_train_together_and_only_rank_0_prints(work):
+    """The 000 guide's `--world-size 2 --rank R` (each rank started by hand, gloo), with the
+    progress bar on: rank 0 prints the bar, its log and the summary; rank 1 prints nothing."""
+    port = str(_free_port())
+    procs = []
+    for rank in (0, 1):
+        cmd = [sys.executable, "-m", "training.trainer", "--config", str(TINY),
+               "--run-dir", str(work / f"by_hand_{rank}"),
+               "--samples", str(work / "samples.npz"), "--steps", "3",
+               "--world-size", "2", "--rank", str(rank), "--backend", "gloo",
+               "--batch-size-per-gpu", "8", "--master-addr", "127.0.0.1", "--master-port", port]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    summary = json.loads(outs[0][0].strip().splitlines()[-1])
+    assert summary["world_size"] == 2 and len(set(summary["rank_checksums"])) == 1
+    assert summary["micro_batch"] * summary["accumulation"] == 8, "8 per rank"
+    assert "train gen 1" in outs[0][1] and "INFO" in outs[0][1]
+    assert outs[1] == ("", ""), f"rank 1 printed: {outs[1]!r}"
+
+
+def test_world_size_alone_launches_that_many_processes_here(work):
+    import argparse
+
+    from training.trainer import apply_world_size, build_parser, relaunch_command
+
+    cfg = load_config(TINY)
+    args = build_parser().parse_args(["--world-size", "3"])
+    cmd = relaunch_command(args, ["--world-size", "3"], apply_world_size(args, cfg))
+    assert "--nproc_per_node=3" in cmd and cmd[-2:] == ["--world-size", "3"]
+    from configs import ConfigError
+
+    for bad in (["--rank", "0"], ["--world-size", "0"], ["--world-size", "2", "--rank", "2"]):
+        with pytest.raises(ConfigError, match="--rank|--world-size"):
+            apply_world_size(build_parser().parse_args(bad), cfg)
+    assert isinstance(args, argparse.Namespace)
+
+
+def test_backend_nccl_without_a_gpu_is_refused_naming_gloo(work, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.trainer", "--config", str(TINY), "--run-dir",
+         str(tmp_path), "--samples", str(work / "samples.npz"), "--steps", "1", "--no-progress",
+         "--backend", "nccl"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("a CUDA GPU is visible: nccl is a valid choice here")
+    assert proc.returncode == 1 and "use gloo" in proc.stderr, proc.stderr[-1000:]
+
+
 def test_two_ranks_train_from_the_real_replay_window(work):
     """Default data: the replay window over run/replay, opened identically on both ranks;
     equal weights after steps of two micro-batches each show no_sync + the final all-reduce."""

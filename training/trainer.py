@@ -255,7 +255,10 @@ def train_round(
     run_dir = Path(run_dir)
     hooks = hooks or FaultHooks()
     tcfg = cfg.training
-    ctx = init_distributed(tcfg.timeout_s)
+    try:
+        ctx = init_distributed(tcfg.timeout_s, tcfg.backend)
+    except ValueError as e:
+        raise TrainingError(str(e)) from e
     try:
         return _train(cfg, run_dir, ctx, dataset, checkpoint, steps, generation, progress, hooks,
                       None if cache_dir is None else Path(cache_dir))
@@ -274,12 +277,17 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     ckpt, start_payload, base_gen = resolve_start_shared(run_dir, checkpoint, ctx, cache_dir)
     new_gen = generation if generation is not None else base_gen + 1
 
-    per_rank = tcfg.batch_size // ctx.world_size
+    if tcfg.batch_size_per_gpu > 0:
+        per_rank = tcfg.batch_size_per_gpu
+        log.info("batch %d per rank x %d ranks = %d total (training.batch_size_per_gpu)",
+                 per_rank, ctx.world_size, per_rank * ctx.world_size)
+    else:
+        per_rank = tcfg.batch_size // ctx.world_size
     if per_rank < 1:
         raise TrainingError(
             f"training.batch_size {tcfg.batch_size} is smaller than the {ctx.world_size} ranks"
         )
-    if per_rank * ctx.world_size != tcfg.batch_size:
+    if not tcfg.batch_size_per_gpu and per_rank * ctx.world_size != tcfg.batch_size:
         log.warning("batch_size %d does not split over %d ranks; using %d total",
                     tcfg.batch_size, ctx.world_size, per_rank * ctx.world_size)
     total_batch = per_rank * ctx.world_size
@@ -547,8 +555,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(ap, "--run-dir", "--gpus", "--nodes")
     ap.add_argument("--node-rank", type=int, default=0, help="this node's rank (0 = master)")
     ap.add_argument("--master-addr", default="127.0.0.1", help="address of node 0")
-    add_flags(ap, "--master-port", "--batch-size", "--mixed-precision", "--epochs", "--lr",
-              "--learning-rate")
+    add_flags(ap, "--master-port", "--batch-size", "--batch-size-per-gpu", "--backend",
+              "--mixed-precision", "--epochs", "--lr", "--learning-rate")
+    ap.add_argument("--world-size", type=int, default=None,
+                    help="total training processes: alone, --nodes 1 runs this many here; "
+                         "with --rank, this process is one of them, started by hand")
+    ap.add_argument("--rank", type=int, default=None,
+                    help="this process's global rank when each is started by hand (with "
+                         "--world-size, --master-addr and --master-port)")
     ap.add_argument("--local-rank", "--local_rank", type=int, default=None,
                     help="set by python -m torch.distributed.launch (torchrun sets LOCAL_RANK)")
     ap.add_argument("--num-workers", type=int, default=None, help=argparse.SUPPRESS)
@@ -575,6 +589,36 @@ def config_from_args(args: argparse.Namespace) -> Config:
     cfg = load_config(args.config)
     changes = overrides(args)
     return override(cfg, changes) if changes else cfg
+
+
+def apply_world_size(args: argparse.Namespace, cfg: Config) -> Config:
+    """The 000 guide's `--world-size N [--rank R]`: alone, N processes over `--nodes` nodes
+    (training.gpus = N / nodes, launched through torch.distributed.run); with `--rank`, this
+    process is rank R of N started by hand: the environment torchrun would set is set here
+    (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). ConfigError when they cannot
+    mean anything."""
+    if args.rank is not None and args.world_size is None:
+        raise ConfigError("command line: --rank needs --world-size (the total processes)")
+    if args.world_size is None:
+        return cfg
+    n, nodes = args.world_size, cfg.training.nodes
+    if n < 1 or n % nodes:
+        raise ConfigError(f"command line: --world-size {n} must be a positive multiple of "
+                          f"--nodes {nodes}")
+    if under_torchrun():
+        if int(os.environ["WORLD_SIZE"]) != n:
+            raise ConfigError(f"command line: --world-size {n}, but the launcher started "
+                              f"{os.environ['WORLD_SIZE']} processes")
+        return cfg
+    if args.rank is not None:
+        if not 0 <= args.rank < n:
+            raise ConfigError(f"command line: --rank {args.rank} outside 0..{n - 1}")
+        local = args.local_rank if args.local_rank is not None else args.rank % (n // nodes)
+        os.environ.update(RANK=str(args.rank), WORLD_SIZE=str(n), LOCAL_RANK=str(local),
+                          MASTER_ADDR=args.master_addr,
+                          MASTER_PORT=str(cfg.training.master_port))
+        return cfg
+    return override(cfg, {"training.gpus": n // nodes})
 
 
 def _rank_step(text: str | None) -> tuple[int, int] | None:
@@ -616,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["LOCAL_RANK"] = str(args.local_rank)  # torch.distributed.launch's way
     try:
         cfg = config_from_args(args)
+        cfg = apply_world_size(args, cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

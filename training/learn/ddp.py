@@ -69,10 +69,16 @@ def under_torchrun() -> bool:
     )
 
 
-def pick_device_and_backend(local_rank: int, world_size: int) -> tuple[str, str]:
-    """NCCL on CUDA (one GPU per local rank), MPS alone, Gloo on CPU otherwise."""
+def pick_device_and_backend(local_rank: int, world_size: int, backend: str = "auto"
+                            ) -> tuple[str, str]:
+    """NCCL on CUDA (one GPU per local rank), MPS alone, Gloo on CPU otherwise; `backend`
+    (training.backend) "gloo" keeps the GPUs with Gloo, "nccl" needs CUDA (ValueError)."""
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("training.backend nccl needs CUDA GPUs, and none is visible; use "
+                         "gloo (or auto)")
     if torch.cuda.is_available():
-        return f"cuda:{local_rank % torch.cuda.device_count()}", "nccl"
+        return (f"cuda:{local_rank % torch.cuda.device_count()}",
+                "gloo" if backend == "gloo" else "nccl")
     has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if has_mps:
         if world_size == 1:
@@ -81,12 +87,12 @@ def pick_device_and_backend(local_rank: int, world_size: int) -> tuple[str, str]
     return "cpu", "gloo"
 
 
-def init_distributed(timeout_s: float) -> DistContext:
+def init_distributed(timeout_s: float, backend: str = "auto") -> DistContext:
     """Join the process group torchrun describes in the environment (or run alone)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device, backend = pick_device_and_backend(local_rank, world_size)
+    device, backend = pick_device_and_backend(local_rank, world_size, backend)
     if world_size == 1:
         return DistContext(device=device)
     if device.startswith("cuda"):
