@@ -395,9 +395,17 @@ class DistributedConfig:
     workers: tuple[WorkerSpec, ...] = ()
     """Self-play hosts: host, user, key_path, gpu_id (and optional name, port)."""
     compression: bool = True
-    """zstd-compress models and game batches on the wire."""
+    """zstd-compress models and game batches on the wire (false: zstd frames of stored
+    blocks, no compression work; every reader reads both)."""
     compression_level: int = 3
     """zstd level, 1 (fast) to 22 (small)."""
+
+    @property
+    def wire_level(self) -> int:
+        """The zstd level files are written at: `compression_level`, or 0 (raw, stored
+        blocks in a zstd frame: no compression work, the same readers) when compression is
+        off."""
+        return self.compression_level if self.compression else 0
     batch_size: int = 100
     """Finished games per batch file a worker sends."""
     batch_max_wait_s: float = 10.0

@@ -152,8 +152,32 @@ def sha256_file(path: str | os.PathLike) -> str:
 # ----------------------------------------------------------------------------- compression
 
 
+STORED = 0
+"""The `level` that writes a zstd frame of raw (stored) blocks: no compression work, and every
+zstd reader, ours included, reads it unchanged (`distributed.compression: false`)."""
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_STORED_HEADER = _ZSTD_MAGIC + bytes([0x00, 7 << 3])  # no size or checksum, window 2^17
+_STORED_BLOCK = 1 << 17  # a raw block's largest size (128 KiB, the window)
+
+
+def _stored_blocks(chunks, write: Callable[[bytes], Any]) -> None:
+    """Write a zstd frame holding the bytes of `chunks` in raw blocks (RFC 8878, 3.1.1)."""
+    write(_STORED_HEADER)
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        while len(pending) > _STORED_BLOCK:  # never the last block: more may follow
+            write((_STORED_BLOCK << 3).to_bytes(3, "little") + pending[:_STORED_BLOCK])
+            pending = pending[_STORED_BLOCK:]
+    write(((len(pending) << 3) | 1).to_bytes(3, "little") + pending)  # the last block
+
+
 def compress_bytes(data: bytes, level: int = 3) -> bytes:
-    """zstd-compress `data` at `level` (1..22)."""
+    """zstd-compress `data` at `level` (1..22; `STORED` for raw blocks)."""
+    if level == STORED:
+        out = io.BytesIO()
+        _stored_blocks([bytes(data)], out.write)
+        return out.getvalue()
     return zstandard.ZstdCompressor(level=level).compress(data)
 
 
@@ -303,12 +327,16 @@ def _copy_capped(read: Callable[[int], bytes], partial: Path, limit: int, what: 
 
 
 def compress_file(src: str | os.PathLike, dst: str | os.PathLike, level: int = 3) -> int:
-    """Stream-compress `src` into `dst` (written atomically). Returns the compressed size."""
+    """Stream-compress `src` into `dst` (written atomically; `STORED`: raw blocks). Returns
+    the compressed size."""
     dst = Path(dst)
     tmp = _tmp_name(dst)
     try:
         with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            zstandard.ZstdCompressor(level=level).copy_stream(fin, fout, read_size=_CHUNK)
+            if level == STORED:
+                _stored_blocks(iter(lambda: fin.read(_CHUNK), b""), fout.write)
+            else:
+                zstandard.ZstdCompressor(level=level).copy_stream(fin, fout, read_size=_CHUNK)
             fout.flush()
             os.fsync(fout.fileno())
         os.replace(tmp, dst)

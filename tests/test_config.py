@@ -180,3 +180,29 @@ def test_worker_class_must_be_module_colon_class():
     assert load_config_text("self_play:\n  worker_class: custom_worker:CustomWorker\n")
     msg = _error("self_play:\n  worker_class: 'custom_worker.CustomWorker'\n")
     assert "self_play.worker_class must be module:Class" in msg
+
+
+def test_every_config_key_is_read_by_the_code():
+    """Walk the schema: each key must be read somewhere in the product (as `.key` or as its
+    dotted name), so no documented setting is accepted and ignored."""
+    import dataclasses
+    import re
+
+    from configs import Config
+    from tests.conftest import REPO
+
+    files = [p for folder in ("training", "distributed", "configs")
+             for p in (REPO / folder).rglob("*.py")]  # schema.py: derived values read keys
+    files += [REPO / "start_main.py", REPO / "start_worker.py"]
+    source = "\n".join(p.read_text() for p in files)
+    unread = []
+    for section in dataclasses.fields(Config):
+        sub = getattr(Config(), section.name)
+        if not dataclasses.is_dataclass(sub):
+            continue
+        for key in dataclasses.fields(sub):
+            if not (re.search(rf"\.{key.name}\b", source)
+                    or f"{section.name}.{key.name}" in source):
+                unread.append(f"{section.name}.{key.name}")
+    assert unread == [], f"config keys nothing reads: {unread}"
+

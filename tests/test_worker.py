@@ -32,7 +32,7 @@ def _publish(cfg, folder: Path, generation: int, seed: int = 0) -> model_store.M
     src = folder.parent / "published"
     save_model(src / f"model_{generation:06d}.pt", net_from_config(cfg.net, cfg.go.board_size),
                generation)
-    manifest = model_store.publish_model(src, generation)
+    manifest = model_store.publish_model(src, generation, cfg.distributed.wire_level)
     model_store.copy_published(src, manifest, folder / "models")
     return manifest
 
@@ -83,6 +83,27 @@ def test_games_that_waited_batch_max_wait_s_are_sent_without_filling_a_batch(cfg
     summary = Worker(fresh, "w1", folder).run(max_games=12)
     games = [len(read_batch(folder / "outbox" / n)[1]) for n in outbox_batches(folder / "outbox")]
     assert summary.batches == len(games) > 1 and sum(games) == summary.games
+
+
+def test_compression_false_stores_batches_and_models_that_read_the_same(cfg, run_dir):
+    """distributed.compression: false writes zstd frames of raw blocks (no compression work):
+    the batch is about its raw size, and the coach's validator and the worker read both."""
+    from training.fleet.collector import validate_with_records
+
+    folder = run_dir / "workers" / "w1"
+    manifest = _publish(override(cfg, {"distributed.compression": False}), folder, 0)
+    stored = folder / "models" / manifest.zst_name
+    assert stored.read_bytes()[4:6] == bytes([0x00, 0x38]), "a stored frame"
+    plain = override(cfg, {"distributed.compression": False})
+    Worker(plain, "w1", folder).run(max_games=10)  # loads the stored model
+    names = outbox_batches(folder / "outbox")
+    raw = (folder / "outbox" / names[0]).read_bytes()
+    assert raw[4:6] == bytes([0x00, 0x38])
+    info = validate_with_records(cfg.go.board_size, cfg.go.komi)(folder / "outbox" / names[0])
+    assert info.games == len(read_batch(folder / "outbox" / names[0])[1]) > 0
+    from distributed.transfer import compress_bytes, decompress_bytes
+
+    assert len(raw) > 2 * len(compress_bytes(decompress_bytes(raw, 1 << 30), 3))
 
 
 def test_corrupt_model_is_refused_and_previous_model_kept(cfg, run_dir):

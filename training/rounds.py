@@ -160,7 +160,7 @@ class Rounds:
 
     def publish(self, generation: int) -> None:
         model_store.publish_model(self.paths.models, generation,
-                                  self.cfg.distributed.compression_level)
+                                  self.cfg.distributed.wire_level)
         self.generation = generation
         log.info("published generation %d", generation)
 

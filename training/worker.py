@@ -207,7 +207,7 @@ class Worker:
         from training.go.records import BatchMeta, write_batch
 
         meta = BatchMeta.from_records(self.name, records, max_moves=self.cfg.go.max_moves)
-        write_batch(path, records, meta, level=self.cfg.distributed.compression_level)
+        write_batch(path, records, meta, level=self.cfg.distributed.wire_level)
 
     # ------------------------------------------------------------------ the daemon
 
