@@ -178,6 +178,19 @@ def test_worker_added_to_the_watched_config_becomes_active(tiny_cfg, cluster):
         assert "handed to the running coach" in out.stdout, out.stdout + out.stderr
         wait_until(lambda: _states(status)["worker1"] == (WorkerState.ACTIVE, 1), 120,
               "worker1 restarted by request and Active")
+
+        # removed from the running coach: stopped, and its last games collected
+        SSHConnector(config_path=config).remove_worker("worker3")
+        folder = Path(str(tmp / "sandbox" / "added")) / "workers" / "worker3"
+        wait_until(lambda: "worker3" not in _states(status), 60, "worker3 gone from status")
+        stopped = lambda: json.loads((folder / "status.json").read_text())["state"] == \
+            "Offline"  # noqa: E731
+        wait_until(stopped, 60, "worker3's daemon stopped")
+        wait_until(lambda: not list((folder / "outbox").iterdir()), 60, "its outbox collected")
+        played = json.loads((folder / "status.json").read_text())["games_done"]
+        wait_until(lambda: sum(e["games"] for e in _ledger(Path(cfg.run.dir))
+                               if e["worker"] == "worker3") == played, 30,
+                   "every game worker3 finished ingested")
     finally:
         coach.stop()
         t.join(timeout=120)

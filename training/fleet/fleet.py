@@ -469,8 +469,9 @@ class Fleet:
         return [n for n in added if n not in changed] + changed, removed
 
     def _retire(self, name: str) -> None:
-        """Drop a member; its daemon is stopped by a thread of its own (bounded by the stop
-        deadline, never by the coach's loop)."""
+        """Drop a member; a thread of its own (bounded by the stop deadline, never by the
+        coach's loop) stops its daemon, which writes its finished games as a last batch,
+        then collects what its outbox holds: a removed worker's games are not left behind."""
         sup = self._sups.pop(name)
         self.members.pop(name)
         self.wake.pop(name).set()
@@ -480,13 +481,27 @@ class Fleet:
         def stop() -> None:
             try:
                 backend.stop()
-            except (Unreachable, WorkerFault, OSError) as e:
-                log.warning("worker %s: could not stop the removed worker: %s", name, e)
+                self._collect_all(name, backend)
+            except (Unreachable, WorkerFault, SourceError, OSError) as e:
+                log.warning("worker %s: could not stop and collect the removed worker: %s",
+                            name, e)
             finally:
                 backend.close()
                 sup.backend.close()
 
         threading.Thread(target=stop, name=f"retire-{name}", daemon=True).start()
+
+    def _collect_all(self, name: str, backend: Backend, passes: int = 100) -> None:
+        """Everything in a stopped worker's outbox, a pass at a time (quotas do not apply)."""
+        if self.collector is None:
+            return
+        for _ in range(passes):
+            res = self.collector.collect(name, backend.source(),
+                                         current_generation=self.generation)
+            if res.ingested:
+                log.info("worker %s (removed): collected its last %d games", name, res.games)
+            if not res.deferred or res.over_budget:
+                return
 
     # ------------------------------------------------------------------ what the coach asks
 
