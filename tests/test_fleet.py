@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from configs import load_config, override
+from configs import WorkerSpec, load_config, override
+from distributed.ssh_connector import SSHConnector
 from tests.conftest import REPO, wait_until
-from tests.sshd import daemon_command, sshd_server, write_fake_daemon  # noqa: F401 - fixture
+from tests.sshd import (daemon_command, make_config, sshd_server,  # noqa: F401 - fixture
+                        write_fake_daemon)
 
 pytestmark = pytest.mark.ssh
 
@@ -203,3 +205,33 @@ def test_bring_ups_run_at_most_the_bound_at_once(tmp_path, monkeypatch):
     finally:
         fleet.stop_all(timeout_s=5)
     assert peak[0] == 3, f"at most 3 bring-ups at once, saw {peak[0]}"
+
+
+@pytest.mark.ssh
+def test_a_custom_worker_class_outside_the_project_is_shipped_and_imports_there(
+        sshd_server, tmp_path, monkeypatch):
+    """`--worker-class mymod:Cls` with --distributed: the module's file goes to the worker's
+    root (the daemon's working folder) and imports there with the deployed project."""
+    from training.fleet.ssh_workers import prepare_host, worker_class_files
+
+    user = tmp_path / "user_code"
+    user.mkdir()
+    (user / "my_workers.py").write_text(
+        "from training.worker import Worker\n\n\nclass Loud(Worker):\n    LOUD = 42\n")
+    monkeypatch.syspath_prepend(str(user))
+    assert worker_class_files("training.worker:Worker") == []
+    assert [r for _, r in worker_class_files("my_workers:Loud")] == ["my_workers.py"]
+    spec = WorkerSpec(host=sshd_server.addr, user=sshd_server.user, name="w1",
+                      port=sshd_server.port, key_path=str(sshd_server.client_key),
+                      remote_dir=str(tmp_path / "remote"), gpu_id=-1)
+    config = tmp_path / "config.yaml"
+    config.write_text("go:\n  board_size: 5\n")
+    with SSHConnector(make_config([spec], sshd_server.known_hosts)) as conn:
+        prepare_host(conn, "w1", config, deploy=False, worker_class="my_workers:Loud")
+        root = tmp_path / "remote"
+        assert (root / "my_workers.py").read_text() == (user / "my_workers.py").read_text()
+        res = conn.run("w1", f"cd {root} && {sys.executable} -c "
+                       "'from training.worker import import_worker_class as i; "
+                       "print(i(\"my_workers:Loud\").LOUD)'")
+        assert res.stdout.strip() == "42", res
+

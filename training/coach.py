@@ -132,6 +132,9 @@ class Coach:
         self.requests_dir = Path(requests_dir) if requests_dir else DEFAULT_REQUESTS_DIR
         self.trainer_cmd = trainer_cmd
         self.worker_class = worker_class
+        if worker_class and self.distributed:  # it travels in the workers' config
+            self.overrides["self_play.worker_class"] = worker_class
+            self.cfg = cfg = override_config(cfg, {"self_play.worker_class": worker_class})
         self.watch_config = watch_config and self.config_path is not None
         self.models_dir = self.paths.models
         self.stats = TransferStats()

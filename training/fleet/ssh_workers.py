@@ -91,7 +91,7 @@ def write_worker_config(cfg: Config, path: Path) -> Path:
 
 
 def prepare_host(connector: SSHConnector, name: str, config_file: Path, deploy: bool,
-                 run: str | None = None) -> None:
+                 run: str | None = None, worker_class: str | None = None) -> None:
     """The worker folder's lease for `run` (when given), preflight, deploy (when on) and the
     run's config: once before a host's first start. Raises SSHError (a failed preflight is a
     RemoteCommandError naming the problems), or WorkerFault for a folder another run uses."""
@@ -103,7 +103,42 @@ def prepare_host(connector: SSHConnector, name: str, config_file: Path, deploy: 
                                  worker=name, action="preflight")
     if deploy:
         connector.deploy(name)
+    for local, remote_rel in worker_class_files(worker_class):
+        connector.put(name, local, remote_rel)  # under the root, the daemon's cwd
     connector.put(name, config_file, connector.paths(name).config)
+
+
+PROJECT_PACKAGES = ("training", "distributed", "configs")
+CLASS_FILES_MAX_BYTES = 4 << 20
+
+
+def worker_class_files(spec: str | None) -> list[tuple[Path, str]]:
+    """The files a host needs to import the user's worker class `module:Class` when its
+    module is not part of this project (the deployed package): the module's file, or every
+    .py file of its top-level package, as (local path, path under the remote root, which is
+    the daemon's working folder and so on its import path). [] for a project module."""
+    if not spec:
+        return []
+    import importlib.util
+
+    module = spec.partition(":")[0]
+    top = module.split(".")[0]
+    if top in PROJECT_PACKAGES:
+        return []
+    found = importlib.util.find_spec(top)
+    if found is None or found.origin is None:
+        raise WorkerFault(f"worker class {spec!r}: module {top} not found on the main node")
+    origin = Path(found.origin)
+    if found.submodule_search_locations:  # a package: ship its .py files
+        root = origin.parent
+        files = [(p, posixpath.join(top, *p.relative_to(root).parts))
+                 for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts]
+    else:
+        files = [(origin, f"{top}.py")]
+    if sum(p.stat().st_size for p, _ in files) > CLASS_FILES_MAX_BYTES:
+        raise WorkerFault(f"worker class {spec!r}: {top} is over {CLASS_FILES_MAX_BYTES} "
+                          "bytes; install it on the worker hosts by hand")
+    return files
 
 
 def translate(err: Exception) -> Exception:
@@ -234,7 +269,7 @@ class SSHBackend(Backend):
 
     def prepare(self) -> None:
         self._call(prepare_host, self.connector, self.name, self.config_file,
-                   self.cfg.distributed.deploy, self.run)
+                   self.cfg.distributed.deploy, self.run, self.cfg.self_play.worker_class)
         self._leased_at = time.monotonic()
 
     def start(self, min_seq: int) -> int:
