@@ -152,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
               "used with distributed self-play only: add --distributed (or "
               "distributed.enabled: true), or remove the training nodes", file=sys.stderr)
         return 2
+    if cfg.logging.tensorboard:
+        from training.run.tensorboard import check_available
+
+        problem = check_available()
+        if problem:
+            print(f"error: {args.config or 'configs/config.yaml'}: {problem}", file=sys.stderr)
+            return 2
     if args.checkpoint is not None:
         problem = check_initial_model(args.checkpoint, cfg)
         if problem:

@@ -28,7 +28,7 @@ fi
 python3 -m pip install -q --disable-pip-version-check torch==2.13.0
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 python3 - <<'PY'
-import torch, paramiko, numba, pyspiel, sgfmill, prometheus_client  # noqa: F401  (fail here, not mid-suite)
+import torch, paramiko, numba, pyspiel, sgfmill, prometheus_client, tensorboard  # noqa: F401  (fail here, not mid-suite)
 print(f"installed: torch {torch.__version__}, paramiko {paramiko.__version__}, numba {numba.__version__}")
 PY
 /usr/sbin/sshd -V 2>&1 | head -n 1

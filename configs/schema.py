@@ -489,6 +489,9 @@ class LoggingConfig:
     level: str = "INFO"
     dir: str = "logs"
     """Folder of distributed_training.log and worker_<name>.log."""
+    tensorboard: bool = False
+    """Also write each generation's metrics as TensorBoard scalars to <run.dir>/tensorboard
+    (needs `pip install tensorboard`)."""
 
     def __post_init__(self) -> None:
         _choice(self, "level", ("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -369,6 +369,25 @@ def test_the_round_result_file_gives_the_loss_and_the_model_goes_out_before_its_
     assert (coach.paths.models / "model_000001.json").exists()
 
 
+def test_with_logging_tensorboard_each_generation_goes_to_tensorboard_too(tiny_cfg, run_dir):
+    """The scalars are read back with TensorBoard's own event reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from training.learn import round_result
+    from training.run.metrics import record_metrics
+
+    coach = _round_coach(override(tiny_cfg, {"logging.tensorboard": True}), run_dir)
+    prepared = run_dir.parent / "prepared.json"
+    round_result.write(prepared, _round_result(1, 0.75))
+    record_metrics(run_dir, 1, loss=0.75, policy_loss=0.5)  # what the trainer writes
+    _train_one_round(coach, str(prepared))
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"loss", "policy_loss", "games_total", "train_s"} <= set(tags), tags
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 0.75)]
+
+
 def test_a_model_with_a_nan_weight_is_never_published(tiny_cfg, run_dir, caplog):
     import time
 

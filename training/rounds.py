@@ -421,7 +421,7 @@ class Rounds:
 
         snap = self.coach.snapshot()
         try:
-            metrics.record_metrics(
+            row = metrics.record_metrics(
                 self.paths.root, generation, games_total=self.coach.total_games(),
                 games_per_s=snap.games_per_s, window_games=snap.window_games,
                 window_positions=snap.window_positions, train_s=train_s,
@@ -430,6 +430,10 @@ class Rounds:
                 elapsed_s=time.monotonic() - self._started,
                 **({"elo": self.elo} if self.elo is not None else {}))
             metrics.plot_progress(self.paths.root)
+            if self.cfg.logging.tensorboard:
+                from training.run import tensorboard
+
+                tensorboard.write_row(self.paths.root, row)
         except Exception:  # noqa: BLE001 - metrics and plots must never stop training
             log.exception("metrics or plot for generation %d failed", generation)
 

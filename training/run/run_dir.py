@@ -19,6 +19,7 @@
       strength_history.jsonl      every evaluation it ran, one line each, never rewritten
       strength_games/<stamp>/     the SGF of every game of an evaluation against GNU Go
       index.html                  the run page: status, plots, last games (the coach)
+      tensorboard/                each generation's metrics as TensorBoard scalars (optional)
 
 The worker folder's twin is `distributed/remote.py` (`WorkerPaths`). Model and batch file
 names are spelled by `model_store.model_stem` and `records.batch_name`; this module composes
@@ -150,6 +151,10 @@ class RunDir:
     @property
     def page(self) -> Path:
         return self.root / PAGE_NAME
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
 
     @property
     def strength_history(self) -> Path:
