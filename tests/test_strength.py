@@ -184,6 +184,9 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
     played = [node.get_move() for node in parsed.get_main_sequence()[1:]]
     assert len(played) == game["moves"] and parsed.get_size() == tiny_cfg.go.board_size
     assert parsed.get_root().get("RE") == game["judge"]
+    # each move carries black's win rate by the generation's net (Sabaki's SBKV, percent)
+    rates = [float(node.get("SBKV")) for node in parsed.get_main_sequence()[1:]]
+    assert len(rates) == len(played) and all(0 <= r <= 100 for r in rates)
     # How each game ended, by the judge at the opponent's first pass and at the end
     out = _cli("--endings", str(folder))
     assert out.returncode == 0, out.stderr

@@ -246,6 +246,31 @@ def run_hours(models: Path, generations: Sequence[int]) -> dict[int, float]:
     return out
 
 
+class NetWinrates:
+    """Black's win rate after each move of a game, by the evaluated generation's own net
+    (one forward pass a position, no search): the SBKV graph of the evaluation's SGFs, so a
+    reviewer sees where the net thought the game turned."""
+
+    def __init__(self, model: Path, cfg: Config):
+        net, _ = load_model(model)
+        self.evaluate = make_evaluator(net, jit=False)
+        self.size, self.komi, self.history = cfg.go.board_size, cfg.go.komi, net.history
+
+    def __call__(self, moves: Sequence[int]) -> list[float | None]:
+        from training.go.features import planes
+
+        position = Position(self.size, self.komi, max_moves=10 * self.size * self.size)
+        batch, black_to_move = [], []
+        for move in moves:
+            position.play(move)
+            batch.append(planes(position, self.history))
+            black_to_move.append(position.to_play == BLACK)
+        if not batch:
+            return []
+        _, values = self.evaluate(np.stack(batch))
+        return [float((1 + (v if black else -v)) / 2) for v, black in zip(values, black_to_move)]
+
+
 def model_path(run_dir: Path, generation: int) -> Path:
     return RunDir(run_dir).model(generation)
 
@@ -287,15 +312,18 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                 model_path(run_dir, g), simulations=budget.simulations,
                 seconds_per_move=budget.seconds_per_move, config=config_path))
 
+            judge = NetWinrates(model_path(run_dir, g), cfg) if sgf_dir is not None else None
+
             def series(name: str, opponent, n: int, bonus: float = 0.0) -> list[gnugo.Outcome]:
                 def progress(outcome: gnugo.Outcome) -> None:
                     log(f"  {row.player} vs {name}: {outcome.describe()}")
-                    if sgf_dir is not None:
+                    if sgf_dir is not None and judge is not None:
                         label = f"gen{g}_{budget}_vs_{name}_{outcome.spec.index + 1:03d}"
                         file = sgf_dir / (label.replace(" ", "").replace("/", "per") + ".sgf")
                         sgf_dir.mkdir(parents=True, exist_ok=True)
-                        write_atomic(file, outcome.to_sgf(f"azgo {row.player}",
-                                                          f"{name}").encode())
+                        sgf = outcome.to_sgf(f"azgo {row.player}", f"{name}",
+                                             winrates=judge(outcome.moves))
+                        write_atomic(file, sgf.encode())
 
                 specs = gnugo.schedule(n, cfg.go.board_size, cfg.run.seed)
                 return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,

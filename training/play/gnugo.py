@@ -166,8 +166,10 @@ class Outcome:
         ours = BLACK if self.spec.we_are_black else -BLACK
         return all_dead(position.board, g.size, ours, g.judged_dead)
 
-    def to_sgf(self, player: str, opponent: str) -> str:
-        """The game as SGF, the judge's result as RE and its dead stones in the comment."""
+    def to_sgf(self, player: str, opponent: str,
+               winrates: Sequence[float | None] | None = None) -> str:
+        """The game as SGF, the judge's result as RE and its dead stones in the comment;
+        `winrates[t]` (black's, 0..1) on move t's node as Sabaki's SBKV."""
         g = self.game
         black, white = (player, opponent) if self.spec.we_are_black else (opponent, player)
         moves = [from_gtp(m, g.size) for m in g.moves if m not in ("resign", "timeout")]
@@ -178,7 +180,13 @@ class Outcome:
                 f"Tromp-Taylor {g.result}; ours {self.our_score}; opening "
                 f"{' '.join(self.spec.opening)}; opponent seed {self.spec.seed}")
         return game_sgf(g.size, g.komi, moves, result, player_black=black, player_white=white,
-                        comment=note, rules="Chinese, positional superko")
+                        comment=note, rules="Chinese, positional superko", winrates=winrates)
+
+    @property
+    def moves(self) -> list[int]:
+        """The game's moves as flat indices (a resignation or a loss on time left out)."""
+        g = self.game
+        return [from_gtp(m, g.size) for m in g.moves if m not in ("resign", "timeout")]
 
     def to_json(self) -> dict:
         g = self.game
