@@ -2,7 +2,7 @@
 # Install everything the project and its tests need on a fresh Debian machine, idempotently:
 # Debian's OpenSSH server and client (real sshd hosts in the tests), GNU Go (an independent
 # engine the rules are checked against), iproute2 + nftables (network-namespace hosts and link
-# faults), then torch==2.13.0 FIRST (a bare `torch` would pull the newest CUDA build), then this
+# faults), node + npm (Sabaki's SGF parser reads our SGF files), then torch==2.13.0 FIRST (a bare `torch` would pull the newest CUDA build), then this
 # project with its test extras. apt-get needs root; without root it says what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,8 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# node and npm from any source (a NodeSource node carries its own npm)
+{ command -v node && command -v npm; } >/dev/null 2>&1 || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   if [[ $(id -u) == 0 ]]; then
     apt-get update -qq
@@ -31,5 +33,8 @@ python3 - <<'PY'
 import torch, paramiko, numba, pyspiel, sgfmill, prometheus_client, tensorboard  # noqa: F401  (fail here, not mid-suite)
 print(f"installed: torch {torch.__version__}, paramiko {paramiko.__version__}, numba {numba.__version__}")
 PY
+# Sabaki's own SGF parser (npm), which the tests read our SGF files with
+npm install --prefix tests/js --no-audit --no-fund --silent >/dev/null
+node -e 'require("./tests/js/node_modules/@sabaki/sgf"); console.log("node", process.version, "@sabaki/sgf ok")'
 /usr/sbin/sshd -V 2>&1 | head -n 1
 /usr/games/gnugo --version | head -n 1
