@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import urllib.error
 import urllib.request
 
@@ -108,3 +109,48 @@ def test_start_main_offers_the_server_flag(port):
     import start_main
 
     assert start_main.parse_args(["--serve-status", str(port)]).serve_status == port
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_the_run_page_renders_in_a_real_headless_browser(tmp_path):
+    """Chromium (headless) loads the page from the run folder with no server: the table and
+    the plot are drawn (a screenshot with many colours), and a worker's text stays text."""
+    import shutil
+    import subprocess
+
+    from training.run import metrics
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/install.sh installs it")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    for g in range(1, 6):
+        metrics.record_metrics(tmp_path, g, loss=3.0 - 0.2 * g, games_per_s=2.0 + 0.1 * g,
+                               elo=40.0 * g)
+    metrics.plot_progress(tmp_path)
+    (tmp_path / "index.html").write_text(render_html(_snapshot(), ["progress.png"]),
+                                         encoding="utf-8")
+    url = (tmp_path / "index.html").as_uri()
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--user-data-dir={tmp_path / 'profile'}"]
+    shot = pathlib.Path(os.environ.get("AZGO_PAGE_SHOT", tmp_path / "page.png"))
+    run = subprocess.run([*common, f"--screenshot={shot}", "--window-size=1100,1300", url],
+                         capture_output=True, text=True, timeout=120)
+    assert shot.exists(), run.stderr[-2000:]
+    data = shot.read_bytes()
+    assert _png_size(data) == (1100, 1300)
+    from matplotlib import image
+
+    pixels = image.imread(str(shot))[..., :3].reshape(-1, 3)
+    colours = len({tuple(p) for p in (pixels * 255).astype(int)[::7]})
+    assert colours > 50, f"a blank page ({colours} colours)"
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "worker1" in dom and "\U0001F534 Error" in dom and "&lt;script&gt;" in dom
+    assert '<img src="progress.png"' in dom
+    print(f"headless chromium: screenshot 1100x1300, {colours} colours in a sample")
