@@ -3,8 +3,8 @@
 # Debian's OpenSSH server and client (real sshd hosts in the tests), GNU Go (an independent
 # engine the rules are checked against), iproute2 + nftables (network-namespace hosts and link
 # faults), chromium (the run page in a headless browser), node + npm (Sabaki's SGF parser
-# reads our SGF files), then torch==2.13.0 FIRST (a bare `torch` would pull the newest CUDA build), then this
-# project with its test extras. apt-get needs root; without root it says what to install.
+# reads our SGF files), then torch==2.13.0 FIRST (a bare `torch` would pull the newest CUDA
+# build), then this project with its test extras. apt-get needs root; without root it says what to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
