@@ -191,7 +191,7 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     coach.fleet.members["worker1"].games_collected = 30
     coach.fleet.members["worker2"].games_collected = 10
     coach.states["worker2"] = WorkerState.OFFLINE
-    coach.generation = 3
+    coach.rounds.generation = 3
     from training.fleet.collector import WorkerTally
 
     coach.collector.tally["worker2"] = WorkerTally(batches=1, games=10, rejected=2)
@@ -321,18 +321,18 @@ def _train_one_round(coach, result_file: str = "") -> bool:
     import time
 
     gen = _start_fake_round(coach, result_file)
-    coach._start_round()
-    assert coach.round is not None and coach.round.generation == gen
+    coach.start_round()
+    assert coach.rounds.current is not None and coach.rounds.current.generation == gen
     published_early = False
     t0 = time.monotonic()
-    while coach.generations_done == 0:
+    while coach.rounds.concluded == 0:
         assert time.monotonic() - t0 < 60, "the round did not end"
         coach._advance_training()
-        rnd = coach.round
-        if rnd is not None and rnd.evaluation is not None and coach.generation == gen:
+        rnd = coach.rounds.current
+        if rnd is not None and rnd.evaluation is not None and coach.rounds.generation == gen:
             published_early = rnd.published and coach.fleet.target.generation == gen
         time.sleep(0.05)
-    assert coach.generation == gen and coach.round is None
+    assert coach.rounds.generation == gen and coach.rounds.current is None
     return published_early
 
 
@@ -342,7 +342,7 @@ def _start_fake_round(coach, result_file: str = "", source=None) -> int:
     coach.paths.create()
     gen = coach.rounds.next_generation()
     source = source or _model_file(coach.paths.root.parent / "source.pt", coach.cfg)
-    coach.trainer_cmd = [sys.executable, "-c", FAKE_TRAINER, str(source),
+    coach.rounds.trainer_cmd = [sys.executable, "-c", FAKE_TRAINER, str(source),
                          str(coach.paths.model(gen)), result_file,
                          str(coach.paths.round_result(gen))]
     return gen
@@ -353,7 +353,7 @@ def _round_coach(tiny_cfg, run_dir):
     coach = _coach(tiny_cfg, run_dir, ["worker1"], **{
         "logging.dir": str(run_dir.parent / "logs"), "evaluation.games": 0,
         "evaluation.gnugo_games": 0, "evaluation.gating": "none"})
-    coach.generation = 0
+    coach.rounds.generation = 0
     return coach
 
 
@@ -365,8 +365,44 @@ def test_the_round_result_file_gives_the_loss_and_the_model_goes_out_before_its_
     prepared = run_dir.parent / "prepared.json"
     round_result.write(prepared, _round_result(1, 0.75))
     assert _train_one_round(coach, str(prepared))  # gating none: published before the arena
-    assert coach.last_loss == 0.75 and coach.generations_done == 1
+    assert coach.rounds.last_loss == 0.75 and coach.rounds.concluded == 1
     assert (coach.paths.models / "model_000001.json").exists()
+
+
+def test_a_round_driven_alone_reports_started_published_concluded(tiny_cfg, run_dir):
+    """`Rounds` without a coach: given the config, the run folder and counts, it says what
+    happened as events, and touches no fleet, collector or coach."""
+    import sys
+    import threading
+    import time
+
+    from training.learn import round_result
+    from training.rounds import Counts, ModelPublished, RoundConcluded, Rounds, RoundStarted
+    from training.run.run_dir import RunDir
+
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(run_dir / "logs"),
+                              "evaluation.games": 0, "evaluation.gnugo_games": 0,
+                              "self_play.games_per_worker": 10})
+    paths = RunDir(run_dir).create()
+    source = _model_file(run_dir.parent / "source.pt", cfg)
+    prepared = run_dir.parent / "prepared.json"
+    round_result.write(prepared, _round_result(1, 0.5))
+    rounds = Rounds(cfg, paths, threading.Event(), trainer_cmd=[
+        sys.executable, "-c", FAKE_TRAINER, str(source), str(paths.model(1)), str(prepared),
+        str(paths.round_result(1))])
+    rounds.ensure_first_model()
+    assert rounds.generation == 0
+    assert rounds.advance(Counts(total_games=9, target=10)) == []  # not due
+    events = rounds.advance(Counts(total_games=10, target=10))
+    assert events == [RoundStarted(1)]
+    seen: list = []
+    t0 = time.monotonic()
+    while not any(isinstance(e, RoundConcluded) for e in seen):
+        assert time.monotonic() - t0 < 60, "the round did not end"
+        seen += rounds.advance(Counts(total_games=12, target=10))
+        time.sleep(0.05)
+    assert seen == [ModelPublished(1), RoundConcluded(1, True, seen[1].train_s, None)]
+    assert rounds.generation == 1 and rounds.last_loss == 0.5 and rounds.new_games(12) == 2
 
 
 def test_with_logging_tensorboard_each_generation_goes_to_tensorboard_too(tiny_cfg, run_dir):
@@ -395,13 +431,13 @@ def test_a_model_with_a_nan_weight_is_never_published(tiny_cfg, run_dir, caplog)
     poisoned = _model_file(run_dir.parent / "nan.pt", tiny_cfg, poison=True)
     gen = _start_fake_round(coach, source=poisoned)
     with caplog.at_level("ERROR", logger="training.rounds"):
-        coach._start_round()
+        coach.start_round()
         t0 = time.monotonic()
-        while coach.round is not None:
+        while coach.rounds.current is not None:
             assert time.monotonic() - t0 < 60, "the round did not end"
             coach._advance_training()
             time.sleep(0.05)
-    assert coach.generation == 0 and coach.generations_done == 0  # not published
+    assert coach.rounds.generation == 0 and coach.rounds.concluded == 0  # not published
     assert not coach.paths.model(gen).exists()
     assert coach.paths.model(gen).with_name(f"model_{gen:06d}.pt.refused").exists()
     assert not (coach.paths.models / f"model_{gen:06d}.json").exists()
@@ -415,7 +451,8 @@ def test_a_round_without_a_result_counts_with_its_loss_unknown(tiny_cfg, run_dir
     stale.write_text(json.dumps({"generation": 1, "loss": 9.0}))
     with caplog.at_level("WARNING", logger="training.rounds"):
         _train_one_round(coach)
-    assert coach.last_loss is None and coach.generations_done == 1 and coach.generation == 1
+    assert coach.rounds.last_loss is None and coach.rounds.concluded == 1
+    assert coach.rounds.generation == 1
     assert not stale.exists()
     assert "wrote no round result" in caplog.text
 
@@ -427,5 +464,6 @@ def test_an_unreadable_round_result_is_logged_and_the_round_still_counts(tiny_cf
     prepared.write_text("{not json")
     with caplog.at_level("ERROR", logger="training.rounds"):
         _train_one_round(coach, str(prepared))
-    assert coach.last_loss is None and coach.generations_done == 1 and coach.generation == 1
+    assert coach.rounds.last_loss is None and coach.rounds.concluded == 1
+    assert coach.rounds.generation == 1
     assert "round result is unreadable" in caplog.text

@@ -166,7 +166,7 @@ def _coach(work: Path, node_host, name: str, changes: dict):
     coach = Coach(cfg, distributed=True, watch_config=False)
     shutil.copytree(work / "base", coach.run_dir, ignore=shutil.ignore_patterns(".window"))
     coach.setup()  # as run() does: collector, fleet (no workers), training nodes
-    assert isinstance(coach.training_nodes, TrainingNodes)
+    assert isinstance(coach.rounds.training_nodes, TrainingNodes)
     return coach, Path(node["remote_dir"])
 
 
@@ -178,14 +178,14 @@ def _status_nodes(coach) -> str:
 
 
 def _start_round(coach, timeout_s: float = 120) -> None:
-    """`coach._start_round()` and the loop passes until the round runs: the nodes are
+    """`coach.start_round()` and the loop passes until the round runs: the nodes are
     started by a job off the coach's loop."""
     import time
 
     t0 = time.monotonic()
-    coach._start_round()
-    while coach.round is None:
-        assert coach._node_start is not None, "the round was not started (see the log)"
+    coach.start_round()
+    while coach.rounds.current is None:
+        assert coach.rounds.node_start is not None, "the round was not started (see the log)"
         assert time.monotonic() - t0 < timeout_s, "the nodes did not start in time"
         time.sleep(0.2)
         coach._advance_training()
@@ -196,8 +196,8 @@ def _wait_round(coach, timeout_s: float) -> float:
     import time
 
     t0 = time.monotonic()
-    rnd = coach.round
-    while coach.round is rnd and rnd.evaluation is None:
+    rnd = coach.rounds.current
+    while coach.rounds.current is rnd and rnd.evaluation is None:
         assert time.monotonic() - t0 < timeout_s, "the round did not end in time"
         coach._advance_training()
         time.sleep(0.2)
@@ -213,20 +213,20 @@ def test_the_coach_trains_a_round_with_a_node_over_ssh(work, node_host):
     try:
         assert coach.snapshot().training_nodes == "node1 Idle"
         _start_round(coach)
-        assert coach._round_nodes == ["node1"]
+        assert coach.rounds.round_nodes == ["node1"]
         assert _status_nodes(coach) == "node1 Training"
         seconds = _wait_round(coach, 150)
         assert _status_nodes(coach) == "node1 Ready"
     finally:
-        if coach.round is not None and coach.round.evaluation is None:
-            coach.round.popen.kill()
-        coach.training_nodes.stop_round()
-        coach.training_nodes.close()
+        if coach.rounds.current is not None and coach.rounds.current.evaluation is None:
+            coach.rounds.current.popen.kill()
+        coach.rounds.training_nodes.stop_round()
+        coach.rounds.training_nodes.close()
     log_text = (coach.run_dir / "logs" / "trainer_000002.log").read_text()
     summary = json.loads(log_text.strip().splitlines()[-1])
     assert summary["world_size"] == 2 and len(set(summary["rank_checksums"])) == 1
     assert (coach.run_dir / "models" / "model_000002.pt").exists()
-    assert coach.training_nodes.in_round == []  # the node's trainer was stopped
+    assert coach.rounds.training_nodes.in_round == []  # the node's trainer was stopped
     node_dir = node_root / "workers" / "node1"
     replay = sorted(p.name for p in (coach.run_dir / "replay").glob("*.npz.zst"))
     assert sorted(p.name for p in (node_dir / "cache" / "replay").glob("*.npz.zst")) == replay
@@ -244,22 +244,22 @@ def test_a_killed_node_fails_the_round_and_the_next_one_runs_without_it(work, no
     coach, node_root = _coach(work, node_host, "ssh_killed",
                               {"training.timeout_s": timeout_s,
                                "training.steps_per_generation": 100000})
-    nodes = coach.training_nodes
+    nodes = coach.rounds.training_nodes
     try:
         _start_round(coach)
-        assert coach._round_nodes == ["node1"]
+        assert coach.rounds.round_nodes == ["node1"]
         log_path = coach.run_dir / "logs" / "trainer_000002.log"
         t0 = time.monotonic()
         while "training generation 2" not in (log_path.read_text() if log_path.exists()
                                               else ""):
             assert time.monotonic() - t0 < 120, "the round never started training"
-            assert coach.round.popen.poll() is None, log_path.read_text()[-3000:]
+            assert coach.rounds.current.popen.poll() is None, log_path.read_text()[-3000:]
             time.sleep(0.5)
         pid_file = node_root / "run" / "worker_node1.pid"
         pgid = int(pid_file.read_text())
         nodes.connector.run("node1", f"kill -9 -{pgid}")  # the node's whole trainer
         seconds = _wait_round(coach, timeout_s + 60)
-        assert coach.round is None and not (coach.run_dir / "models" / "model_000002.pt").exists()
+        assert coach.rounds.current is None and not (coach.run_dir / "models" / "model_000002.pt").exists()
         assert nodes.available() == []  # benched
         assert re.fullmatch(r"node1 Benched \d+s: its trainer died during the round",
                             _status_nodes(coach)), _status_nodes(coach)
@@ -269,11 +269,11 @@ def test_a_killed_node_fails_the_round_and_the_next_one_runs_without_it(work, no
         coach.cfg = override(coach.cfg, {"training.steps_per_generation": 3})
         coach.run_config_path.write_text(dump_config(coach.cfg))
         _start_round(coach)
-        assert coach._round_nodes == []
+        assert coach.rounds.round_nodes == []
         _wait_round(coach, 120)
     finally:
-        if coach.round is not None:
-            coach.round.popen.kill()
+        if coach.rounds.current is not None:
+            coach.rounds.current.popen.kill()
         nodes.stop_round()
         nodes.close()
     assert (coach.run_dir / "models" / "model_000002.pt").exists()
@@ -293,17 +293,17 @@ def test_training_nodes_follow_config_edits_from_the_next_round(tmp_path):
                                        "distributed.training_nodes": [node("node1")]})
     coach = Coach(cfg, distributed=True, watch_config=False)
     coach.setup()
-    first = coach.training_nodes
+    first = coach.rounds.training_nodes
     assert first.names() == ["node1"] and first.describe() == "node1 Idle"
     assert coach.snapshot().training_nodes == "node1 Idle"
-    coach._sync_training_nodes()
-    assert coach.training_nodes is first  # unchanged config: the same nodes, kept set up
+    coach.rounds.sync_training_nodes()
+    assert coach.rounds.training_nodes is first  # unchanged config: the same nodes, kept set up
     coach.cfg = override(cfg, {"distributed.training_nodes": [node("node1"), node("node2")]})
-    coach._sync_training_nodes()
-    assert coach.training_nodes.names() == ["node1", "node2"]
+    coach.rounds.sync_training_nodes()
+    assert coach.rounds.training_nodes.names() == ["node1", "node2"]
     coach.cfg = override(cfg, {"distributed.training_nodes": []})
-    coach._sync_training_nodes()
-    assert coach.training_nodes is None and coach.snapshot().training_nodes == ""
+    coach.rounds.sync_training_nodes()
+    assert coach.rounds.training_nodes is None and coach.snapshot().training_nodes == ""
     local = Coach(cfg, distributed=False, watch_config=False)
     local._sync_training_nodes()
     assert local.training_nodes is None  # training nodes are a distributed-mode feature

@@ -77,8 +77,9 @@ from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
 from training.fleet.collector import Collector, batch_rules, validate_with_records
-from training.fleet.fleet import Fleet, Job
-from training.rounds import REPO, Round, Rounds
+from training.fleet.fleet import Fleet
+from training.rounds import (REPO, Counts, ModelPublished, RoundConcluded, Rounds,
+                             RoundStarted)
 from training.run.run_dir import STRENGTH_GAMES, RunDir
 from training.run.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
 from training.run.signals import on_stop_signals
@@ -130,7 +131,6 @@ class Coach:
         self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
         self._status_server: StatusServer | None = None
         self.requests_dir = Path(requests_dir) if requests_dir else DEFAULT_REQUESTS_DIR
-        self.trainer_cmd = trainer_cmd
         self.worker_class = worker_class
         if worker_class and self.distributed:  # it travels in the workers' config
             self.overrides["self_play.worker_class"] = worker_class
@@ -148,7 +148,12 @@ class Coach:
         self._snap: StatusSnapshot | None = None  # the snapshot status.txt last showed
         self.fleet: Fleet | None = None
         self.collector: Collector | None = None
-        self.rounds = Rounds(self, self._stop)  # training rounds and published models
+        # training rounds and published models; the coach reacts to their events
+        self.rounds = Rounds(self.cfg, self.paths, self._stop, trainer_cmd=trainer_cmd,
+                             distributed=self.distributed, initial_model=initial_model)
+        self.model_sync_s: float | None = None  # push to every active worker running it
+        self._push_started: dict[int, float] = {}
+        self._started = time.monotonic()
         self._lock: RunLock | None = None
         self._watching = False  # a watchdog observer watches the config file
         self._config_mtime: int | None = None
@@ -165,48 +170,6 @@ class Coach:
     @property
     def run_config_path(self) -> Path:
         return self.paths.config
-
-    # what the rounds own, under the names the coach has always had
-    @property
-    def generation(self) -> int:
-        """The newest published generation (-1 before the first)."""
-        return self.rounds.generation
-
-    @generation.setter
-    def generation(self, value: int) -> None:
-        self.rounds.generation = value
-
-    @property
-    def generations_done(self) -> int:
-        return self.rounds.concluded
-
-    @property
-    def round(self) -> Round | None:
-        return self.rounds.current
-
-    @property
-    def last_loss(self) -> float | None:
-        return self.rounds.last_loss
-
-    @property
-    def elo(self) -> float | None:
-        return self.rounds.elo
-
-    @property
-    def model_sync_s(self) -> float | None:
-        return self.rounds.model_sync_s
-
-    @property
-    def training_nodes(self) -> Any:
-        return self.rounds.training_nodes
-
-    @property
-    def _node_start(self) -> Job | None:
-        return self.rounds.node_start
-
-    @property
-    def _round_nodes(self) -> list[str]:
-        return self.rounds.round_nodes
 
     def _make_fleet(self) -> Fleet:
         if self.distributed:
@@ -238,13 +201,13 @@ class Coach:
         self.collector = Collector(self.run_dir, validate_with_records(
             self.cfg.go.board_size, self.cfg.go.komi,
             sidecar_dir=sidecar_dir(self.paths.replay),
-            max_generation=lambda: self.generation,
+            max_generation=lambda: self.rounds.generation,
             rules=lambda: batch_rules(self.cfg)),
             max_rejected=self.cfg.distributed.max_rejected_batches)
         self.rounds.ensure_first_model()
         self.rounds.games_at_gen = self.total_games()
         self.fleet = self._make_fleet()
-        self._sync_training_nodes()
+        self.rounds.sync_training_nodes()
 
     def run(self) -> CoachSummary:
         """Run until `run.iterations` new generations are published, or until stopped."""
@@ -296,10 +259,10 @@ class Coach:
 
     def _summary(self, t0: float) -> CoachSummary:
         summary = CoachSummary(
-            generations=self.generations_done, games=self.total_games(),
+            generations=self.rounds.concluded, games=self.total_games(),
             batches=len(self.collector.ingested_entries()),
             rejected=sum(t.rejected for t in self.collector.tally.values()),
-            last_generation=self.generation, seconds=time.monotonic() - t0)
+            last_generation=self.rounds.generation, seconds=time.monotonic() - t0)
         log.info("coach finished: generations=%d games=%d batches=%d rejected=%d gen=%d "
                  "seconds=%.0f", summary.generations, summary.games, summary.batches,
                  summary.rejected, summary.last_generation, summary.seconds)
@@ -307,10 +270,10 @@ class Coach:
 
     def _done(self) -> bool:
         n = self.cfg.run.iterations
-        return n > 0 and self.generations_done >= n and self.round is None
+        return n > 0 and self.rounds.concluded >= n and self.rounds.current is None
 
     def _start_fleet(self) -> None:
-        self.rounds.push(self.generation)
+        self._push(self.rounds.generation)
         self.fleet.start(self.collector)
 
     def _step(self) -> None:
@@ -353,7 +316,7 @@ class Coach:
             if m.fault or over.get(name):
                 state = WorkerState.ERROR
             self.states[name], self.ages[name] = state, age
-        self.rounds.check_sync_done(self._active())
+        self._check_sync_done(self._active())
 
     def _active(self) -> list[str]:
         return [n for n, st in self.states.items()
@@ -460,7 +423,7 @@ class Coach:
             log.error("config change ignored: %s; the board and the net of a run are fixed "
                       "(start a new run with another run.dir, or --fresh)", "; ".join(fixed))
             return
-        self.cfg = new
+        self.cfg = self.rounds.cfg = new
         write_atomic(self.run_config_path, f"# git commit: {_git_commit()}\n" + dump_config(new))
         self.tracker.offline_after_s = new.distributed.offline_after_s
         added, removed = self.fleet.set_workers(new)  # added ones start in their supervisors
@@ -474,14 +437,74 @@ class Coach:
             return 0
         return sum(t.games for t in list(self.collector.tally.values()))
 
+    def counts(self) -> Counts:
+        """What the rounds need to know of the games this pass."""
+        def new_positions(generation: int) -> int:
+            return sum(int(e.get("positions", 0)) for e in self.collector.ingested_entries()
+                       if int(e.get("coach_generation", -1)) >= generation)
+
+        return Counts(self.total_games(), self.generation_target(), new_positions)
+
     def _advance_training(self) -> None:
-        self.rounds.advance()
+        for event in self.rounds.advance(self.counts()):
+            self.on_round_event(event)
 
-    def _start_round(self) -> None:
-        self.rounds.start()
+    def start_round(self) -> None:
+        """Start a training round now, due or not (what `_advance_training` does when it is)."""
+        for event in self.rounds.start(self.counts()):
+            self.on_round_event(event)
 
-    def _sync_training_nodes(self) -> None:
-        self.rounds.sync_training_nodes()
+    def on_round_event(self, event: RoundStarted | ModelPublished | RoundConcluded) -> None:
+        """The coach's part of a round: load balancing's baselines when one starts, the push
+        of a published model, the metrics row when one concludes."""
+        if isinstance(event, RoundStarted):
+            for m in self.fleet.members.values():
+                m.games_baseline = m.games_collected
+        elif isinstance(event, ModelPublished):
+            self._push(event.generation)
+        elif isinstance(event, RoundConcluded):
+            self._record_progress(event)
+
+    def _push(self, generation: int) -> None:
+        """Every worker's supervisor pushes this model to it (and retries until it has it)."""
+        self._push_started[generation] = time.monotonic()
+        self.fleet.publish(generation, self.paths.models, self.rounds.manifest(generation))
+
+    def _check_sync_done(self, active: list[str]) -> None:
+        """Model sync time: from the push until every active worker runs the new model."""
+        gen = self.rounds.generation
+        t0 = self._push_started.get(gen)
+        if t0 is None:
+            return
+        members = self.fleet.members
+        if active and all(members[n].heartbeat is not None
+                          and members[n].heartbeat.generation >= gen for n in active):
+            self.model_sync_s = time.monotonic() - t0
+            del self._push_started[gen]
+            log.info("model_sync_s=%.2f generation=%d workers=%d", self.model_sync_s, gen,
+                     len(active))
+
+    def _record_progress(self, event: RoundConcluded) -> None:
+        """The coach's columns of the generation's metrics row, and the plot."""
+        from training.run import metrics
+
+        snap = self.snapshot()
+        try:
+            row = metrics.record_metrics(
+                self.paths.root, event.generation, games_total=self.total_games(),
+                games_per_s=snap.games_per_s, window_games=snap.window_games,
+                window_positions=snap.window_positions, train_s=event.train_s,
+                staleness=snap.staleness_generations, workers_active=snap.workers_active,
+                model_sync_s=snap.model_sync_s, net_mb_per_min=snap.network_mb_per_min,
+                elapsed_s=time.monotonic() - self._started,
+                **({"elo": event.elo} if event.elo is not None else {}))
+            metrics.plot_progress(self.paths.root)
+            if self.cfg.logging.tensorboard:
+                from training.run import tensorboard
+
+                tensorboard.write_row(self.paths.root, row)
+        except Exception:  # noqa: BLE001 - metrics and plots must never stop training
+            log.exception("metrics or plot for generation %d failed", event.generation)
 
     # ------------------------------------------------------------------ status and progress
 
@@ -540,12 +563,12 @@ class Coach:
             model_sync_s=self.model_sync_s if self.model_sync_s is not None
             else self.stats.last_push_s,
             network_mb_per_min=self.stats.net_mb_per_min(),
-            generation=self.generation if self.generation >= 0 else None,
+            generation=gen if (gen := self.rounds.generation) >= 0 else None,
             window_games=games, window_positions=positions,
-            staleness_generations=(self.generation - mean_gen) if mean_gen is not None
+            staleness_generations=(gen - mean_gen) if mean_gen is not None
             else None,
-            last_loss=self.last_loss, elo=self.elo, workers=rows,
-            training_nodes=self.training_nodes.describe() if self.training_nodes else "")
+            last_loss=self.rounds.last_loss, elo=self.rounds.elo, workers=rows,
+            training_nodes=nodes.describe() if (nodes := self.rounds.training_nodes) else "")
 
     def _write_status(self) -> None:
         snap = self.snapshot()
@@ -576,13 +599,14 @@ class Coach:
             return
         self._last_progress = now
         snap = self._snap or self.snapshot()
-        training = f" training={self.round.generation}" if self.round else ""
-        line = (f"gen={self.generation} games={self.total_games()} "
-                f"next_round={self.rounds.new_games()}/{self.generation_target()} "
+        rnd, total = self.rounds.current, self.total_games()
+        training = f" training={rnd.generation}" if rnd else ""
+        line = (f"gen={self.rounds.generation} games={total} "
+                f"next_round={self.rounds.new_games(total)}/{self.generation_target()} "
                 f"games_per_s={snap.games_per_s:.2f} workers_active={snap.workers_active}/"
                 f"{snap.workers_total} window_positions={snap.window_positions} "
                 f"model_sync_s={_fmt(snap.model_sync_s)} "
-                f"net_mb_per_min={snap.network_mb_per_min:.2f} loss={_fmt(self.last_loss)}"
+                f"net_mb_per_min={snap.network_mb_per_min:.2f} loss={_fmt(self.rounds.last_loss)}"
                 f"{training}")
         log.info("progress %s", line)
 

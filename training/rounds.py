@@ -1,10 +1,14 @@
 """The coach's training rounds (trainer subprocess -> evaluation -> promotion) and the models the
 coach publishes.
 
-`Rounds` runs one round at a time for a `training.coach.Coach`; the coach's loop calls
-`advance` once per pass, and nothing here waits:
+`Rounds` runs one round at a time. It receives what it needs (the config, the run folder,
+the trainer command, whether training nodes take part) and, on each call of
+`advance(counts)` with what the coach counted this pass (`Counts`), returns what happened
+as events: `RoundStarted`, `ModelPublished`, `RoundConcluded`. The coach reacts to them (load
+balancing's baselines, the push to the workers, the metrics row); nothing here touches the
+fleet, the collector or the coach, and nothing waits:
 
-  1. due: once the generation's new games (`Coach.generation_target`, see `training.fleet.balance`)
+  1. due: once the generation's new games (`Counts.target`, see `training.fleet.balance`)
      and `training.min_new_positions` new positions have arrived, and no failed round is
      backing off (`distributed.backoff_max_s`);
   2. start: without training nodes at once; with them (`distributed.training_nodes`) their
@@ -19,15 +23,16 @@ coach publishes.
      stopped with the coach); without gating (`evaluation.gating: none`) the model is
      published and pushed first, so that the workers need not wait for the arena, which then
      only rates it (`Round.published`);
-  5. conclude: a promoted model not yet published is published and pushed (the supervisors
-     push it to every worker); the generation's metrics row and the plot.
+  5. conclude: a promoted model not yet published is published (`ModelPublished`: the coach
+     has the supervisors push it to every worker); `RoundConcluded` (the coach writes the
+     generation's metrics row and the plot).
 
 Publishing writes `models/model_<gen>.pt.zst` + manifest (`training.run.model_store`); a model
 refused by gating keeps its number and the next round trains one past it.
 
 It must not: talk to a host from the coach's loop (the training nodes' start is a Job, model
-pushes are the supervisors'), play games, decide load balancing (`training.fleet.balance`), or
-import torch at module level (the trainer and the arena run in other processes; only
+pushes are the coach's), play games, decide load balancing (`training.fleet.balance`), read
+the coach's state, or import torch at module level (the trainer and the arena run in other processes; only
 generation 0, a random net, is made here).
 """
 
@@ -41,21 +46,56 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Sequence, Union
 
 from configs import Config
 from training.fleet.fleet import Job
 from training.learn import round_result
 from training.learn.round_result import RoundResult, RoundResultError
 from training.run import model_store
+from training.run.run_dir import RunDir
 from training.run.signals import die_with_parent
-
-if TYPE_CHECKING:
-    from training.coach import Coach
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What the coach counted this pass, all a round needs to know of the games."""
+
+    total_games: int  # games collected in the run folder
+    target: int  # new games a round needs (training.fleet.balance.generation_target)
+    new_positions: Callable[[int], int] = lambda generation: 0
+    """Positions ingested since `generation` was the newest published one."""
+
+
+@dataclass(frozen=True)
+class RoundStarted:
+    """A trainer was launched for `generation`: games from now on count for the next one."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class ModelPublished:
+    """`generation` is published in models/ (the workers should get it)."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class RoundConcluded:
+    """`generation`'s round is over (trained and evaluated); `promoted` or held back."""
+
+    generation: int
+    promoted: bool
+    train_s: float
+    elo: float | None
+
+
+Event = Union[RoundStarted, ModelPublished, RoundConcluded]
 
 
 @dataclass
@@ -75,39 +115,37 @@ class Round:
 
 
 class Rounds:
-    """One coach's training rounds and published models (see the module docstring).
+    """A run's training rounds and published models (see the module docstring).
 
-    It reads the coach's `cfg`, `fleet`, `collector`, `trainer_cmd` and `distributed` as they
-    are at each call (the config is reloaded between passes) and asks it for `total_games`,
-    `generation_target` and `snapshot`; of the coach's state it writes only the fleet
-    members' `games_baseline` when a round starts. Its own state is written on the coach's
-    loop thread, except `elo` and `Round.promote`, written by the evaluation thread."""
+    `cfg` is the run's config (the coach replaces it when the file is reloaded);
+    `trainer_cmd`, when set, replaces `python -m training.trainer` (tests); `distributed`:
+    training nodes take part. Its state is written on the caller's thread, except `elo` and
+    `Round.promote`, written by the evaluation thread."""
 
-    def __init__(self, coach: Coach, stop: threading.Event):
-        self.coach = coach
-        self.paths = coach.paths
+    def __init__(self, cfg: Config, paths: RunDir, stop: threading.Event, *,
+                 trainer_cmd: Sequence[str] | None = None, distributed: bool = False,
+                 initial_model: str | os.PathLike | None = None):
+        self.cfg = cfg
+        self.paths = paths
         self.stopping = stop  # set when the coach stops: an evaluation in progress ends too
+        self.trainer_cmd = list(trainer_cmd) if trainer_cmd else None
+        self.distributed = distributed
+        self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
         self.current: Round | None = None
         self.generation = -1  # newest published generation
         self.concluded = 0  # rounds concluded since the coach started
         self.last_loss: float | None = None
         self.elo: float | None = None
-        self.model_sync_s: float | None = None
         self.training_nodes: Any = None  # remote_training.TrainingNodes when configured
         self.node_start: Job | None = None  # the training nodes being started for a round
         self.round_nodes: list[str] = []  # extra nodes of the running round
         self.games_at_gen = 0  # games collected when the current generation's count began
         self.retry_at = 0.0  # time.monotonic() before which a failed round is not retried
-        self._push_started: dict[int, float] = {}
-        self._started = time.monotonic()
+        self._events: list[Event] = []
 
-    @property
-    def cfg(self) -> Config:
-        return self.coach.cfg
-
-    def new_games(self) -> int:
+    def new_games(self, total_games: int) -> int:
         """Games collected since the current generation's count began."""
-        return self.coach.total_games() - self.games_at_gen
+        return total_games - self.games_at_gen
 
     # ------------------------------------------------------------------ models
 
@@ -123,9 +161,9 @@ class Rounds:
         trained = model_store.list_models(models)
         if trained:  # the coach stopped between training and publishing: publish now
             gen = trained[-1]
-        elif self.coach.initial_model is not None:
+        elif self.initial_model is not None:
             gen = 0
-            self._adopt_initial_model(Path(self.coach.initial_model))
+            self._adopt_initial_model(Path(self.initial_model))
         else:
             from training.learn.net import net_from_config, save_model
 
@@ -159,36 +197,28 @@ class Rounds:
             self.paths.models / f"{model_store.model_stem(generation)}.json")
 
     def publish(self, generation: int) -> None:
+        """Publish a trained model (no event: the caller pushes it when it chooses)."""
         model_store.publish_model(self.paths.models, generation,
                                   self.cfg.distributed.wire_level)
         self.generation = generation
         log.info("published generation %d", generation)
 
-    def push(self, generation: int) -> None:
-        """Every worker's supervisor pushes this model to it (and retries until it has it)."""
-        self._push_started[generation] = time.monotonic()
-        self.coach.fleet.publish(generation, self.paths.models, self.manifest(generation))
-
-    def check_sync_done(self, active: list[str]) -> None:
-        """Model sync time: from the push until every active worker runs the new model."""
-        t0 = self._push_started.get(self.generation)
-        if t0 is None:
-            return
-        members = self.coach.fleet.members
-        if active and all(members[n].heartbeat is not None
-                          and members[n].heartbeat.generation >= self.generation
-                          for n in active):
-            self.model_sync_s = time.monotonic() - t0
-            del self._push_started[self.generation]
-            log.info("model_sync_s=%.2f generation=%d workers=%d", self.model_sync_s,
-                     self.generation, len(active))
+    def _publish_for_workers(self, generation: int) -> None:
+        self.publish(generation)
+        self._events.append(ModelPublished(generation))
 
     # ------------------------------------------------------------------ the round
 
-    def advance(self) -> None:
-        """One pass: drive the running round a step, or start one when it is due."""
+    def advance(self, counts: Counts) -> list[Event]:
+        """One pass: drive the running round a step, or start one when it is due; returns
+        what happened."""
+        self._advance(counts)
+        events, self._events = self._events, []
+        return events
+
+    def _advance(self, counts: Counts) -> None:
         if self.node_start is not None:
-            self._launch_when_nodes_ready()
+            self._launch_when_nodes_ready(counts)
             return
         rnd = self.current
         if rnd is not None:
@@ -207,23 +237,26 @@ class Rounds:
         iterations = self.cfg.run.iterations
         if iterations and self.concluded >= iterations:
             return
-        if self.new_games() < self.coach.generation_target():
+        if self.new_games(counts.total_games) < counts.target:
             return
         if time.monotonic() < self.retry_at:
             return
-        new_positions = sum(int(e.get("positions", 0))
-                            for e in self.coach.collector.ingested_entries()
-                            if int(e.get("coach_generation", -1)) >= self.generation)
-        if new_positions < self.cfg.training.min_new_positions:
+        if counts.new_positions(self.generation) < self.cfg.training.min_new_positions:
             return
-        self.start()
+        self._start(counts)
+
+    def start(self, counts: Counts) -> list[Event]:
+        """Start the next round now, due or not; returns what happened."""
+        self._start(counts)
+        events, self._events = self._events, []
+        return events
 
     def trainer_command(self, generation: int, nodes: int = 0,
                         master_addr: str = "") -> list[str]:
         """The trainer re-launches itself under torchrun when several GPUs/nodes train;
         with `nodes` extra training nodes it is node rank 0 of nodes + 1."""
-        if self.coach.trainer_cmd:
-            cmd = list(self.coach.trainer_cmd) + ["--generation", str(generation)]
+        if self.trainer_cmd:
+            cmd = list(self.trainer_cmd) + ["--generation", str(generation)]
         else:
             cmd = [sys.executable, "-m", "training.trainer", "--config",
                    str(self.paths.config), "--run-dir", str(self.paths.root), "--generation",
@@ -242,7 +275,7 @@ class Rounds:
 
         Called at start and before each round: nodes added to or removed from the watched
         config file take part from the next round on (a running round keeps its nodes)."""
-        specs = list(self.cfg.distributed.training_nodes) if self.coach.distributed else []
+        specs = list(self.cfg.distributed.training_nodes) if self.distributed else []
         current = self.training_nodes
         if current is not None and list(current.cfg.distributed.training_nodes) == specs:
             return
@@ -256,20 +289,20 @@ class Rounds:
 
             self.training_nodes = TrainingNodes(self.cfg, str(self.paths.config))
 
-    def start(self) -> None:
+    def _start(self, counts: Counts) -> None:
         """Start the next training round: at once without training nodes; with them, their
         start runs as a job (network work) and `advance` launches the round when it is done."""
         self.sync_training_nodes()
         gen = self.next_generation()
         if self.training_nodes is None:
-            self._launch(gen, 0, "")
+            self._launch(gen, 0, "", counts)
             return
         nodes, d = self.training_nodes, self.cfg.distributed
         deadline = (d.retries + 1) * (d.connect_timeout_s + 4 * max(d.command_timeout_s, 300.0))
         self.node_start = Job(f"start-nodes-{gen}", lambda: (gen, *nodes.start_round(
             gen, self.cfg.training.master_port)), deadline)
 
-    def _launch_when_nodes_ready(self) -> None:
+    def _launch_when_nodes_ready(self, counts: Counts) -> None:
         from training.fleet.remote_training import NodeStartError
 
         job = self.node_start
@@ -292,28 +325,27 @@ class Rounds:
         if not nodes and self.training_nodes.names():
             log.warning("training generation %d on the main node only (training nodes "
                         "benched: %s)", gen, ", ".join(self.training_nodes.names()))
-        self._launch(gen, nodes, addr)
+        self._launch(gen, nodes, addr, counts)
 
-    def _launch(self, gen: int, nodes: int, addr: str) -> None:
+    def _launch(self, gen: int, nodes: int, addr: str, counts: Counts) -> None:
         log_path = Path(self.cfg.logging.dir) / f"trainer_{gen:06d}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # a result left by an earlier attempt at this generation must not pass for this one's
         self.paths.round_result(gen).unlink(missing_ok=True)
         cmd = self.trainer_command(gen, nodes, addr)
-        log.info("training generation %d on %d games (%d new): %s", gen,
-                 self.coach.total_games(), self.new_games(), " ".join(cmd))
+        total = counts.total_games
+        log.info("training generation %d on %d games (%d new): %s", gen, total,
+                 self.new_games(total), " ".join(cmd))
         out = open(log_path, "ab")
         try:
             popen = subprocess.Popen(cmd, cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         finally:
             out.close()
-        total = self.coach.total_games()
         self.current = Round(gen, popen, time.monotonic(), log_path, total)
         # games that arrive while it trains count for the next round (workers never wait)
         self.games_at_gen = total
-        for m in self.coach.fleet.members.values():
-            m.games_baseline = m.games_collected
+        self._events.append(RoundStarted(gen))
 
     def _finish_training(self, code: int) -> None:
         """The trainer exited: on success start the evaluation (a thread), else retry."""
@@ -340,8 +372,7 @@ class Rounds:
         log.info("trained generation %d in %.1fs: loss=%s", rnd.generation, rnd.train_s,
                  rnd.result.loss if rnd.result is not None else "unknown")
         if self.cfg.evaluation.gating == "none":  # the arena only rates: workers need not wait
-            self.publish(rnd.generation)
-            self.push(rnd.generation)
+            self._publish_for_workers(rnd.generation)
             rnd.published = True
         rnd.evaluation = threading.Thread(
             target=lambda: rnd.promote.append(self._evaluate(rnd.generation)),
@@ -392,9 +423,9 @@ class Rounds:
                  "promoted" if promote else "not promoted (gating); workers keep "
                  f"generation {self.generation}")
         if promote and not rnd.published:
-            self.publish(rnd.generation)
-            self.push(rnd.generation)
-        self._record_progress(rnd.generation, rnd.train_s)
+            self._publish_for_workers(rnd.generation)
+        self._events.append(RoundConcluded(rnd.generation, bool(promote), rnd.train_s,
+                                           self.elo))
 
     def _evaluate(self, generation: int) -> bool:
         """Optional arena and gating; True when the new model is promoted."""
@@ -414,28 +445,6 @@ class Rounds:
             return True
         self.elo = result.elo
         return result.promote
-
-    def _record_progress(self, generation: int, train_s: float) -> None:
-        """The coach's columns of the generation's metrics row, and the plot."""
-        from training.run import metrics
-
-        snap = self.coach.snapshot()
-        try:
-            row = metrics.record_metrics(
-                self.paths.root, generation, games_total=self.coach.total_games(),
-                games_per_s=snap.games_per_s, window_games=snap.window_games,
-                window_positions=snap.window_positions, train_s=train_s,
-                staleness=snap.staleness_generations, workers_active=snap.workers_active,
-                model_sync_s=snap.model_sync_s, net_mb_per_min=snap.network_mb_per_min,
-                elapsed_s=time.monotonic() - self._started,
-                **({"elo": self.elo} if self.elo is not None else {}))
-            metrics.plot_progress(self.paths.root)
-            if self.cfg.logging.tensorboard:
-                from training.run import tensorboard
-
-                tensorboard.write_row(self.paths.root, row)
-        except Exception:  # noqa: BLE001 - metrics and plots must never stop training
-            log.exception("metrics or plot for generation %d failed", generation)
 
     # ------------------------------------------------------------------ stopping
 
