@@ -51,6 +51,7 @@ from typing import Any, Callable, Sequence, Union
 from configs import Config
 from training.fleet.fleet import Job
 from training.learn import round_result
+from training.learn.command import trainer_command
 from training.learn.round_result import RoundResult, RoundResultError
 from training.run import model_store
 from training.run.run_dir import RunDir
@@ -256,15 +257,10 @@ class Rounds:
         """The trainer re-launches itself under torchrun when several GPUs/nodes train;
         with `nodes` extra training nodes it is node rank 0 of nodes + 1."""
         if self.trainer_cmd:
-            cmd = list(self.trainer_cmd) + ["--generation", str(generation)]
-        else:
-            cmd = [sys.executable, "-m", "training.trainer", "--config",
-                   str(self.paths.config), "--run-dir", str(self.paths.root), "--generation",
-                   str(generation), "--no-progress"]
-        if nodes:
-            cmd += ["--nodes", str(nodes + 1), "--node-rank", "0", "--master-addr",
-                    master_addr, "--master-port", str(self.cfg.training.master_port)]
-        return cmd
+            return list(self.trainer_cmd) + ["--generation", str(generation)]
+        return trainer_command(sys.executable, str(self.paths.config), str(self.paths.root),
+                               generation, nodes=nodes + 1, master_addr=master_addr,
+                               master_port=self.cfg.training.master_port)
 
     def next_generation(self) -> int:
         """One past the newest trained model (a model refused by gating keeps its number)."""

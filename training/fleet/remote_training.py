@@ -47,6 +47,7 @@ from distributed.ssh_connector import SSHConnector, SSHError
 from distributed.transfer import TransferError
 from training.fleet.fleet import Member, backoff_s
 from training.fleet.ssh_workers import prepare_host, write_worker_config
+from training.learn.command import trainer_command
 from training.run.run_dir import RunDir
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,9 @@ class NodeStartError(Exception):
 def trainer_argv(generation: int, nodes: int, node_rank: int, master_addr: str,
                  master_port: int) -> tuple[str, ...]:
     """The node's trainer argv template (SSHConnector fills {python}, {config}, {dir})."""
-    return ("{python}", "-m", "training.trainer", "--config", "{config}", "--run-dir", "{dir}",
-            "--cache-dir", "{dir}/cache", "--generation", str(generation), "--no-progress",
-            "--nodes", str(nodes), "--node-rank", str(node_rank),
-            "--master-addr", master_addr, "--master-port", str(master_port))
+    return tuple(trainer_command("{python}", "{config}", "{dir}", generation, nodes=nodes,
+                                 node_rank=node_rank, master_addr=master_addr,
+                                 master_port=master_port, cache_dir="{dir}/cache"))
 
 
 class TrainingNodes:
