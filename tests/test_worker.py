@@ -278,3 +278,13 @@ def test_disk_filled_by_someone_else_shows_error_even_from_the_heartbeat_thread(
             t.join(timeout=30)
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_one_retention_rule_for_every_workers_models_folder(tmp_path):
+    """Local pushes and SSH pushes keep the same models: the newest two published."""
+    assert model_store.stale_generations([3, 0, 2, 1, 2]) == [0, 1]
+    assert model_store.stale_generations([5]) == []
+    names = ["model_000004.json", "model_000004.pt.zst", "model_000007.json", "x.json",
+             ".model_000009.json.tmp", "model_000008.pt.zst"]
+    assert model_store.manifest_generations(names) == [4, 7]
+    assert model_store.stale_files(4) == ("model_000004.json", "model_000004.pt.zst")

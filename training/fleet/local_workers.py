@@ -193,7 +193,7 @@ class LocalBackend(Backend):
     def push_model(self, models_dir: Path, manifest: Manifest) -> None:
         """Copy a published model into the worker's models/ folder (manifest last)."""
         model_store.copy_published(models_dir, manifest, self.folder / "models")
-        model_store.prune_models(self.folder / "models", keep=2)
+        model_store.prune_models(self.folder / "models")
 
     def has_model(self, generation: int) -> bool:
         return generation in model_store.list_manifests(self.folder / "models")

@@ -63,7 +63,8 @@ from training.fleet.collector import (MAX_BATCH_BYTES, MAX_LISTED, BatchRefused,
                                       ListingTooLong, SourceError)
 from training.fleet.fleet import Backend, Fleet, Unreachable, WorkerFault
 from training.go.records import batch_names_among
-from training.run.model_store import Manifest, model_stem
+from training.run import model_store
+from training.run.model_store import Manifest
 from training.run.run_dir import RunDir
 
 log = logging.getLogger(__name__)
@@ -294,17 +295,17 @@ class SSHBackend(Backend):
             raise
 
     def push_model(self, models_dir: Path, manifest: Manifest) -> None:
-        """Model file, then manifest; then the model two generations older is deleted."""
+        """Model file, then manifest; then the stale generations there are deleted
+        (`model_store.stale_generations`, the local workers' rule)."""
         def push() -> None:
             models = self.connector.paths(self.name).models
             for local in (manifest.zst_name, manifest.json_name):
                 self.connector.put(self.name, Path(models_dir) / local,
                                    posixpath.join(models, local))
-            old = manifest.generation - 2
-            if old >= 0:
-                stem = model_stem(old)
-                for suffix in (".json", ".pt.zst"):  # manifest first: never a dangling one
-                    self.connector.remove(self.name, posixpath.join(models, stem + suffix))
+            held = model_store.manifest_generations(self.connector.listdir(self.name, models))
+            for old in model_store.stale_generations(held):
+                for name in model_store.stale_files(old):
+                    self.connector.remove(self.name, posixpath.join(models, name))
 
         self._call(push)
 

@@ -24,6 +24,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterable
 
 from distributed.transfer import (
     TransferError,
@@ -87,6 +88,29 @@ def _generations(folder: str | os.PathLike, pattern: re.Pattern) -> list[int]:
     if not folder.is_dir():
         return []
     return sorted(int(m.group(1)) for m in map(pattern.match, os.listdir(folder)) if m)
+
+
+WORKER_MODELS_KEPT = 2
+"""Published models a worker's models/ folder keeps: the newest and the one before (a daemon
+still loading the older one never finds it gone)."""
+
+
+def manifest_generations(names: Iterable[str]) -> list[int]:
+    """The generations whose manifests are among the file `names`, ascending."""
+    return sorted(int(m.group(1)) for m in map(_MANIFEST_RE.match, names) if m)
+
+
+def stale_generations(generations: Iterable[int], keep: int = WORKER_MODELS_KEPT) -> list[int]:
+    """The published generations a worker's models/ folder drops: all but the newest `keep`
+    (the one rule for local and SSH workers)."""
+    ordered = sorted(set(generations))
+    return ordered[:-keep] if keep > 0 else ordered
+
+
+def stale_files(generation: int) -> tuple[str, str]:
+    """A dropped generation's files, manifest first (a manifest never names a missing file)."""
+    stem = model_stem(generation)
+    return f"{stem}.json", f"{stem}.pt.zst"
 
 
 def list_manifests(folder: str | os.PathLike) -> list[int]:
@@ -169,10 +193,9 @@ def copy_published(src_dir: str | os.PathLike, manifest: Manifest,
     return manifest.size
 
 
-def prune_models(folder: str | os.PathLike, keep: int = 2) -> None:
-    """Delete all but the newest `keep` published models in a worker's models/ folder."""
+def prune_models(folder: str | os.PathLike, keep: int = WORKER_MODELS_KEPT) -> None:
+    """Delete the `stale_generations` of a local worker's models/ folder."""
     folder = Path(folder)
-    for gen in list_manifests(folder)[:-keep]:
-        stem = model_stem(gen)
-        (folder / f"{stem}.json").unlink(missing_ok=True)  # manifest first: never dangling
-        (folder / f"{stem}.pt.zst").unlink(missing_ok=True)
+    for gen in stale_generations(list_manifests(folder), keep):
+        for name in stale_files(gen):
+            (folder / name).unlink(missing_ok=True)
