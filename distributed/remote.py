@@ -44,9 +44,16 @@ WORKER_ENV = "AZGO_WORKER"
 # The daemon's argv; placeholders are filled by `format_start_argv` (see SSHConnector).
 CHECK_AFTER_START_S = 0.3  # a daemon gone this soon after start is reported as failed
 
-DEFAULT_START_COMMAND = ("{python}", "-m", "training.worker", "--name", "{name}",
-                         "--config", "{config}", "--dir", "{dir}", "--gpu-id", "{gpu_id}",
-                         "--log-to-stderr-only")
+def daemon_start_command(module: str = "training.worker") -> tuple[str, ...]:
+    """A worker daemon's argv template on a host, spelled once (the real daemon, or
+    `training.simworker`); `SSHConnector` fills the placeholders, the coach appends
+    `--min-seq N`."""
+    return ("{python}", "-m", module, "--name", "{name}", "--config", "{config}", "--dir",
+            "{dir}", "--models-dir", "{models}", "--gpu-id", "{gpu_id}",
+            "--log-to-stderr-only")
+
+
+DEFAULT_START_COMMAND = daemon_start_command()
 
 
 def q(value: object) -> str:

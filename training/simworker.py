@@ -47,6 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from configs import Config, ConfigError, load_config
+from distributed import remote
 from distributed.transfer import sha256_file
 from training.run.logsetup import configure_logging
 from training.worker import Worker
@@ -55,12 +56,9 @@ log = logging.getLogger(__name__)
 
 LEDGER_NAME = "written.jsonl"
 _MODEL_GEN_RE = re.compile(r"model_(\d+)\.pt$")
-SIM_START_COMMAND = ("{python}", "-m", "training.simworker", "--name", "{name}", "--config",
-                     "{config}", "--dir", "{dir}", "--models-dir", "{models}", "--gpu-id",
-                     "{gpu_id}", "--log-to-stderr-only")
-"""`SSHConnector(start_command=...)` for simulated workers on SSH hosts (same flags as
-`training.fleet.ssh_workers.START_COMMAND`); the pace comes from `$AZGO_SIM_GAMES_PER_S` or a
-`--games-per-s` appended to it."""
+SIM_START_COMMAND = remote.daemon_start_command("training.simworker")
+"""`SSHConnector(start_command=...)` for simulated workers on SSH hosts (the real daemon's
+flags); the pace comes from `$AZGO_SIM_GAMES_PER_S` or a `--games-per-s` appended to it."""
 
 
 class _SimSelfPlay:

@@ -69,9 +69,7 @@ from training.run.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
-START_COMMAND = ("{python}", "-m", "training.worker", "--name", "{name}", "--config", "{config}",
-                 "--dir", "{dir}", "--models-dir", "{models}", "--gpu-id", "{gpu_id}",
-                 "--log-to-stderr-only")
+START_COMMAND = remote.DEFAULT_START_COMMAND
 _ERRORS = (SSHError, TransferError, OSError)
 _FAULTS = (HostKeyError, AuthError, DeployError, RemoteCommandError, VerifyError,
            StatusFormatError)
