@@ -288,3 +288,24 @@ def test_one_retention_rule_for_every_workers_models_folder(tmp_path):
              ".model_000009.json.tmp", "model_000008.pt.zst"]
     assert model_store.manifest_generations(names) == [4, 7]
     assert model_store.stale_files(4) == ("model_000004.json", "model_000004.pt.zst")
+
+
+def test_the_one_folder_watcher_sees_writes_and_moves_of_matching_files_only(tmp_path):
+    """The coach's config watch and the worker's models watch are `training.run.watch`."""
+    from training.run.watch import watch
+
+    changed = threading.Event()
+    observer = watch(tmp_path, lambda p: p.endswith(".json"), changed)
+    assert observer is not None
+    try:
+        (tmp_path / "notes.txt").write_text("x")
+        assert not changed.wait(0.5)
+        (tmp_path / "m.json.tmp").write_text("{}")
+        os.replace(tmp_path / "m.json.tmp", tmp_path / "m.json")  # how manifests arrive
+        assert changed.wait(5)
+        changed.clear()
+        (tmp_path / "m.json").read_text()  # reading never counts
+        assert not changed.wait(0.5)
+    finally:
+        observer.stop()
+        observer.join(timeout=5)

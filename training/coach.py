@@ -83,10 +83,10 @@ from training.rounds import (REPO, Counts, ModelPublished, RoundConcluded, Round
 from training.run.run_dir import STRENGTH_GAMES, RunDir
 from training.run.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
 from training.run.signals import on_stop_signals
+from training.run.watch import watch
 
 log = logging.getLogger(__name__)
 
-_WRITE_EVENTS = ("modified", "created", "moved", "closed")  # watchdog event types
 PAGE_GAMES = 10
 """SGF links on the run page: the newest evaluation's last games."""
 
@@ -366,30 +366,10 @@ class Coach:
         """A watchdog observer on the config file, or None: then `_poll_config` compares its
         modification time every pass (no inotify instance left)."""
         self._config_mtime = self._mtime(self.config_path)
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
-
         target = self.config_path.resolve()
-        flag = self._config_changed
-
-        class _Handler(FileSystemEventHandler):
-            def on_any_event(self, event: Any) -> None:
-                if event.event_type not in _WRITE_EVENTS:
-                    return  # reading the file (our own reload) must not trigger a reload
-                for p in (event.src_path, getattr(event, "dest_path", "")):
-                    if p and Path(p).resolve() == target:
-                        flag.set()
-
-        try:
-            observer = Observer()
-            observer.daemon = True
-            observer.schedule(_Handler(), str(target.parent), recursive=False)
-            observer.start()
-        except OSError as e:  # e.g. "inotify instance limit reached"
-            log.warning("cannot watch %s (%s); checking its modification time every poll "
-                        "instead", target, e)
-            return None
-        self._watching = True
+        observer = watch(target.parent, lambda p: Path(p).resolve() == target,
+                         self._config_changed)
+        self._watching = observer is not None
         return observer
 
     @staticmethod

@@ -287,29 +287,10 @@ class Worker:
     # ------------------------------------------------------------------ models
 
     def _watch_models(self) -> Any:
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-        except ImportError:  # the slow poll still finds new models
-            return None
-        changed = self._models_changed
+        """An observer of models/ for manifests (None: the slow poll finds new models)."""
+        from training.run.watch import watch
 
-        class _Handler(FileSystemEventHandler):
-            def on_any_event(self, event: Any) -> None:
-                if event.event_type not in ("modified", "created", "moved", "closed"):
-                    return  # our own reads must not count as changes
-                if str(getattr(event, "dest_path", "") or event.src_path).endswith(".json"):
-                    changed.set()
-
-        try:  # making, scheduling or starting it can each meet the inotify limits
-            observer = Observer()
-            observer.daemon = True
-            observer.schedule(_Handler(), str(self.models_dir), recursive=False)
-            observer.start()
-        except OSError as e:  # e.g. no inotify instance or watch left: fall back to polling
-            log.warning("cannot watch %s (%s); polling for models instead", self.models_dir, e)
-            return None
-        return observer
+        return watch(self.models_dir, lambda p: p.endswith(".json"), self._models_changed)
 
     def _wait_for_models(self) -> None:
         """No usable model yet: wait for the model folder to change (or a short poll)."""
