@@ -52,20 +52,12 @@ SPRT_ROUNDS = 4
 
 
 @dataclass
-class MatchResult:
-    """W/D/L of player A (the new model, or ours against GNU Go)."""
+class MatchResult(elo.WinsDrawsLosses):
+    """W/D/L of player A (the new model, or ours against GNU Go), counted as games end."""
 
     wins: int = 0
     draws: int = 0
     losses: int = 0
-
-    @property
-    def games(self) -> int:
-        return self.wins + self.draws + self.losses
-
-    @property
-    def score(self) -> float:
-        return (self.wins + 0.5 * self.draws) / self.games if self.games else 0.5
 
     def add(self, other: "MatchResult") -> None:
         self.wins += other.wins

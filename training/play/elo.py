@@ -23,16 +23,13 @@ from dataclasses import dataclass
 Z95 = 1.959963984540054
 
 
-@dataclass(frozen=True)
-class EloEstimate:
-    """Elo difference of A over B from W/D/L, with its 95% confidence interval."""
+class WinsDrawsLosses:
+    """What a W/D/L record means, spelled once: its games and A's score (a draw is half a
+    win; 0.5 before any game). A base of the arena's `MatchResult` and of `EloEstimate`."""
 
     wins: int
     draws: int
     losses: int
-    elo: float
-    ci_low: float
-    ci_high: float
 
     @property
     def games(self) -> int:
@@ -41,6 +38,18 @@ class EloEstimate:
     @property
     def score(self) -> float:
         return (self.wins + 0.5 * self.draws) / self.games if self.games else 0.5
+
+
+@dataclass(frozen=True)
+class EloEstimate(WinsDrawsLosses):
+    """Elo difference of A over B from W/D/L, with its 95% confidence interval."""
+
+    wins: int
+    draws: int
+    losses: int
+    elo: float
+    ci_low: float
+    ci_high: float
 
     @property
     def ci_half_width(self) -> float:
