@@ -420,8 +420,8 @@ class Coach:
     def counts(self) -> Counts:
         """What the rounds need to know of the games this pass."""
         def new_positions(generation: int) -> int:
-            return sum(int(e.get("positions", 0)) for e in self.collector.ingested_entries()
-                       if int(e.get("coach_generation", -1)) >= generation)
+            return sum(e.positions for e in self.collector.ingested_entries()
+                       if e.coach_generation >= generation)
 
         return Counts(self.total_games(), self.generation_target(), new_positions)
 
@@ -489,23 +489,24 @@ class Coach:
     # ------------------------------------------------------------------ status and progress
 
     def window(self) -> tuple[int, int, float | None]:
-        """(games, positions, mean generation) of the replay window (newest batches)."""
-        from training.learn.replay_buffer import window_size
+        """(games, positions, mean generation) of the replay window: the trainer's rule
+        (`replay_buffer.take_newest`, the same order, size and shares) over whole batches."""
+        from training.learn.replay_buffer import (WINDOW_SHARE_SLACK, share_caps, take_newest,
+                                                  window_size)
 
         r = self.cfg.replay
-        entries = sorted(self.collector.ingested_entries(), key=lambda e: e.get("time", 0))
-        total = sum(int(e.get("positions", 0)) for e in entries)
-        size = window_size(total, r.min_positions, r.max_positions, r.growth)
-        games = positions = 0
-        gen_sum = 0.0
-        for e in reversed(entries):
-            if positions >= size:
-                break
-            games += int(e.get("games", 0))
-            positions += int(e.get("positions", 0))
-            gen_sum += float(e.get("generation_mean", e.get("generation", 0))) * int(
-                e.get("games", 0))
-        return games, positions, (gen_sum / games if games else None)
+        entries = sorted(self.collector.ingested_entries(),
+                         key=lambda e: (e.generation, e.time, e.name))
+        size = window_size(sum(e.positions for e in entries), r.min_positions,
+                           r.max_positions, r.growth)
+        caps = share_caps([e.worker for e in entries], self.cfg.distributed.worker_weights,
+                          WINDOW_SHARE_SLACK, size)
+        chosen = [entries[i] for i in take_newest(
+            [(e.worker, e.positions) for e in entries], size, caps)]
+        games = sum(e.games for e in chosen)
+        gen_sum = sum((e.generation if e.generation_mean is None else e.generation_mean)
+                      * e.games for e in chosen)
+        return games, sum(e.positions for e in chosen), (gen_sum / games if games else None)
 
     def snapshot(self) -> StatusSnapshot:
         weights = self.weights()

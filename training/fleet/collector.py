@@ -54,6 +54,7 @@ It must not: train, talk SSH itself (a source does), or trust a batch before rep
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -165,6 +166,67 @@ class CollectResult:
     over_budget: str = ""  # non-empty: this worker's collection is stopped, and why
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One line of `ledger.jsonl`: a batch ingested or a file rejected (see the module
+    docstring). Lines written by earlier versions lack some fields; they read as the
+    defaults. `key` is the batch name, or `foreign:<worker>:<name>` / `reused:...` for a
+    rejected file that is not (or not only) the lister's batch."""
+
+    name: str
+    worker: str
+    status: str  # "ingested" or "rejected"
+    time: float
+    generation: int = -1  # from the batch name; -1 for foreign files
+    seq: int = -1
+    games: int = 0
+    positions: int = 0
+    size: int = 0  # bytes of the file
+    sha256: str = ""
+    reason: str = ""
+    kept: bool | None = None  # a rejected file's bytes are in quarantine/
+    listed_name: str = ""  # what the worker listed, when the key is not the name itself
+    generation_mean: float | None = None  # mean model generation of its games
+    coach_generation: int = -1  # the newest published generation when it was ingested
+    game_keys: tuple[str, ...] = ()  # `game_key` of each game
+
+    @property
+    def ingested(self) -> bool:
+        return self.status == "ingested"
+
+    @classmethod
+    def from_json(cls, data: Any) -> "LedgerEntry":
+        """An entry from a parsed ledger line; ValueError when it is not one."""
+        if not isinstance(data, dict):
+            raise ValueError("a ledger line must be a JSON object")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for k in ("name", "worker", "status", "time"):
+            if k not in values:
+                raise ValueError(f"a ledger line without {k!r}")
+        if "game_keys" in values:
+            values["game_keys"] = tuple(str(x) for x in values["game_keys"])
+        entry = cls(**values)
+        for k in ("name", "worker", "status"):
+            if not isinstance(getattr(entry, k), str):
+                raise ValueError(f"ledger {k} must be a string")
+        for k in ("generation", "seq", "games", "positions", "size", "coach_generation"):
+            if not isinstance(getattr(entry, k), int) or isinstance(getattr(entry, k), bool):
+                raise ValueError(f"ledger {k} must be an integer")
+        return entry
+
+    def to_json(self) -> dict:
+        """The line's JSON object: the fields that hold something (older readers see the
+        keys they know)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default or f.name in ("generation", "seq", "games", "positions",
+                                                "size", "sha256"):
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
 def game_key(seed: int, moves: Any) -> str:
     """A game's identity for duplicate detection: a hash of its seed and its moves."""
     digest = hashlib.blake2b(digest_size=10)
@@ -266,7 +328,7 @@ class Collector:
         self.max_rejected = max_rejected
         self.names_per_pass = names_per_pass
         self.quarantine_max_bytes = quarantine_max_bytes
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[str, LedgerEntry] = {}
         self.tally: dict[str, WorkerTally] = {}
         self.over_budget: dict[str, str] = {}  # worker -> why its collection stopped
         self._contents: dict[str, str] = {}  # sha256 of an ingested file -> its name
@@ -285,7 +347,7 @@ class Collector:
         self._close_torn_line()
         for line_no, line in enumerate(self._ledger_lines(), 1):
             try:
-                entry = json.loads(line)
+                entry = LedgerEntry.from_json(json.loads(line))
                 self._count(entry, in_place=True)
             except (ValueError, KeyError, TypeError, RecursionError):
                 # a line torn by a crash mid-append; the reconcile below re-adds its batch
@@ -302,9 +364,9 @@ class Collector:
                 if status == "ingested":
                     try:
                         info = self.validate(folder / name)
-                        entry.update(games=info.games, positions=info.positions,
-                                     generation_mean=_mean(info.generations),
-                                     game_keys=list(info.game_keys))
+                        entry = dataclasses.replace(
+                            entry, games=info.games, positions=info.positions,
+                            generation_mean=_mean(info.generations), game_keys=info.game_keys)
                     except Exception as e:  # noqa: BLE001 - validated before; keep, say so
                         log.error("%s no longer validates: %s: %s", name, type(e).__name__, e)
                 self._append(entry)
@@ -338,53 +400,51 @@ class Collector:
             return []
         return [ln for ln in text.splitlines() if ln.strip()]
 
-    def _count(self, entry: dict, *, in_place: bool = False) -> None:
+    def _count(self, entry: LedgerEntry, *, in_place: bool = False) -> None:
         """Add a ledger entry to `entries` and `tally`. Outside start-up the dicts are
         replaced, not changed (copy on write): another thread iterating `entries` or `tally`
         (the coach's status table) holds a dict that never changes under it."""
-        name = entry["name"]
+        name = entry.name
         if name in self.entries:
             return
         if in_place:
             self.entries[name] = entry
         else:
             self.entries = {**self.entries, name: entry}
-        if entry["worker"] not in self.tally:
+        if entry.worker not in self.tally:
             new = WorkerTally()
             if in_place:
-                self.tally[entry["worker"]] = new
+                self.tally[entry.worker] = new
             else:
-                self.tally = {**self.tally, entry["worker"]: new}
-        t = self.tally[entry["worker"]]
-        if entry["status"] == "ingested":
-            if entry.get("sha256"):
-                self._contents[entry["sha256"]] = name
-            for key in entry.get("game_keys", ()):
+                self.tally = {**self.tally, entry.worker: new}
+        t = self.tally[entry.worker]
+        if entry.ingested:
+            if entry.sha256:
+                self._contents[entry.sha256] = name
+            for key in entry.game_keys:
                 self._games[key] = name
             t.batches += 1
-            t.games += int(entry.get("games", 0))
-            t.positions += int(entry.get("positions", 0))
-            t.bytes += int(entry.get("size", 0))
+            t.games += entry.games
+            t.positions += entry.positions
+            t.bytes += entry.size
         else:
             t.rejected += 1
 
-    def _entry(self, name: str, path: Path | None, status: str, reason: str | None) -> dict:
+    def _entry(self, name: str, path: Path | None, status: str, reason: str | None
+               ) -> LedgerEntry:
         from distributed.transfer import sha256_file
 
         parsed = batch_name_or_none(name)
         worker, gen, seq = parsed if parsed else ("?", -1, -1)
         is_file = path is not None and path.is_file()
-        entry = {"name": name, "worker": worker, "generation": gen, "seq": seq,
-                 "status": status, "time": time.time(), "games": 0, "positions": 0,
-                 "size": path.stat().st_size if is_file else 0,
-                 "sha256": sha256_file(path) if is_file else ""}
-        if reason:
-            entry["reason"] = reason
-        return entry
+        return LedgerEntry(name=name, worker=worker, status=status, time=time.time(),
+                           generation=gen, seq=seq,
+                           size=path.stat().st_size if is_file else 0,
+                           sha256=sha256_file(path) if is_file else "", reason=reason or "")
 
-    def _append(self, entry: dict) -> None:
+    def _append(self, entry: LedgerEntry) -> None:
         with self._lock:
-            line = json.dumps(entry, sort_keys=True) + "\n"
+            line = json.dumps(entry.to_json(), sort_keys=True) + "\n"
             with open(self.ledger_path, "a", encoding="utf-8") as f:
                 f.write(line)
                 f.flush()
@@ -397,20 +457,19 @@ class Collector:
         parsed = batch_name_or_none(name)
         with self._lock:
             entry = self.entries.get(name)
-            if entry is not None and parsed is not None and entry.get("worker") == parsed[0]:
+            if entry is not None and parsed is not None and entry.worker == parsed[0]:
                 return True
         return (self.replay_dir / name).exists() or (self.quarantine_dir / name).exists()
 
     def next_seq(self, worker: str) -> int:
         """One past the highest sequence number seen from `worker` (its restart floor)."""
         with self._lock:
-            seqs = [int(e.get("seq", -1)) for e in self.entries.values()
-                    if e["worker"] == worker]
+            seqs = [e.seq for e in self.entries.values() if e.worker == worker]
         return max(seqs, default=-1) + 1
 
-    def ingested_entries(self) -> list[dict]:
+    def ingested_entries(self) -> list[LedgerEntry]:
         with self._lock:
-            return [e for e in self.entries.values() if e["status"] == "ingested"]
+            return [e for e in self.entries.values() if e.ingested]
 
     def resume(self, worker: str) -> None:
         """Give a worker stopped over its rejection budget a fresh budget (it was fixed)."""
@@ -515,16 +574,15 @@ class Collector:
             return
         with self._lock:
             entry = self._entry(name, incoming, "ingested", None)
-            repeated = self._repeats(entry["sha256"], info.game_keys)
+            repeated = self._repeats(entry.sha256, info.game_keys)
             if not repeated:
                 os.utime(incoming)  # the window orders batches by the coach's clock
                 os.replace(incoming, self.replay_dir / name)
                 fsync_dir(self.replay_dir)  # the rename is durable before the ledger says so
-                entry.update(games=info.games, positions=info.positions,
-                             generation_mean=_mean(info.generations),
-                             coach_generation=current_generation,
-                             game_keys=list(info.game_keys))
-                self._append(entry)
+                self._append(dataclasses.replace(
+                    entry, games=info.games, positions=info.positions,
+                    generation_mean=_mean(info.generations),
+                    coach_generation=current_generation, game_keys=info.game_keys))
         if repeated:
             self._reject(worker, name, name, incoming, f"{name}: {repeated}", source, result)
             return
@@ -543,7 +601,8 @@ class Collector:
         they go to quarantine with the reason, and count against the worker."""
         from distributed.transfer import sha256_file
 
-        known = self.entries.get(name, {}).get("sha256", "")
+        entry = self.entries.get(name)
+        known = entry.sha256 if entry is not None else ""
         if known:
             local = self.incoming_dir / f"known-{_digest(worker, name)}"
             try:
@@ -639,10 +698,11 @@ class Collector:
         folder, stem = target.parent, target.name
         with self._lock:
             folder.mkdir(parents=True, exist_ok=True)
-            entry = self._entry(key, path, "rejected", reason)
-            entry["worker"] = worker
+            entry = dataclasses.replace(self._entry(key, path, "rejected", reason),
+                                        worker=worker)
             if key != name:
-                entry.update(generation=-1, seq=-1, listed_name=name[:300])
+                entry = dataclasses.replace(entry, generation=-1, seq=-1,
+                                            listed_name=name[:300])
             kept = False
             if path is not None and path.is_file():
                 size = path.stat().st_size
@@ -655,8 +715,7 @@ class Collector:
                     reason += (f" [its {size} bytes were not kept: quarantine/ is at its "
                                f"{self.quarantine_max_bytes}-byte budget]")
             (folder / f"{stem}.reason.txt").write_text(reason + "\n", encoding="utf-8")
-            entry["kept"] = kept
-            self._append(entry)
+            self._append(dataclasses.replace(entry, kept=kept))
             self._slow.pop((worker, name), None)
             n = self.rejected_since_start[worker] = self.rejected_since_start.get(worker, 0) + 1
             if n >= self.max_rejected and worker not in self.over_budget:

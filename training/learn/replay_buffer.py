@@ -130,6 +130,28 @@ def share_caps(owners: Sequence[str], weights: Mapping[str, float], slack: float
     return {n: min(1.0, slack * w[n] / total) * target for n in names}
 
 
+def take_newest(units: Sequence[tuple[str, int]], target: int,
+                caps: Mapping[str, float]) -> list[int]:
+    """The window's rule, shared by the trainer (units = games) and status.txt (units =
+    batches, `training.coach`): of `units` (owner, positions), ordered oldest first, the
+    indices taken newest first until `target` positions are held, skipping an owner once it
+    holds its cap (`share_caps`); returned oldest first."""
+    chosen: list[int] = []
+    held = 0
+    held_by: dict[str, int] = {}
+    for i in range(len(units) - 1, -1, -1):
+        if held >= target:
+            break
+        owner, n = units[i]
+        if held_by.get(owner, 0) >= caps.get(owner, math.inf):
+            continue
+        chosen.append(i)
+        held += n
+        held_by[owner] = held_by.get(owner, 0) + n
+    chosen.reverse()
+    return chosen
+
+
 def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
     """A splitmix64 hash of (seed, epoch, index): uint64, vectorised."""
     with np.errstate(over="ignore"):
@@ -589,24 +611,11 @@ class ReplayWindow(WindowView):
                              self.growth)
         owners = [parse_batch_name(c.name).worker for c in cars]
         caps = share_caps(owners, self.worker_weights, self.share_slack, target)
-        chosen: list[tuple[int, int, int]] = []  # (car index, game, positions), newest first
-        held = 0
-        held_by: dict[str, int] = {}
-        for ci in range(len(cars) - 1, -1, -1):
-            games = cars[ci].games
-            owner = owners[ci]
-            for g in range(len(games) - 1, -1, -1):
-                if held >= target or held_by.get(owner, 0) >= caps[owner]:
-                    break
-                n = int(games[g, 1] - games[g, 0])
-                chosen.append((ci, g, n))
-                held += n
-                held_by[owner] = held_by.get(owner, 0) + n
-            if held >= target:
-                break
-        chosen.reverse()  # oldest first: a stable order for samplers
+        games = [(ci, g) for ci, car in enumerate(cars) for g in range(len(car.games))]
+        units = [(owners[ci], int(cars[ci].games[g, 1] - cars[ci].games[g, 0]))
+                 for ci, g in games]
         train, val = [], []
-        for ci, g, _ in chosen:
+        for ci, g in (games[i] for i in take_newest(units, target, caps)):
             start, end, gen, result = (int(x) for x in cars[ci].games[g])
             if end == start:
                 continue
