@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from distributed.transfer import fsync_dir
-from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, OutboxOverflow,
+from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, BatchName, OutboxOverflow,
                                  batch_name_or_none, outbox_batches)
 from training.run.run_dir import RunDir
 
@@ -430,11 +430,12 @@ class Collector:
         else:
             t.rejected += 1
 
-    def _entry(self, name: str, path: Path | None, status: str, reason: str | None
-               ) -> LedgerEntry:
+    def _entry(self, name: str, path: Path | None, status: str, reason: str | None,
+               parsed: BatchName | None = None) -> LedgerEntry:
+        """A ledger entry for the file `name` (its parts from `parsed`, or parsed here)."""
         from distributed.transfer import sha256_file
 
-        parsed = batch_name_or_none(name)
+        parsed = parsed or batch_name_or_none(name)
         worker, gen, seq = parsed if parsed else ("?", -1, -1)
         is_file = path is not None and path.is_file()
         return LedgerEntry(name=name, worker=worker, status=status, time=time.time(),
@@ -451,10 +452,10 @@ class Collector:
                 os.fsync(f.fileno())
             self._count(entry)
 
-    def is_known(self, name: str) -> bool:
-        """The batch `name` was ingested or rejected under its owner (its worker's copy may
-        only be deleted)."""
-        parsed = batch_name_or_none(name)
+    def is_known(self, name: str, parsed: BatchName | None = None) -> bool:
+        """The batch `name` (its parts `parsed`, or parsed here) was ingested or rejected
+        under its owner (its worker's copy may only be deleted)."""
+        parsed = parsed or batch_name_or_none(name)
         with self._lock:
             entry = self.entries.get(name)
             if entry is not None and parsed is not None and entry.worker == parsed[0]:
@@ -508,7 +509,7 @@ class Collector:
             if worker in self.over_budget:
                 result.over_budget = self.over_budget[worker]
                 return result
-            owned: list[tuple[int, str]] = []
+            owned: list[tuple[int, str, BatchName]] = []  # parsed once, passed down
             foreign: list[str] = []
             try:
                 listed = source.list_batches()
@@ -519,11 +520,12 @@ class Collector:
                 return result
             for name in listed:
                 parsed = batch_name_or_none(name) if _is_bare_name(name) else None
-                if parsed is not None and parsed[0] == worker:
-                    owned.append((parsed[2], name))
+                if parsed is not None and parsed.worker == worker:
+                    owned.append((parsed.seq, name, parsed))
                 else:
                     foreign.append(name)
-            todo = [n for _, n in sorted(owned)] + foreign
+            owned.sort(key=lambda o: (o[0], o[1]))
+            todo = [n for _, n, _ in owned] + foreign
             handled = 0
             for i, name in enumerate(todo):
                 if max_games is not None and result.games >= max_games:
@@ -533,15 +535,16 @@ class Collector:
                     break
                 if i < len(owned):
                     handled += 1
-                    self._collect_owned(worker, name, source, result, current_generation)
+                    self._collect_owned(worker, name, owned[i][2], source, result,
+                                        current_generation)
                 elif self._collect_foreign(worker, name, source, result):
                     handled += 1
             result.over_budget = self.over_budget.get(worker, "")
         return result
 
-    def _collect_owned(self, worker: str, name: str, source: BatchSource,
+    def _collect_owned(self, worker: str, name: str, parsed: BatchName, source: BatchSource,
                        result: CollectResult, current_generation: int) -> None:
-        if self.is_known(name):
+        if self.is_known(name, parsed):
             self._collect_known(worker, name, source, result)
             return
         incoming = self.incoming_dir / name
@@ -573,7 +576,7 @@ class Collector:
                          f"{name}: validation failed: {type(e).__name__}: {e}", source, result)
             return
         with self._lock:
-            entry = self._entry(name, incoming, "ingested", None)
+            entry = self._entry(name, incoming, "ingested", None, parsed)
             repeated = self._repeats(entry.sha256, info.game_keys)
             if not repeated:
                 os.utime(incoming)  # the window orders batches by the coach's clock
