@@ -28,7 +28,14 @@ Batch file layout: a zstd-compressed ``.npz`` (written with ``np.savez``; read w
 `read_batch`/`load_batch` trust nothing in a file: they bound the decompressed size, refuse
 pickles, check every array's dtype and shape and every value's range, and replay every game
 through the reference rules (`training.go.rules.Position`, the check of record). Each failure is a
-`BatchError` naming the file, the game and the reason, with a short `kind` per failure.
+`BatchError` naming the file, the game and the reason, with a short `kind` per failure. Given
+`BatchRules` (the run's config: `training.fleet.collector.batch_rules`), a batch is also held
+to the run's move cap, simulations, games per batch and passes, within a CPU budget.
+
+Why one module of about 900 lines: the batch format and every check of it are one contract,
+read together (a field added to the writer without its check, or a check without its field,
+is the bug this layout prevents); the rest is small (`random_record` for tests and
+benchmarks, and the `python -m training.go.records FILE` summary).
 
 This module must not import torch, and never writes a file other processes read except through
 `distributed.transfer.write_atomic` (temp name, then rename).
