@@ -1348,12 +1348,8 @@ def test_remote_text_never_forges_a_log_line_or_an_escape(tmp_path):
 
 def test_fresh_holds_the_run_lock_while_it_moves_the_folder_aside(tmp_path, monkeypatch):
     """No coach can start on the old folder between the check and the rename."""
-    import sys as _sys
-
-    from training.run.run_lock import RunFolderBusy, RunLock
-
-    _sys.path.insert(0, str(REPO))
     import start_main
+    from training.run.run_lock import RunFolderBusy, RunLock
 
     run_dir = tmp_path / "run"
     (run_dir / "replay").mkdir(parents=True)
