@@ -43,7 +43,6 @@ def make_model(path: Path, size_mb: float) -> str:
     """Write a realistic model file of about size_mb MB; returns what it is."""
     n_params = int(size_mb * 1e6 / 4)
     filters = 128
-    per_conv = filters * filters * 9
     try:
         import torch
 

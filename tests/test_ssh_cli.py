@@ -23,8 +23,6 @@ from distributed.ssh_connector import SSHConnector
 from distributed.status import StatusSnapshot, WorkerRow, WorkerState, write_status
 from tests.sshd import sshd_server, write_fake_daemon  # noqa: F401 - sshd_server is a fixture
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture
 def cfg_file(tmp_path) -> Path:

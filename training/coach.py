@@ -81,7 +81,7 @@ from training.fleet.fleet import Fleet
 from training.rounds import (REPO, Counts, ModelPublished, RoundConcluded, Rounds,
                              RoundStarted)
 from training.run.run_dir import STRENGTH_GAMES, RunDir
-from training.run.run_lock import RunFolderBusy, RunLock  # noqa: F401 - RunFolderBusy for callers
+from training.run.run_lock import RunLock
 from training.run.signals import on_stop_signals
 from training.run.watch import watch
 

@@ -88,7 +88,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from training.go.coords import BLACK, MAX_SIZE, MIN_SIZE
+from training.go.coords import MAX_SIZE, MIN_SIZE
 from training.go.rules import IllegalMove
 
 

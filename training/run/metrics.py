@@ -31,12 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from distributed.transfer import write_atomic, write_json_atomic
-from training.run.run_dir import (  # noqa: F401 - the three names stay importable from here
-    METRICS_CSV,
-    METRICS_JSON,
-    PROGRESS_PNG,
-    RunDir,
-)
+from training.run.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
