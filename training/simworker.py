@@ -109,7 +109,8 @@ def make_pool(cfg: Config, n: int, seed: int) -> list[Any]:
     rng = np.random.default_rng(seed)
     cap = cfg.go.max_moves or None
     return [random_record(cfg.go.board_size, cfg.go.komi, rng, max_moves=cap,
-                          simulations=max(2, cfg.mcts.simulations), seed=i)
+                          simulations=max(2, cfg.mcts.simulations), seed=i,
+                          honest_passes=not cfg.self_play.early_pass)
             for i in range(n)]
 
 

@@ -773,11 +773,15 @@ def random_record(
     generation: int = 0,
     simulations: int = 16,
     seed: int = 0,
+    honest_passes: bool = False,
 ) -> GameRecord:
     """A random legal finished game with plausible visit counts (tests and stand-ins).
 
     Moves are random empty points that the rules accept, passes with `pass_prob` (always once
     no tried point is legal); visits go to the move played and a few other empty points.
+    `honest_passes`: as the run's self-play plays (`BatchRules.early_pass` false): moves are
+    random points that do not fill an own single-point eye, and a side passes only when no
+    such move is legal, or in reply to a pass.
     """
     n = board_size
     p = n * n + 1
@@ -787,7 +791,15 @@ def random_record(
         board = np.array(pos.board, dtype=np.int8)
         empty = np.flatnonzero(board == 0)
         move = n * n
-        if rng.random() >= pass_prob:
+        if honest_passes:
+            if pos.passes == 0:
+                around = neighbors(n)
+                for q in rng.permutation(empty).tolist():
+                    if not all(pos.board[r] == pos.to_play for r in around[q]) \
+                            and pos.is_legal(q):
+                        move = q
+                        break
+        elif rng.random() >= pass_prob:
             for q in rng.permutation(empty)[:8].tolist():
                 if pos.is_legal(q):
                     move = q
