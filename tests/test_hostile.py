@@ -580,6 +580,20 @@ def test_no_worker_owns_the_window_by_sending_more(tmp_path):
           f"{share(capped):.2f} capped")
 
 
+def test_window_shares_count_only_workers_of_the_recent_generations():
+    """Six workers of an earlier machine (generations 0-1) do not shrink the two current
+    workers' shares (generation 30) to 1.5/8 each; they hold none of the window."""
+    from training.learn.replay_buffer import share_caps
+
+    owners = [f"old{i}" for i in range(6)] + ["worker1", "worker2"] * 3
+    gens = [0, 1, 0, 1, 0, 1] + [30, 30, 29, 29, 25, 25]
+    caps = share_caps(owners, {}, 1.5, 1000, gens)
+    assert caps["worker1"] == caps["worker2"] == 750
+    assert all(caps[f"old{i}"] == 0 for i in range(6))
+    assert share_caps(owners, {}, None, 1000, gens)["old0"] == float("inf")  # no cap asked
+    assert share_caps(owners, {"worker2": 3.0}, 1.5, 1000, gens)["worker2"] == 1000
+
+
 def test_window_order_is_the_coachs_ingest_order_not_the_batchs_clock(tmp_path):
     from training.learn.replay_buffer import ReplayWindow
 

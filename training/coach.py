@@ -500,7 +500,7 @@ class Coach:
         size = window_size(sum(e.positions for e in entries), r.min_positions,
                            r.max_positions, r.growth)
         caps = share_caps([e.worker for e in entries], self.cfg.distributed.worker_weights,
-                          WINDOW_SHARE_SLACK, size)
+                          WINDOW_SHARE_SLACK, size, [e.generation for e in entries])
         chosen = [entries[i] for i in take_newest(
             [(e.worker, e.positions) for e in entries], size, caps)]
         games = sum(e.games for e in chosen)

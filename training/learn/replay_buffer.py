@@ -116,18 +116,31 @@ WINDOW_SHARE_SLACK = 1.5
 workers: 75% each; 4: 37.5%)."""
 
 
+RECENT_GENERATIONS = 10
+"""A worker shares the window while it delivered games of the newest this many generations; an
+older one (removed, renamed, a machine since replaced) no longer dilutes the others' shares."""
+
+
 def share_caps(owners: Sequence[str], weights: Mapping[str, float], slack: float | None,
-               target: int) -> dict[str, float]:
+               target: int, generations: Sequence[int] | None = None) -> dict[str, float]:
     """Most positions each worker's games may hold in a window of `target` positions: its
-    weight's share (`distributed.worker_weights`, 1.0 when unlisted) times `slack`; no cap
-    (infinity) without `slack` or with a single worker. No worker can own the window by
-    sending more games than its share, while honest workers at uneven speeds keep theirs."""
+    weight's share (`distributed.worker_weights`, 1.0 when unlisted) among the workers that
+    delivered games of the newest `RECENT_GENERATIONS` generations (`generations[i]` is the
+    generation of `owners[i]`'s batch i; all of them without it) times `slack`, and 0 for the
+    others; no cap (infinity) without `slack` or with a single recent worker. No worker can
+    own the window by sending more games than its share, while honest workers at uneven
+    speeds keep theirs."""
     names = sorted(set(owners))
-    if slack is None or len(names) < 2:
-        return {n: math.inf for n in names}
-    w = {n: max(float(weights.get(n, 1.0)), 0.0) for n in names}
+    recent = set(names)
+    if generations is not None and len(generations):
+        newest = max(generations)
+        recent = {o for o, g in zip(owners, generations) if g >= newest - RECENT_GENERATIONS}
+    if slack is None or len(recent) < 2:
+        return {n: math.inf if (slack is None or n in recent) else 0.0 for n in names}
+    w = {n: max(float(weights.get(n, 1.0)), 0.0) for n in recent}
     total = sum(w.values()) or 1.0
-    return {n: min(1.0, slack * w[n] / total) * target for n in names}
+    return {n: min(1.0, slack * w[n] / total) * target if n in recent else 0.0
+            for n in names}
 
 
 def take_newest(units: Sequence[tuple[str, int]], target: int,
@@ -610,7 +623,8 @@ class ReplayWindow(WindowView):
         target = window_size(self.total_positions, self.min_positions, self.max_positions,
                              self.growth)
         owners = [parse_batch_name(c.name).worker for c in cars]
-        caps = share_caps(owners, self.worker_weights, self.share_slack, target)
+        caps = share_caps(owners, self.worker_weights, self.share_slack, target,
+                          [int(c.info["generation"]) for c in cars])
         games = [(ci, g) for ci, car in enumerate(cars) for g in range(len(car.games))]
         units = [(owners[ci], int(cars[ci].games[g, 1] - cars[ci].games[g, 0]))
                  for ci, g in games]
