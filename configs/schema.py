@@ -111,6 +111,9 @@ class NetConfig:
     """Train a head on the final area margin, komi included (a training-only output)."""
     opponent_policy_head: bool = True
     """Train a second policy on the opponent's reply (a training-only output)."""
+    liberties: bool = False
+    """Six more input planes: each side's stones in chains with 1, 2, 3+ liberties (KataGo's
+    liberty features; a new net: runs started without them keep their models)."""
 
     def __post_init__(self) -> None:
         _range(self, "blocks", 1, 80)

@@ -58,6 +58,49 @@ def test_njit_planes_equal_numpy_planes_on_random_games(n, history):
     assert (batch[0] == -7).all() and (batch[2] == -7).all()  # only its own slot written
 
 
+def test_liberty_planes_count_each_chains_liberties_for_both_sides():
+    pos = Position(5)
+    for move in ("A1", "B1", "C3", "E5", "C4"):  # white to move next
+        pos.play(from_gtp(move, 5))
+    x = planes(pos, history=1, liberties=True)
+    assert x.shape == (num_planes(1, True), 5, 5) == (9, 5, 5)
+    own, opp = x[3:6], x[6:9]  # white's chains, then black's; 1, 2, 3+ liberties
+
+    def at(move: str) -> tuple[int, int]:
+        p = from_gtp(move, 5)
+        return p // 5, p % 5
+
+    assert own[1][at("B1")] == 1 and own[1][at("E5")] == 1 and own.sum() == 2  # 2 each
+    assert opp[0][at("A1")] == 1  # A1: only A2 left
+    assert opp[2][at("C3")] == 1 and opp[2][at("C4")] == 1 and opp.sum() == 3  # 6 liberties
+
+
+@pytest.mark.parametrize("n", [5, 9])
+def test_liberty_planes_agree_in_all_three_implementations(n):
+    from training.go.features import liberty_planes
+
+    rng = random.Random(n)
+    history = 2
+    c = num_planes(history, liberties=True)
+    out = np.full((c, n, n), -7.0, np.float32)
+    b = fastgo.new_boards(1, n)
+    nbrs = b.neighbors
+    for _ in range(2):
+        pos = Position(n)
+        fastgo.reset(b, 0)
+        while not pos.is_over():
+            want = planes(pos, history, liberties=True)
+            write_planes(b, 0, history, out)
+            np.testing.assert_array_equal(out, want)
+            stored = np.zeros((1, 6, n, n), np.float32)
+            liberty_planes(np.asarray(pos.board, np.int8)[None], np.array([pos.to_play],
+                           np.int8), nbrs, stored)
+            np.testing.assert_array_equal(stored[0], want[2 * history + 1:])
+            move = rng.choice(pos.legal_moves())
+            pos.play(move)
+            assert fastgo.play(b, 0, move)
+
+
 def test_asking_for_more_history_than_the_boards_keep_fails():
     b = fastgo.new_boards(1, 5, history=2)
     with pytest.raises(AssertionError):

@@ -133,24 +133,27 @@ def test_every_position_is_tagged_with_its_generation(replay):
 # ------------------------------------------------------------------------------ samples
 
 
-def _reference_planes(rec: GameRecord, t: int, history: int) -> np.ndarray:
+def _reference_planes(rec: GameRecord, t: int, history: int,
+                      liberties: bool = False) -> np.ndarray:
     """Planes of position t of `rec` by replaying with go.Position, as self-play sees them."""
     pos = Position(rec.board_size, rec.komi)
     for m in rec.moves[:t].tolist():
         pos.play(m)
-    return features.planes(pos, history)
+    return features.planes(pos, history, liberties)
 
 
-def test_features_equal_a_replay_with_the_reference_rules(replay):
+@pytest.mark.parametrize("liberties", [False, True])
+def test_features_equal_a_replay_with_the_reference_rules(replay, liberties):
     batches = _fill(replay, 2, games_per_batch=3)
     w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H,
-                     augment=False)
+                     augment=False, liberties=liberties)
     games = [g for batch in batches for g in batch]
     i = 0
     for rec in games:
         for t in range(rec.num_moves):
             planes, policy, value = w[i]
-            np.testing.assert_array_equal(planes, _reference_planes(rec, t, H), err_msg=f"{i}")
+            np.testing.assert_array_equal(planes, _reference_planes(rec, t, H, liberties),
+                                          err_msg=f"{i}")
             expected = rec.visits[t].astype(np.float64) / rec.visits[t].sum()
             np.testing.assert_allclose(policy, expected, rtol=1e-6)
             assert policy.dtype == np.float32 and abs(policy.sum() - 1) < 1e-5
@@ -160,14 +163,16 @@ def test_features_equal_a_replay_with_the_reference_rules(replay):
     assert i == len(w)
 
 
-def test_the_eight_symmetries_are_those_of_features(replay):
+@pytest.mark.parametrize("liberties", [False, True])
+def test_the_eight_symmetries_are_those_of_features(replay, liberties):
     perms = symmetry_permutations(N)
     assert len({tuple(p) for p in perms}) == 8
     board = np.arange(N * N).reshape(N, N)
     np.testing.assert_array_equal(board.ravel()[perms[0]], board.ravel())
     np.testing.assert_array_equal(board.ravel()[perms[1]], np.rot90(board).ravel())
     _fill(replay, 1)
-    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H,
+                     liberties=liberties)
     idx = np.arange(len(w))
     p0, q0, v0 = w.batch(idx, symmetries=np.zeros(len(idx), np.int64))
     for s in range(8):

@@ -311,3 +311,36 @@ def test_command_line_without_games_says_what_to_do(tmp_path):
     )
     assert proc.returncode == 1
     assert "missing.npz" in proc.stderr and "cannot read samples" in proc.stderr
+
+
+def test_a_net_with_liberty_planes_plays_trains_and_plays_again(tiny_cfg, run_dir):
+    """net.liberties: self-play writes games, the window feeds the 6 planes to a round, and
+    the trained model searches and answers genmove; a model without them is refused."""
+    from training.go.features import num_planes
+    from training.go.records import BatchMeta, batch_name, write_batch
+    from training.learn.net import make_evaluator, net_from_config
+    from training.play.players import NetPlayer
+    from training.go.rules import Position
+    from training.search.selfplay import SelfPlay
+
+    cfg = override(tiny_cfg, {"net.liberties": True, "run.dir": str(run_dir)})
+    net = net_from_config(cfg.net, cfg.go.board_size)
+    assert net.in_planes == num_planes(cfg.net.history, True) and net.config["liberties"]
+    selfplay = SelfPlay(make_evaluator(net), cfg.go, cfg.mcts, cfg.self_play,
+                        history=cfg.net.history, seed=3, liberties=True)
+    records = []
+    while len(records) < 12:
+        records += selfplay.step()
+    paths = RunDir(run_dir).create()
+    write_batch(paths.replay / batch_name("w1", 0, 0), records,
+                BatchMeta.from_records("w1", records, max_moves=cfg.go.max_moves))
+    write_initial_model(cfg, run_dir)
+    result = train_round(cfg, run_dir, steps=3, progress=False)
+    trained, _ = load_model(result.model_path)
+    assert trained.liberties and np.isfinite(result.loss)
+    player = NetPlayer(result.model_path, simulations=8, cfg=cfg)
+    move = player.genmove(Position(cfg.go.board_size, cfg.go.komi), 1)
+    assert move is not None and 0 <= move <= cfg.go.board_size ** 2
+    plain = override(cfg, {"net.liberties": False})
+    with pytest.raises(TrainingError, match="liberty planes"):
+        train_round(plain, run_dir, steps=1, progress=False)

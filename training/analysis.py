@@ -196,7 +196,8 @@ class Analyzer:
         n = self.size
         go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
         self.evaluate = make_evaluator(net, max_batch=slots)
-        self.mcts = Mcts(slots, go_cfg, cfg.mcts, history=net.history, batch_size=slots,
+        self.mcts = Mcts(slots, go_cfg, cfg.mcts, history=net.history, liberties=net.liberties,
+                         batch_size=slots,
                          simulations=max_visits + self.chunk, reuse_tree=False,
                          early_pass=False)
         self.out = out
@@ -348,7 +349,8 @@ class Analyzer:
             child = pos.copy()
             child.play(m)
             positions.append(child)
-        x = np.stack([features.planes(p, self.net.history) for p in positions])
+        x = np.stack([features.planes(p, self.net.history, self.net.liberties)
+                      for p in positions])
         with torch.inference_mode():
             out = self.net(torch.from_numpy(x), heads=True)
         to_move = pos.to_play

@@ -181,7 +181,8 @@ def play_vs_random(evaluate: Evaluate, cfg: Config, games: int, seed: int, *,
     if games <= 0:
         return out
     go = cfg.go
-    mcts = Mcts(games, go, cfg.mcts, history=cfg.net.history, batch_size=max(games, 8),
+    mcts = Mcts(games, go, cfg.mcts, history=cfg.net.history, liberties=cfg.net.liberties,
+                batch_size=max(games, 8),
                 simulations=simulations or cfg.evaluation.simulations or cfg.mcts.simulations,
                 reuse_tree=False, early_pass=cfg.self_play.early_pass)
     positions = [Position(go.board_size, komi=go.komi, max_moves=go.move_cap)
@@ -255,6 +256,7 @@ class NetWinrates:
         net, _ = load_model(model)
         self.evaluate = make_evaluator(net, jit=False)
         self.size, self.komi, self.history = cfg.go.board_size, cfg.go.komi, net.history
+        self.liberties = net.liberties
 
     def __call__(self, moves: Sequence[int]) -> list[float | None]:
         from training.go.features import planes
@@ -263,7 +265,7 @@ class NetWinrates:
         batch, black_to_move = [], []
         for move in moves:
             position.play(move)
-            batch.append(planes(position, self.history))
+            batch.append(planes(position, self.history, self.liberties))
             black_to_move.append(position.to_play == BLACK)
         if not batch:
             return []

@@ -301,6 +301,12 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
             net = net_from_payload(start_payload, checkpoint or run_dir)
         except ModelError as e:
             raise TrainingError(str(e)) from e
+        if net.liberties != cfg.net.liberties:
+            raise TrainingError(
+                f"the starting model {'reads' if net.liberties else 'does not read'} the "
+                f"liberty planes, and the config says net.liberties: {cfg.net.liberties}; "
+                "the input features of a run cannot change: start a new run (another "
+                "run.dir, or --fresh)")
         if net.config != net_from_config(cfg.net, cfg.go.board_size).config:
             log.warning("the starting model's net %s differs from the config's net section; "
                         "continuing with the model's", net.config)

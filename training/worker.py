@@ -200,7 +200,8 @@ class Worker:
         from training.search.selfplay import SelfPlay
 
         return SelfPlay(evaluate, self.cfg.go, self.cfg.mcts, self.cfg.self_play,
-                        history=self.cfg.net.history, generation=generation, seed=self.seed)
+                        history=self.cfg.net.history, generation=generation, seed=self.seed,
+                        liberties=self.cfg.net.liberties)
 
     def write_batch(self, records: Sequence[Any], path: Path) -> None:
         """Write finished games as one batch file (atomically: temporary name, rename)."""

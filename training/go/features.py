@@ -1,20 +1,27 @@
 """Input planes for the network, and the 8 symmetries of the board.
 
-Planes, shape [C, N, N] float32 with C = num_planes(history) = 2 * history + 1:
+Planes, shape [C, N, N] float32 with C = num_planes(history, liberties) = 2 * history + 1
+(+ 6 with liberties):
 
     planes[2k]     stones of the side to move, k plies ago (k = 0 is the current board)
     planes[2k + 1] stones of the opponent (of the side to move now), k plies ago
-    planes[-1]     all ones if black is to move, all zeros if white is
+    planes[2H]     all ones if black is to move, all zeros if white is
+    with liberties (`net.liberties`, KataGo's liberty features), on the current board:
+    planes[2H + 1 + j]  stones of the side to move in chains with 1, 2, 3+ liberties (j=0..2)
+    planes[2H + 4 + j]  the opponent's stones in chains with 1, 2, 3+ liberties
 
 Plies before the start of the game are all-zero planes. "Side to move" is the player to
 move NOW for every k, as in AlphaGo Zero. Rows and columns follow `training.go.coords`
 (planes[c, row, col], row 0 the top row).
 
-Two implementations that must give identical planes (tested):
-- `planes(position, history)` from a reference `training.go.rules.Position` (numpy).
+Three implementations that must give identical planes (tested):
+- `planes(position, history, liberties)` from a reference `training.go.rules.Position`.
 - `write_planes(b, g, history, out)`, njit, for the self-play hot path: writes the planes of
   game g of a `training.go.fastgo.Boards` into `out`, a preallocated float32 [C, N, N] array
-  (typically `batch[i]` of a [B, C, N, N] batch). It needs history <= b.recent.shape[1].
+  (typically `batch[i]` of a [B, C, N, N] batch; its C says whether the liberty planes are
+  wanted). It needs history <= b.recent.shape[1].
+- the replay window's vectorised gather (`training.learn.replay_buffer`), with
+  `liberty_planes(boards, colors, n, out)` for the liberty planes of stored boards.
 
 Symmetries: s in 0..7 is `rot90` by s % 4 quarter turns (counter-clockwise on the printed
 board), then for s >= 4 a left-right flip. `transform_planes` works on any [..., N, N]
@@ -40,23 +47,102 @@ from training.go.fastgo import N_MOVES, TO_PLAY
 NUM_SYMMETRIES = 8
 
 
-def num_planes(history: int = 8) -> int:
-    """Planes per position for `history` boards: 2 * history + 1."""
-    return 2 * history + 1
+LIBERTY_PLANES = 6
 
 
-def planes(position, history: int = 8) -> np.ndarray:
-    """[2 * history + 1, N, N] float32 input planes of a `training.go.rules.Position`."""
+def num_planes(history: int = 8, liberties: bool = False) -> int:
+    """Planes per position for `history` boards: 2 * history + 1, + 6 with liberties."""
+    return 2 * history + 1 + (LIBERTY_PLANES if liberties else 0)
+
+
+def planes(position, history: int = 8, liberties: bool = False) -> np.ndarray:
+    """[num_planes(history, liberties), N, N] float32 input planes of a
+    `training.go.rules.Position`."""
+    from training.go.rules import find_group
+
     n = position.size
     color = position.to_play
-    out = np.zeros((num_planes(history), n, n), np.float32)
+    out = np.zeros((num_planes(history, liberties), n, n), np.float32)
     for k in range(min(history, len(position.boards))):
         board = np.asarray(position.boards[-1 - k], np.int8).reshape(n, n)
         out[2 * k] = board == color
         out[2 * k + 1] = board == -color
     if color == BLACK:
-        out[-1] = 1.0
+        out[2 * history] = 1.0
+    if liberties:
+        board = position.board
+        for p, stone in enumerate(board):
+            if stone == 0:
+                continue
+            _, libs = find_group(board, n, p)
+            base = 2 * history + 1 + (0 if stone == color else 3)
+            out[base + min(len(libs), 3) - 1, p // n, p % n] = 1.0
     return out
+
+
+@njit(cache=True)
+def _liberty_counts(stones, neighbors, counts, queue, mark):
+    """counts[p] := liberties of the chain of the stone at p (0 on empty points), for a flat
+    board `stones` [A]; `queue`, `mark` are [A] int scratch (mark zeroed here)."""
+    a = stones.shape[0]
+    for p in range(a):
+        counts[p] = -1 if stones[p] != 0 else 0
+        mark[p] = 0
+    stamp = 0
+    for p in range(a):
+        if counts[p] != -1:
+            continue
+        color = stones[p]
+        stamp += 1
+        head, tail = 0, 1
+        queue[0] = p
+        counts[p] = -2  # in the chain being walked
+        libs = 0
+        while head < tail:
+            q = queue[head]
+            head += 1
+            for k in range(neighbors.shape[1]):
+                r = neighbors[q, k]
+                if r < 0:
+                    break
+                if stones[r] == 0:
+                    if mark[r] != stamp:
+                        mark[r] = stamp
+                        libs += 1
+                elif stones[r] == color and counts[r] == -1:
+                    counts[r] = -2
+                    queue[tail] = r
+                    tail += 1
+        for i in range(tail):
+            counts[queue[i]] = libs
+
+
+@njit(cache=True)
+def _write_liberty_planes(stones, color, neighbors, base, out, counts, queue, mark):
+    """out[base..base+5] := the liberty planes of the flat board `stones` (see above)."""
+    n = out.shape[1]
+    _liberty_counts(stones, neighbors, counts, queue, mark)
+    for j in range(6):
+        out[base + j, :, :] = 0.0
+    for p in range(stones.shape[0]):
+        if stones[p] == 0:
+            continue
+        c = min(counts[p], 3) - 1
+        if stones[p] != color:
+            c += 3
+        out[base + c, p // n, p % n] = 1.0
+
+
+@njit(cache=True)
+def liberty_planes(boards, colors, neighbors, out):
+    """out[i, 0..5] := the liberty planes of flat boards [B, A] int8 with `colors[i]` to move
+    (the replay window's batches); out float32 [B, 6, N, N]."""
+    a = boards.shape[1]
+    counts = np.zeros(a, np.int32)
+    queue = np.zeros(a, np.int32)
+    mark = np.zeros(a, np.int32)
+    for i in range(boards.shape[0]):
+        _write_liberty_planes(boards[i], colors[i], neighbors, 0, out[i], counts, queue, mark)
 
 
 @njit(cache=True)
@@ -83,6 +169,11 @@ def write_planes(b, g, history, out):
                 out[2 * k + 1, r, c] = 1.0 if s == -color else 0.0
                 p += 1
     out[2 * history, :, :] = 1.0 if color == 1 else 0.0
+    if out.shape[0] > 2 * history + 1:  # the liberty planes were asked for
+        a = b.stones.shape[1]
+        _write_liberty_planes(b.stones[g], color, b.neighbors, 2 * history + 1, out,
+                              np.zeros(a, np.int32), np.zeros(a, np.int32),
+                              np.zeros(a, np.int32))
 
 
 def inverse(s: int) -> int:

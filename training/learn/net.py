@@ -49,6 +49,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from training.go.features import num_planes
+
 log = logging.getLogger(__name__)
 
 MODEL_FORMAT = "azgo-model"
@@ -157,6 +159,7 @@ class PolicyValueNet(nn.Module):
         ownership_head: bool = False,
         score_head: bool = False,
         opponent_policy_head: bool = False,
+        liberties: bool = False,
     ):
         super().__init__()
         assert 2 <= board_size <= 25, board_size
@@ -170,7 +173,8 @@ class PolicyValueNet(nn.Module):
         self.ownership_head = bool(ownership_head)
         self.score_head = bool(score_head)
         self.opponent_policy_head = bool(opponent_policy_head)
-        self.in_planes = 2 * history + 1
+        self.liberties = bool(liberties)
+        self.in_planes = num_planes(history, self.liberties)
         self.num_moves = board_size * board_size + 1
         points = board_size * board_size
 
@@ -219,6 +223,8 @@ class PolicyValueNet(nn.Module):
             "ownership_head": self.ownership_head,
             "score_head": self.score_head,
             "opponent_policy_head": self.opponent_policy_head,
+            # only when on: the configs of nets without it stay what older files hold
+            **({"liberties": True} if self.liberties else {}),
         }
 
     def forward(self, x: torch.Tensor, heads: bool = False) -> Any:
@@ -261,6 +267,7 @@ def net_from_config(cfg_net: Any, board_size: int) -> PolicyValueNet:
         ownership_head=cfg_net.ownership_head,
         score_head=cfg_net.score_head,
         opponent_policy_head=cfg_net.opponent_policy_head,
+        liberties=cfg_net.liberties,
     )
 
 

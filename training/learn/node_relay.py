@@ -64,7 +64,7 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: DistContext,
         return ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size,
                             seed=cfg.run.seed, files=files,
                             worker_weights=cfg.distributed.worker_weights,
-                            share_slack=WINDOW_SHARE_SLACK)
+                            share_slack=WINDOW_SHARE_SLACK, liberties=cfg.net.liberties)
 
     window = _open(None) if ctx.is_main else None
     names = [window.names() if window is not None else None]

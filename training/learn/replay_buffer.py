@@ -70,6 +70,7 @@ import numpy as np
 from configs import ReplayConfig
 from distributed.transfer import write_json_atomic
 from training.go import features
+from training.go.fastgo import neighbor_table
 from training.go.records import (
     BATCH_SUFFIX,
     DEFAULT_MAX_BYTES,
@@ -317,8 +318,9 @@ class WindowView:
     """A map-style dataset over a list of game segments (the training or validation part)."""
 
     def __init__(self, sidecars: list[_Sidecar], segments: np.ndarray, *, history: int,
-                 board_size: int, seed: int, augment: bool):
+                 board_size: int, seed: int, augment: bool, liberties: bool = False):
         self._sidecars = sidecars
+        self.liberties = liberties  # the six liberty planes after the colour plane
         # segments: int64 [S, 6], one game per row: (sidecar index, first position, end
         # position, generation, result, game index in the sidecar)
         self._segments = segments
@@ -431,12 +433,17 @@ class WindowView:
         perm = self._perms[syms]  # [B, A]
         past = np.take_along_axis(past, perm[:, None, :], axis=2)
         policy[:, :a] = np.take_along_axis(policy[:, :a], perm, axis=1)
-        planes = np.zeros((b, 2 * h + 1, a), np.float32)
+        c = features.num_planes(h, self.liberties)
+        planes = np.zeros((b, c, a), np.float32)
         color = to_play[:, None, None]
         planes[:, 0 : 2 * h : 2] = past == color
         planes[:, 1 : 2 * h : 2] = past == -color
         planes[:, 2 * h] = (to_play == 1)[:, None]
-        out = {"planes": planes.reshape(b, 2 * h + 1, n, n), "policy": policy, "value": value}
+        planes = planes.reshape(b, c, n, n)
+        if self.liberties:  # of the current board, as transformed (liberties do not change)
+            features.liberty_planes(np.ascontiguousarray(past[:, 0]), to_play,
+                                    neighbor_table(n), planes[:, 2 * h + 1:])
+        out = {"planes": planes, "policy": policy, "value": value}
         if targets:
             settled = np.isfinite(score)  # resigned games have no final position or score
             owner = np.take_along_axis(owner, perm, axis=1) * to_play[:, None]
@@ -511,6 +518,7 @@ class ReplayWindow(WindowView):
         max_bytes: int = DEFAULT_MAX_BYTES,
         worker_weights: Mapping[str, float] | None = None,
         share_slack: float | None = None,
+        liberties: bool = False,
     ):
         self.replay_dir = Path(replay_dir)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else sidecar_dir(replay_dir)
@@ -531,9 +539,10 @@ class ReplayWindow(WindowView):
         self.share_slack = share_slack
         self._all: dict[str, _Sidecar] = {}
         self._board_size = board_size
-        super().__init__([], np.zeros((0, 6), np.int64), history=history,
+        super().__init__([], np.zeros((0, 6), np.int64), history=history, liberties=liberties,
                          board_size=board_size or 5, seed=seed, augment=augment)
         self.validation = WindowView([], np.zeros((0, 6), np.int64), history=history,
+                                     liberties=liberties,
                                      board_size=board_size or 5, seed=seed, augment=False)
         self.total_positions = 0
         self.refresh()
@@ -640,11 +649,11 @@ class ReplayWindow(WindowView):
         epoch = self.epoch
         WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 6),
                             history=self.history, board_size=n, seed=self.seed,
-                            augment=self.augment)
+                            augment=self.augment, liberties=self.liberties)
         self.epoch = epoch
         self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 6),
                                      history=self.history, board_size=n, seed=self.seed,
-                                     augment=False)
+                                     augment=False, liberties=self.liberties)
         log.debug("replay window: %s", self.stats().as_text())
 
     def names(self) -> list[str]:

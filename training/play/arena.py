@@ -99,7 +99,8 @@ def play_arena(evaluate_new: Any, evaluate_old: Any, games: int, cfg: Config, se
     sims = simulations or cfg.evaluation.simulations or cfg.mcts.simulations
     pairs = play_match(
         evaluate_new, evaluate_old, games, cfg.go, cfg.mcts, seed,
-        history=cfg.net.history, opening_moves=OPENING_MOVES, simulations=sims,
+        history=cfg.net.history, liberties=cfg.net.liberties, opening_moves=OPENING_MOVES,
+        simulations=sims,
         batch_size=max(cfg.self_play.batch_size, games),
     )
     out = MatchResult()

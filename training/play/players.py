@@ -67,6 +67,7 @@ class MctsPlayer:
         *,
         history: int,
         early_pass: bool = False,
+        liberties: bool = False,
         seconds_per_move: float | None = None,
         max_simulations: int | None = None,
     ):
@@ -85,6 +86,7 @@ class MctsPlayer:
         self.mcts = Mcts(
             1, go_cfg, mcts_cfg, history=history, batch_size=1,
             simulations=self.max_simulations, reuse_tree=False, early_pass=early_pass,
+            liberties=liberties,
         )
         self.last_value = 0.0
         self.last_simulations = 0
@@ -198,7 +200,8 @@ class NetPlayer:
         n = info.board_size
         go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
         self.player = MctsPlayer(make_evaluator(net, device), go_cfg, cfg.mcts, simulations,
-                                 history=net.history, seconds_per_move=seconds_per_move)
+                                 history=net.history, liberties=net.liberties,
+                                 seconds_per_move=seconds_per_move)
         self.player.warm_up()
 
     def ownership(self, position: Any, color: int | None = None) -> list[float] | None:
@@ -215,7 +218,7 @@ class NetPlayer:
             position.play(position.pass_move)  # GTP may ask either colour: the other passed
         to_move = position.to_play
         n = position.size
-        x = features.planes(position, self._net.history)
+        x = features.planes(position, self._net.history, self._net.liberties)
         batch = np.stack([features.transform_planes(x, s)
                           for s in range(features.NUM_SYMMETRIES)])
         with torch.inference_mode():
@@ -309,7 +312,7 @@ class NetPlayer:
             base.play(base.pass_move)
         n = base.size
         legal = np.array([base.is_legal(m) for m in range(n * n + 1)], bool)
-        x = features.planes(base, self._net.history)
+        x = features.planes(base, self._net.history, self._net.liberties)
         batch = np.stack([features.transform_planes(x, k)
                           for k in range(features.NUM_SYMMETRIES)])
         masks = np.stack([features.transform_policy(legal.astype(np.float32), k) > 0
@@ -343,7 +346,7 @@ class NetPlayer:
             if move is not None and not base.is_over():
                 child = base.copy()
                 child.play(move)
-            planes.append(features.planes(child, self._net.history))
+            planes.append(features.planes(child, self._net.history, self._net.liberties))
             signs.append(1.0 if child.to_play == color else -1.0)
         with torch.inference_mode():
             out = self._net(torch.from_numpy(np.stack(planes)).to(self._device), heads=True)

@@ -112,6 +112,7 @@ import numpy as np
 from numba import njit
 
 from training.go import fastgo
+from training.go import features
 from training.go.features import write_planes
 
 if TYPE_CHECKING:
@@ -692,6 +693,7 @@ class Mcts:
         mcts_cfg: `cfg.mcts` (algorithm, c_puct, fpu_reduction, dirichlet_*, gumbel_*,
             reuse_tree, simulations).
         history: the net's history (input planes C = 2 * history + 1).
+        liberties: the net also reads the 6 liberty planes (`net.liberties`).
         batch_size: most positions per evaluate call.
         simulations: simulations per move (default mcts_cfg.simulations).
         reuse_tree: keep the chosen child's subtree (default mcts_cfg.reuse_tree).
@@ -713,6 +715,7 @@ class Mcts:
         simulations: int | None = None,
         reuse_tree: bool | None = None,
         early_pass: bool = True,
+        liberties: bool = False,
     ):
         n = go_cfg.board_size
         self.n_games = n_games
@@ -738,7 +741,7 @@ class Mcts:
             n_games, capacity, max_depth(n, move_cap), n_moves=self.n_moves,
             schedule_len=self.simulations if self.is_gumbel else 1,
         )
-        channels = 2 * history + 1
+        channels = features.num_planes(history, liberties)
         self._planes = np.zeros((n_games, channels, n, n), np.float32)
         self._legal = np.zeros((n_games, self.n_moves), np.bool_)
         self._slot_game = np.zeros(n_games, np.int32)

@@ -130,6 +130,7 @@ class SelfPlay:
         history: int,
         generation: int = 0,
         seed: int = 0,
+        liberties: bool = False,
     ):
         self.go_cfg = go_cfg
         self.mcts_cfg = mcts_cfg
@@ -145,6 +146,7 @@ class SelfPlay:
             history=history,
             batch_size=self_play_cfg.batch_size,
             early_pass=self_play_cfg.early_pass,
+            liberties=liberties,
         )
         self.games_started = 0
         self.games_finished = 0
@@ -333,6 +335,7 @@ def play_match(
     simulations: int | None = None,
     batch_size: int = 256,
     early_pass: bool = True,
+    liberties: bool = False,
 ) -> list[tuple[GameRecord, bool]]:
     """Play n_games between two evaluators, all at once; returns (record, a_was_black).
 
@@ -350,7 +353,7 @@ def play_match(
     sims = mcts_cfg.simulations if simulations is None else simulations
     mcts = Mcts(
         n_games, go_cfg, mcts_cfg, history=history, batch_size=batch_size,
-        simulations=sims, reuse_tree=False, early_pass=early_pass,
+        simulations=sims, reuse_tree=False, early_pass=early_pass, liberties=liberties,
     )
     a_black = np.arange(n_games) % 2 == 0
     seeds = [game_seed(seed, k) for k in range(n_games)]
