@@ -111,6 +111,9 @@ class NetConfig:
     """Train a head on the final area margin, komi included (a training-only output)."""
     opponent_policy_head: bool = True
     """Train a second policy on the opponent's reply (a training-only output)."""
+    soft_policy_head: bool = False
+    """Train a head on the soft policy target, the policy target raised to 1/4 (KataGo's
+    auxiliary soft policy; weight training.soft_policy_weight; a training-only output)."""
     liberties: bool = False
     """Six more input planes: each side's stones in chains with 1, 2, 3+ liberties (KataGo's
     liberty features; a new net: runs started without them keep their models)."""
@@ -305,6 +308,8 @@ class TrainingConfig:
     """Loss weight of the score head (Huber loss on the margin / N, delta 1)."""
     opponent_policy_weight: float = 0.15
     """Loss weight of the opponent's-reply policy head (KataGo: 0.15)."""
+    soft_policy_weight: float = 8.0
+    """Loss weight of the soft policy head, where the net has one (KataGo: 8)."""
 
     def __post_init__(self) -> None:
         _range(self, "batch_size", 1, 1 << 20)

@@ -344,3 +344,23 @@ def test_a_net_with_liberty_planes_plays_trains_and_plays_again(tiny_cfg, run_di
     plain = override(cfg, {"net.liberties": False})
     with pytest.raises(TrainingError, match="liberty planes"):
         train_round(plain, run_dir, steps=1, progress=False)
+
+
+@pytest.mark.parametrize("pooling", [True, False])
+def test_the_soft_policy_head_learns_the_policy_target_to_the_quarter(tiny_cfg, tmp_path,
+                                                                      samples, pooling):
+    """net.soft_policy_head: a head trained on the policy target ** 1/4 (renormalised), with
+    its loss reported; its loss falls over a few steps on a fixed set; off, it reports 0."""
+    cfg = override(tiny_cfg, {"net.soft_policy_head": True, "net.global_pooling": pooling,
+                              "training.soft_policy_weight": 8.0})
+    first = train_round(cfg, tmp_path / "a", dataset=samples, steps=2, progress=False,
+                        checkpoint="none")
+    later = train_round(cfg, tmp_path / "a", dataset=samples, steps=30, progress=False)
+    assert 0 < later.soft_policy_loss < first.soft_policy_loss
+    net, _ = load_model(later.model_path)
+    assert net.soft_policy_head and net.config["soft_policy_head"]
+    with torch.inference_mode():
+        out = net(torch.from_numpy(samples.planes[:4]), heads=True)
+    assert out["soft_policy"].shape == out["policy"].shape
+    plain = train_round(tiny_cfg, tmp_path / "b", dataset=samples, steps=2, progress=False)
+    assert plain.soft_policy_loss == 0.0

@@ -82,6 +82,10 @@ from training.learn.net import (ModelError, finite_weights, net_from_config, net
 from training.learn.node_relay import open_replay_window, resolve_start_shared
 from training.learn.round_result import RoundResult
 from training.learn.samples import TARGETS, SampleArrays, SampleDataset, fetch_batch
+
+AUX_LOSSES = (*TARGETS, "soft_policy")
+"""The auxiliary losses a round reports: the sample targets' heads, and the soft policy's
+(its target comes from the policy target)."""
 from training.run.logsetup import configure_logging
 from training.run.run_dir import RunDir
 from training.run.signals import die_with_parent
@@ -128,7 +132,8 @@ def _is_oom(err: BaseException) -> bool:
 def loss_weights(tcfg: Any) -> dict[str, float]:
     """The weight of each auxiliary target's loss, from the `training` config section."""
     return {"ownership": tcfg.ownership_weight, "score": tcfg.score_weight,
-            "opponent_policy": tcfg.opponent_policy_weight}
+            "opponent_policy": tcfg.opponent_policy_weight,
+            "soft_policy": tcfg.soft_policy_weight}
 
 
 def _aux_loss(name: str, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -167,6 +172,11 @@ def _losses(net: torch.nn.Module, batch: dict[str, torch.Tensor],
     hits = ((logits.argmax(dim=1) == policy.argmax(dim=1)) & has_policy).sum()
     correct = hits * (policy.shape[0] / targets)
     aux = {}
+    if "soft_policy" in out:  # KataGo's soft target: the policy target raised to 1/4
+        soft = policy.clamp(min=0) ** 0.25
+        soft = soft / soft.sum(dim=1, keepdim=True).clamp(min=1e-12)
+        aux["soft_policy"] = -(soft * F.log_softmax(out["soft_policy"], dim=1)).sum(
+            dim=1).sum() / targets
     for name in TARGETS:
         if name not in out:
             continue
@@ -364,8 +374,8 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
         )
     bar = _progress_bar(steps, new_gen, enabled=progress and ctx.is_main)
     weights = loss_weights(tcfg)
-    # policy loss * n, value loss * n, correct, n, then each TARGETS loss * n   (this rank)
-    sums = np.zeros(4 + len(TARGETS))
+    # policy loss * n, value loss * n, correct, n, then each AUX_LOSSES loss * n  (this rank)
+    sums = np.zeros(4 + len(AUX_LOSSES))
     step_losses: list[float] = []
     step_seconds: list[float] = []
     t0 = time.perf_counter()
@@ -404,7 +414,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
         bar.close()
     p_sum, v_sum, correct, n, *aux_sums = (float(v) for v in all_reduce_sum(list(sums), ctx))
     n = max(n, 1.0)
-    aux_losses = {f"{k}_loss": a / n for k, a in zip(TARGETS, aux_sums)}
+    aux_losses = {f"{k}_loss": a / n for k, a in zip(AUX_LOSSES, aux_sums)}
     losses = [p_sum / n, v_sum / n, *aux_losses.values()]
     bad = not all(math.isfinite(v) for v in losses) or not finite_weights(net, buffers=False)
     # The same on every rank: sums are reduced and DDP keeps the parameters equal (buffers
@@ -458,12 +468,12 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
           weights: dict[str, float]) -> np.ndarray:
     """One optimizer step over this rank's batch in micro-batches (no_sync on all but last).
 
-    Returns the sums [policy loss * n, value loss * n, correct, n, then each of TARGETS'
+    Returns the sums [policy loss * n, value loss * n, correct, n, then each of AUX_LOSSES'
     loss * n]. The objective is policy + value + the weighted auxiliary losses."""
     optimizer.zero_grad(set_to_none=True)
     rows = batch["planes"].shape[0]
     chunks = [(lo, min(rows, lo + micro)) for lo in range(0, rows, micro)]
-    out = np.zeros(4 + len(TARGETS))
+    out = np.zeros(4 + len(AUX_LOSSES))
     for i, (lo, hi) in enumerate(chunks):
         if hooks.fake_oom_at_micro_batch is not None and hi - lo >= hooks.fake_oom_at_micro_batch:
             raise RuntimeError(f"CUDA out of memory (fake, micro-batch {hi - lo})")
@@ -480,7 +490,7 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             else:
                 loss.backward()
         out += [p_loss.item() * (hi - lo), v_loss.item() * (hi - lo), correct.item(), hi - lo,
-                *(aux[k].item() * (hi - lo) if k in aux else 0.0 for k in TARGETS)]
+                *(aux[k].item() * (hi - lo) if k in aux else 0.0 for k in AUX_LOSSES)]
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()

@@ -123,8 +123,8 @@ class _PooledPolicyHead(nn.Module):
 
     P = conv1x1(trunk); G = conv1x1(trunk) -> BN -> ReLU -> global pooling; P gets a
     per-channel bias from G, then BN, ReLU and a 1x1 conv give one logit per point and
-    output; the pass logit comes from G alone. Output 0 is the policy, output 1 (if any) the
-    opponent's reply.
+    output; the pass logit comes from G alone. Output 0 is the policy, then (where the net has
+    them) the opponent's reply and the soft policy.
     """
 
     def __init__(self, filters: int, channels: int, outputs: int):
@@ -160,6 +160,7 @@ class PolicyValueNet(nn.Module):
         score_head: bool = False,
         opponent_policy_head: bool = False,
         liberties: bool = False,
+        soft_policy_head: bool = False,
     ):
         super().__init__()
         assert 2 <= board_size <= 25, board_size
@@ -174,6 +175,7 @@ class PolicyValueNet(nn.Module):
         self.score_head = bool(score_head)
         self.opponent_policy_head = bool(opponent_policy_head)
         self.liberties = bool(liberties)
+        self.soft_policy_head = bool(soft_policy_head)
         self.in_planes = num_planes(history, self.liberties)
         self.num_moves = board_size * board_size + 1
         points = board_size * board_size
@@ -190,7 +192,7 @@ class PolicyValueNet(nn.Module):
             else _ResidualBlock(filters)
             for i in range(blocks)
         ])
-        policies = 2 if self.opponent_policy_head else 1
+        policies = 1 + self.opponent_policy_head + self.soft_policy_head
         if self.global_pooling:
             self.policy_head = _PooledPolicyHead(filters, max(8, filters // 2), policies)
         else:
@@ -200,6 +202,8 @@ class PolicyValueNet(nn.Module):
             self.policy_fc = nn.Linear(2 * points, self.num_moves)
             if self.opponent_policy_head:
                 self.opponent_policy_fc = nn.Linear(2 * points, self.num_moves)
+            if self.soft_policy_head:
+                self.soft_policy_fc = nn.Linear(2 * points, self.num_moves)
         self.value_conv = nn.Sequential(
             nn.Conv2d(filters, 1, 1, bias=False), nn.BatchNorm2d(1), nn.ReLU(inplace=True)
         )
@@ -225,22 +229,26 @@ class PolicyValueNet(nn.Module):
             "opponent_policy_head": self.opponent_policy_head,
             # only when on: the configs of nets without it stay what older files hold
             **({"liberties": True} if self.liberties else {}),
+            **({"soft_policy_head": True} if self.soft_policy_head else {}),
         }
 
     def forward(self, x: torch.Tensor, heads: bool = False) -> Any:
         """(policy logits [B, N*N+1], value [B]); with `heads`, a dict of every head:
-        policy, value, and where present ownership (pre-tanh [B, N*N]), score [B] and
-        opponent_policy [B, N*N+1]."""
+        policy, value, and where present ownership (pre-tanh [B, N*N]), score [B],
+        opponent_policy and soft_policy [B, N*N+1]."""
         h = self.tower(self.stem(x))
+        soft = None
         if self.global_pooling:
             both = self.policy_head(h)
             logits = both[:, 0]
             opponent = both[:, 1] if self.opponent_policy_head else None
+            soft = both[:, -1] if self.soft_policy_head else None
         else:
             p = self.policy_conv(h).flatten(1)
             logits = self.policy_fc(p)
             opponent = self.opponent_policy_fc(p) if self.opponent_policy_head and heads \
                 else None
+            soft = self.soft_policy_fc(p) if self.soft_policy_head and heads else None
         v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
         value = torch.tanh(self.value_fc2(v)).squeeze(1)
         if not heads:
@@ -248,6 +256,8 @@ class PolicyValueNet(nn.Module):
         out = {"policy": logits, "value": value}
         if opponent is not None:
             out["opponent_policy"] = opponent
+        if soft is not None:
+            out["soft_policy"] = soft
         if self.score_head:
             out["score"] = self.score_fc(v).squeeze(1)
         if self.ownership_head:
@@ -268,6 +278,7 @@ def net_from_config(cfg_net: Any, board_size: int) -> PolicyValueNet:
         score_head=cfg_net.score_head,
         opponent_policy_head=cfg_net.opponent_policy_head,
         liberties=cfg_net.liberties,
+        soft_policy_head=cfg_net.soft_policy_head,
     )
 
 

@@ -56,6 +56,8 @@ class RoundResult:
     """Mean Huber loss of the score head (margin / N); not part of `loss`."""
     opponent_policy_loss: float = 0.0
     """Mean cross-entropy of the opponent's-reply policy; not part of `loss`."""
+    soft_policy_loss: float = 0.0
+    """Mean cross-entropy of the soft policy head (0 without it); not part of `loss`."""
 
 
 def _required() -> set[str]:
