@@ -195,6 +195,10 @@ class SelfPlayConfig:
     """Games one worker process searches at once (one batched network call per step)."""
     batch_size: int = 64
     """Most positions per network call."""
+    simulations_ramp: int = 0
+    """Generations over which a full search's simulations grow from mcts.fast_simulations
+    to mcts.simulations (MiniZero's progressive simulation: cheap games while the net knows
+    little); 0 = mcts.simulations from the start."""
     temperature_moves: int = 8
     """Moves sampled (puct: in proportion to visits; gumbel: the search's choice with its root
     noise); after that, the search's best move (the most visited; gumbel: without noise)."""
@@ -222,6 +226,7 @@ class SelfPlayConfig:
     """The worker daemon class, as module:Class (a subclass of training.worker.Worker)."""
 
     def __post_init__(self) -> None:
+        _range(self, "simulations_ramp", 0, 1_000_000)
         _range(self, "games_per_worker", 1, 10**9)
         _range(self, "parallel_games", 1, 4096)
         _range(self, "batch_size", 1, 4096)

@@ -281,3 +281,20 @@ def test_gumbel_mcts_player_finds_the_winning_point_with_few_simulations(tiny_cf
     player = MctsPlayer(winning_point(point), cfg.go, cfg.mcts, 26, history=2)
     assert player.genmove([], komi=0.5) == point  # 26 simulations: every move once
     assert player.genmove([25, 25], komi=0.5) == 25
+
+
+def test_a_simulation_ramp_grows_full_searches_from_fast_to_full(tiny_cfg):
+    """self_play.simulations_ramp: MiniZero's progressive simulation over the generations."""
+    cfg = override(tiny_cfg, {"self_play.simulations_ramp": 10, "mcts.simulations": 24,
+                              "mcts.fast_simulations": 4})
+    sp = SelfPlay(uniform, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=1)
+    seen = {}
+    for gen in (0, 5, 10, 30):
+        sp.set_evaluator(uniform, gen)
+        seen[gen] = sp.full_simulations
+    assert seen == {0: 4, 5: 14, 10: 24, 30: 24}
+    sp.set_evaluator(uniform, 5)
+    records = sp.play(max_games=3)
+    assert {r.simulations for r in records} == {14} and all(r.num_moves > 0 for r in records)
+    flat = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2, seed=1)
+    assert flat.full_simulations == tiny_cfg.mcts.simulations  # 0 = off

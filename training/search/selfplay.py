@@ -161,6 +161,17 @@ class SelfPlay:
         self.evaluate = evaluate
         self.generation = generation
 
+    @property
+    def full_simulations(self) -> int:
+        """A full search's simulations at this generation: `mcts.simulations`, or during
+        `self_play.simulations_ramp` generations a linear ramp up from
+        `mcts.fast_simulations` (progressive simulation)."""
+        ramp, top = self.cfg.simulations_ramp, self.mcts.simulations
+        if ramp <= 0 or self.generation >= ramp:
+            return top
+        low = min(self.mcts_cfg.fast_simulations, top)
+        return int(round(low + (top - low) * self.generation / ramp))
+
     def _new_game(self, slot: int) -> _Game:
         seed = game_seed(self.seed, self.games_started)
         self.games_started += 1
@@ -198,7 +209,7 @@ class SelfPlay:
             game = self._slots[g]
             full = fraction >= 1.0 or bool(game.rng.random() < fraction)
             game.searching_full = full
-            sims[i] = self.mcts.simulations if full else cfg.fast_simulations
+            sims[i] = self.full_simulations if full else cfg.fast_simulations
             opening = len(game.moves) < self.cfg.temperature_moves
             noisy = full or (self.mcts.is_gumbel and opening)
             rngs.append(game.rng if noisy else None)
@@ -268,7 +279,7 @@ class SelfPlay:
             would_resign_as=int(game.would_resign_as),
             generation=game.generation,
             seed=game.seed,
-            simulations=self.mcts.simulations,
+            simulations=self.full_simulations,
             values=np.asarray(game.values, np.float16),
             full_search=np.asarray(game.full, np.bool_),
         )
