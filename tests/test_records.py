@@ -17,6 +17,7 @@ import pytest
 from sgfmill import boards as sgf_boards
 from sgfmill import sgf
 
+from configs import override
 from distributed.transfer import compress_bytes
 from tests.conftest import REPO
 from training.go.coords import from_gtp
@@ -614,7 +615,7 @@ def test_real_selfplay_games_validate(run_dir, tiny_cfg):
     """The contract with training.search.selfplay: its records pass validation unchanged."""
     from training.search.selfplay import SelfPlay
 
-    cfg = tiny_cfg
+    cfg = override(tiny_cfg, {"self_play.resign_moves": 1})  # resign at once: both kinds
     sp = SelfPlay(_uniform_evaluator, cfg.go, cfg.mcts, cfg.self_play,
                   history=cfg.net.history, generation=3, seed=1)
     games = sp.play(max_games=12)

@@ -298,12 +298,14 @@ def test_training_nodes_follow_config_edits_from_the_next_round(tmp_path):
     assert coach.snapshot().training_nodes == "node1 Idle"
     coach.rounds.sync_training_nodes()
     assert coach.rounds.training_nodes is first  # unchanged config: the same nodes, kept set up
-    coach.cfg = override(cfg, {"distributed.training_nodes": [node("node1"), node("node2")]})
+    # what the coach's config reload hands the rounds
+    coach.rounds.cfg = override(cfg, {"distributed.training_nodes": [node("node1"),
+                                                                      node("node2")]})
     coach.rounds.sync_training_nodes()
     assert coach.rounds.training_nodes.names() == ["node1", "node2"]
-    coach.cfg = override(cfg, {"distributed.training_nodes": []})
+    coach.rounds.cfg = override(cfg, {"distributed.training_nodes": []})
     coach.rounds.sync_training_nodes()
     assert coach.rounds.training_nodes is None and coach.snapshot().training_nodes == ""
     local = Coach(cfg, distributed=False, watch_config=False)
-    local._sync_training_nodes()
-    assert local.training_nodes is None  # training nodes are a distributed-mode feature
+    local.rounds.sync_training_nodes()
+    assert local.rounds.training_nodes is None  # training nodes: a distributed-mode feature
