@@ -184,23 +184,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _two_processes(cmds: list[list[str]]) -> tuple[list[tuple[str, str]], dict]:
+    """Run two trainer processes at once; ((stdout, stderr) of each, rank 0's summary)."""
+    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for cmd in cmds]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    return outs, json.loads(outs[0][0].strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_two_nodes_on_loopback_train_together(work):
     """--nodes 2: each 'node' relaunches itself through torch.distributed.run (one rank each)."""
     port = str(_free_port())
     run = work / "two_nodes"
-    procs = []
+    cmds = []
     for node_rank in (0, 1):
         cmd = [sys.executable, "-m", "training.trainer", "--config", str(TINY),
                "--run-dir", str(run if node_rank == 0 else work / "two_nodes_node1"),
                "--samples", str(work / "samples.npz"), "--steps", "3", "--no-progress",
                "--gpus", "1", "--nodes", "2", "--node-rank", str(node_rank),
                "--master-addr", "127.0.0.1", "--master-port", port]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=240) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-    summary = json.loads(outs[0][0].strip().splitlines()[-1])
+        cmds.append(cmd)
+    outs, summary = _two_processes(cmds)
     assert summary["world_size"] == 2 and len(set(summary["rank_checksums"])) == 1
     assert (run / "models" / "model_000001.pt").exists()
     assert not (work / "two_nodes_node1" / "models").exists()  # node 1 holds rank 1: no files
@@ -210,18 +216,15 @@ def test_ranks_started_by_hand_train_together_and_only_rank_0_prints(work):
     """The 000 guide's `--world-size 2 --rank R` (each rank started by hand, gloo), with the
     progress bar on: rank 0 prints the bar, its log and the summary; rank 1 prints nothing."""
     port = str(_free_port())
-    procs = []
+    cmds = []
     for rank in (0, 1):
         cmd = [sys.executable, "-m", "training.trainer", "--config", str(TINY),
                "--run-dir", str(work / f"by_hand_{rank}"),
                "--samples", str(work / "samples.npz"), "--steps", "3",
                "--world-size", "2", "--rank", str(rank), "--backend", "gloo",
                "--batch-size-per-gpu", "8", "--master-addr", "127.0.0.1", "--master-port", port]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=240) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-    summary = json.loads(outs[0][0].strip().splitlines()[-1])
+        cmds.append(cmd)
+    outs, summary = _two_processes(cmds)
     assert summary["world_size"] == 2 and len(set(summary["rank_checksums"])) == 1
     assert summary["micro_batch"] * summary["accumulation"] == 8, "8 per rank"
     assert "train gen 1" in outs[0][1] and "INFO" in outs[0][1]

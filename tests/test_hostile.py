@@ -1290,16 +1290,22 @@ def test_noisy_remote_command_output_is_capped(ssh_worker):
 # the deploy archive
 
 
+def _tracked_project(tmp_path: Path, rel: str, text: str) -> Path:
+    """A git repository `tmp_path/proj` whose one tracked file is `rel` holding `text`."""
+    root = tmp_path / "proj"
+    (root / rel).parent.mkdir(parents=True)
+    (root / rel).write_text(text)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", rel], check=True)
+    return root
+
+
 def test_deploy_archive_holds_only_tracked_files(tmp_path):
     import tarfile
 
     from distributed.remote import ProjectInfo, build_source_archive
 
-    root = tmp_path / "proj"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pkg" / "__init__.py").write_text("X = 1\n")
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    subprocess.run(["git", "-C", str(root), "add", "pkg/__init__.py"], check=True)
+    root = _tracked_project(tmp_path, "pkg/__init__.py", "X = 1\n")
     (root / ".env").write_text("TOKEN=secret\n")  # untracked, not ignored
     (root / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     (root / "runs" / "main").mkdir(parents=True)
@@ -1317,11 +1323,7 @@ def test_deploy_archive_ships_configs_without_hosts_users_or_keys(tmp_path):
 
     from distributed.remote import ProjectInfo, build_source_archive
 
-    root = tmp_path / "proj"
-    (root / "configs").mkdir(parents=True)
-    (root / "configs" / "config.yaml").write_text("go:\n  board_size: 9\n")
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    subprocess.run(["git", "-C", str(root), "add", "configs/config.yaml"], check=True)
+    root = _tracked_project(tmp_path, "configs/config.yaml", "go:\n  board_size: 9\n")
     # the user's edit of the tracked file, as the guide tells them to make it
     (root / "configs" / "config.yaml").write_text(
         "go:\n  board_size: 9\ndistributed:\n  enabled: true\n  workers:\n"
