@@ -17,8 +17,11 @@ Figures:
     the daemon's written.jsonl time (renamed into its outbox), median / p95 / max;
   - scaling table (games/hour with 1, 4, 8, 16 workers): self-play measured with 1 and 2 real
     daemons side by side (this machine has 2 cores), N x the per-daemon rate beyond that
-    (marked extrapolated: one core or GPU per worker assumed); and the coach's ingest
-    capacity measured with N simulated daemons producing faster than it collects.
+    (marked extrapolated: one core or GPU per worker assumed); the coach's ingest capacity
+    measured with N simulated daemons producing faster than it collects; and the training
+    time of one generation (one real trainer round of the daemon config, measured alone),
+    beside the self-play time of one generation (games_per_worker x N games), which gives
+    the generations per hour and which of the two bounds them.
 
     python benchmarks/pipeline.py                 # short: about 6 minutes (9 on a busy machine)
     python benchmarks/pipeline.py --seconds 120 --daemon-seconds 300 --config configs/config.yaml
@@ -347,6 +350,33 @@ def real_daemons(state: Path, config: Path, n: int, seconds: float) -> dict[str,
 # ----------------------------------------------------------------------------- main
 
 
+def training_round(config: Path, state: Path) -> dict[str, Any]:
+    """One real training round of `config` (`python -m training.trainer`, its
+    steps_per_generation x batch_size, on synthetic samples, alone on this machine's CPU):
+    the training time of one generation, which does not depend on the worker count."""
+    from configs import load_config
+    from training.learn.samples import synthetic_samples
+
+    cfg = load_config(config)
+    state.mkdir(parents=True, exist_ok=True)
+    samples = state / "samples.npz"
+    synthetic_samples(max(cfg.training.batch_size * 8, 2048), cfg.go.board_size,
+                      cfg.net.history, seed=0).save(samples)
+    cmd = [sys.executable, "-m", "training.trainer", "--config", str(config),
+           "--run-dir", str(state / "run"), "--samples", str(samples),
+           "--steps", str(cfg.training.steps_per_generation), "--checkpoint", "none",
+           "--no-progress", "--log-level", "WARNING"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3600,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"steps": cfg.training.steps_per_generation, "batch_size": cfg.training.batch_size,
+            "train_s": sum(summary["step_seconds"]), "process_wall_s": wall}
+
+
 def _fmt(x: Any, spec: str = ".2f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -411,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in (1, 2):
                 measured[n] = real_daemons(tmp / "real", daemon_cfg, n, args.daemon_seconds)
             per_daemon = measured[2]["games_per_hour"] / 2
+            dc = load_config(daemon_cfg)
+            train = training_round(daemon_cfg, tmp / "train")
             rows = []
             from distributed.sshd_hosts import NetnsHosts
 
@@ -420,11 +452,21 @@ def main(argv: list[str] | None = None) -> int:
                     cap = collection(tmp / f"cap{n}", daemon_cfg, n, args.seconds,
                                      games_per_s=max(5.0, 200.0 / n), hosts=hosts_state)
                     selfplay = measured[n]["games_per_hour"] if n in measured else None
+                    games_per_hour = selfplay if selfplay is not None else per_daemon * n
+                    per_generation = dc.self_play.games_per_worker * n
+                    # self-play goes on while the trainer works: a round takes the longer
+                    # of the two
+                    selfplay_s = per_generation / games_per_hour * 3600
                     rows.append({
                         "workers": n,
-                        "selfplay_games_per_hour": selfplay if selfplay is not None
-                        else per_daemon * n,
+                        "selfplay_games_per_hour": games_per_hour,
                         "selfplay_extrapolated": selfplay is None,
+                        "games_per_generation": per_generation,
+                        "selfplay_s_per_generation": selfplay_s,
+                        "train_s_per_generation": train["train_s"],
+                        "generations_per_hour": 3600 / max(selfplay_s, train["train_s"]),
+                        "bound_by": "training" if train["train_s"] > selfplay_s
+                        else "self-play",
                         "ingest_capacity_games_per_hour": cap["games_per_hour"],
                         "ingest_backlog_batches": cap["batches_written_in_window"]
                         - cap["batches"],
@@ -432,20 +474,25 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 hosts_state.close()
             figures["scaling"] = {"daemon_config": str(daemon_cfg),
-                                  "real_daemons": list(measured.values()), "rows": rows}
-            dc = load_config(daemon_cfg)
+                                  "real_daemons": list(measured.values()), "training": train,
+                                  "rows": rows}
             print(f"scaling ({dc.go.board_size}x{dc.go.board_size}, net {dc.net.blocks}x"
                   f"{dc.net.filters}, {dc.mcts.simulations} simulations; real daemons "
-                  f"measured with 1 and 2 side by side, one core each):")
-            print(f"  {'workers':>7} {'self-play games/h':>18} {'':<13} "
-                  f"{'coach ingest capacity games/h':>30}")
+                  f"measured with 1 and 2 side by side, one core each; one training round, "
+                  f"{train['steps']} steps x {train['batch_size']}, measured alone: "
+                  f"{train['train_s']:.1f}s):")
+            print(f"  {'workers':>7} {'self-play games/h':>18} {'':<13} {'games/gen':>9} "
+                  f"{'self-play s/gen':>15} {'training s/gen':>14} {'gens/h':>7} "
+                  f"{'bound by':>9} {'coach ingest capacity games/h':>30}")
             print(f"  (2 real daemons side by side measured: "
                   f"{measured[2]['games_per_hour']:,.0f} games/h, per daemon "
                   f"{per_daemon:,.0f}; beyond 2 = N x per daemon, extrapolated)")
             for r in rows:
                 tag = "extrapolated" if r["selfplay_extrapolated"] else "measured"
                 print(f"  {r['workers']:>7} {r['selfplay_games_per_hour']:>18,.0f} {tag:<13} "
-                      f"{r['ingest_capacity_games_per_hour']:>30,.0f}")
+                      f"{r['games_per_generation']:>9} {r['selfplay_s_per_generation']:>15.1f} "
+                      f"{r['train_s_per_generation']:>14.1f} {r['generations_per_hour']:>7.1f} "
+                      f"{r['bound_by']:>9} {r['ingest_capacity_games_per_hour']:>30,.0f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(figures, default=lambda o: round(o, 4) if isinstance(o, float) else str(o)))

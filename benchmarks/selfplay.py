@@ -27,8 +27,12 @@ The last line is one JSON object with `moves_per_s`, `limit_moves_per_s`, `ratio
 `outside_net_share` for 9x9 at 100 simulations, and the other figures under `settings`
 and `games_per_hour_per_core`.
 
+`--liberties` times nets with the liberty planes (their features computed in every search);
+`--form onnx` (or openvino, eager) runs the network, and its limit, in that inference form.
+
 Usage: python benchmarks/selfplay.py [--quick] [--seconds 15] [--sizes 9 7 19]
        [--searches puct gumbel gumbel-pcr] [--device cpu] [--no-processes] [--cache-stats]
+       [--liberties] [--form trace]
 """
 
 from __future__ import annotations
@@ -45,7 +49,10 @@ import numpy as np
 import torch
 
 from configs import GoConfig, MctsConfig, SelfPlayConfig
-from training.learn.net import PolicyValueNet, compile_for_inference, make_evaluator, resolve_device
+from training.go.features import num_planes
+from training.learn.net import (
+    INFERENCE_FORMS, PolicyValueNet, compile_for_inference, make_evaluator, resolve_device,
+)
 from training.search.selfplay import SelfPlay
 
 HISTORY = 8
@@ -62,6 +69,7 @@ class Setting:
     parallel_games: int
     seconds: float
     search: str = "puct"
+    liberties: bool = False  # 6 more input planes (net.liberties)
 
     @property
     def name(self) -> str:
@@ -99,7 +107,8 @@ def default_settings(seconds: float, quick: bool, sizes: list[int],
 
 def make_net(s: Setting, device: torch.device) -> PolicyValueNet:
     torch.manual_seed(0)
-    return PolicyValueNet(s.size, s.blocks, s.filters, HISTORY, 64).to(device).eval()
+    return PolicyValueNet(s.size, s.blocks, s.filters, HISTORY, 64,
+                          liberties=s.liberties).to(device).eval()
 
 
 def network_limit(
@@ -159,10 +168,10 @@ def selfplay_speed(s: Setting, evaluate, seed: int = 0) -> dict:
     # warm-up on a small copy: numba cache load, the network's first calls at this batch size
     warm = replace(sp_cfg, parallel_games=2, batch_size=2)
     warm_mcts = replace(mcts, simulations=2, fast_simulations=1)
-    SelfPlay(evaluate, go, warm_mcts, warm, history=HISTORY).step()
-    evaluate(*_random_batch(s.parallel_games, s.size))
+    SelfPlay(evaluate, go, warm_mcts, warm, history=HISTORY, liberties=s.liberties).step()
+    evaluate(*_random_batch(s.parallel_games, s.size, s.liberties))
     timed = Timed(evaluate)
-    sp = SelfPlay(timed, go, mcts, sp_cfg, history=HISTORY, seed=seed)
+    sp = SelfPlay(timed, go, mcts, sp_cfg, history=HISTORY, liberties=s.liberties, seed=seed)
     start = time.perf_counter()
     while True:  # whole moves of every game, so the time per move is exact
         sp.step()
@@ -193,9 +202,11 @@ def selfplay_speed(s: Setting, evaluate, seed: int = 0) -> dict:
     }
 
 
-def _random_batch(batch: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+def _random_batch(batch: int, size: int, liberties: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
-    planes = (rng.random((batch, 2 * HISTORY + 1, size, size)) < 0.3).astype(np.float32)
+    c = num_planes(HISTORY, liberties)
+    planes = (rng.random((batch, c, size, size)) < 0.3).astype(np.float32)
     return planes, np.ones((batch, size * size + 1), bool)
 
 
@@ -205,7 +216,7 @@ def game_length(s: Setting, evaluate, games: int) -> float:
     go = GoConfig(board_size=s.size, komi=7.5)
     sp_cfg = SelfPlayConfig(parallel_games=games, batch_size=games)
     mcts = replace(s.mcts_config(), simulations=4, full_search_fraction=1.0)
-    sp = SelfPlay(evaluate, go, mcts, sp_cfg, history=HISTORY, seed=1)
+    sp = SelfPlay(evaluate, go, mcts, sp_cfg, history=HISTORY, liberties=s.liberties, seed=1)
     records = sp.play(max_games=games)
     return float(np.mean([r.num_moves for r in records]))
 
@@ -213,9 +224,9 @@ def game_length(s: Setting, evaluate, games: int) -> float:
 def child_main(args: argparse.Namespace) -> None:
     """One process of the games-per-hour figure: print moves/s as JSON."""
     torch.set_num_threads(args.threads)
-    s = Setting(9, 6, 64, 100, args.parallel, args.seconds, args.search)
+    s = Setting(9, 6, 64, 100, args.parallel, args.seconds, args.search, args.liberties)
     device = resolve_device(args.device)
-    evaluate = make_evaluator(make_net(s, device), device)
+    evaluate = make_evaluator(make_net(s, device), device, jit=args.form)
     print(json.dumps(selfplay_speed(s, evaluate, seed=args.child_seed)))
 
 
@@ -225,7 +236,7 @@ def run_children(args: argparse.Namespace, processes: int, threads: int, seconds
     cmd = [
         sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads),
         "--seconds", str(seconds), "--parallel", str(args.parallel), "--device", args.device,
-        "--search", search,
+        "--search", search, "--form", args.form, *(["--liberties"] if args.liberties else []),
     ]
     procs = [
         subprocess.Popen(cmd + ["--child-seed", str(i)], stdout=subprocess.PIPE, text=True)
@@ -285,6 +296,11 @@ def main() -> None:
     p.add_argument(
         "--cache-stats", action="store_true", help="measure how often an evaluation cache hits"
     )
+    p.add_argument("--liberties", action="store_true",
+                   help="nets with the 6 liberty planes (net.liberties), features included")
+    p.add_argument("--form", default="trace", choices=list(INFERENCE_FORMS),
+                   help="the network's inference form, in self-play and for the limit "
+                   "(default trace: frozen TorchScript)")
     p.add_argument("--parallel", type=int, default=128, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child-seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -296,17 +312,20 @@ def main() -> None:
     seconds = min(args.seconds, 8.0) if args.quick else args.seconds
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    print(f"device={device} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()}")
+    print(f"device={device} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()} "
+          f"form={args.form} liberties={args.liberties}")
 
     rows = []
-    for s in default_settings(seconds, args.quick, args.sizes, tuple(args.searches)):
+    settings = [replace(s, liberties=args.liberties)
+                for s in default_settings(seconds, args.quick, args.sizes, tuple(args.searches))]
+    for s in settings:
         net = make_net(s, device)
-        fn = compile_for_inference(net, device, "trace")
+        fn = compile_for_inference(net, device, args.form)
         window = min(0.5, seconds / 16)
         # 19x19: a batch of 256 takes seconds on a CPU; self-play there uses far fewer games
         batches = [b for b in args.batches if b <= max(64, 2 * s.parallel_games)]
         limit, best_batch = network_limit(fn, net, device, batches or args.batches, window)
-        evaluate = make_evaluator(net, device)
+        evaluate = make_evaluator(net, device, jit=args.form)
         sp = selfplay_speed(s, evaluate)
         # once more after self-play, at the best batch size: the limit is the best seen
         limit = max(limit, network_limit(fn, net, device, [best_batch], window)[0])
@@ -338,9 +357,10 @@ def main() -> None:
     by_search: dict[str, dict] = {}
     if 9 in args.sizes:
         print("\n9x9 games per hour per core (moves per game of the random net, same search):")
-        for s9 in default_settings(seconds, args.quick, [9], tuple(args.searches)):
+        for s9 in (s for s in settings if s.size == 9):
             nine = next(r for r in rows if r["size"] == 9 and r["search"] == s9.search)
-            length = game_length(s9, make_evaluator(make_net(s9, device), device), 16)
+            length = game_length(s9, make_evaluator(make_net(s9, device), device,
+                                                    jit=args.form), 16)
             figures = {"moves_per_game": length,
                        "1_process_1_thread": nine["moves_per_s"] * 3600 / length}
             if s9.search == args.searches[0] and not args.no_processes and device.type == "cpu":
@@ -380,6 +400,8 @@ def main() -> None:
         "outside_net_share": round(main_row["outside_net_share"], 4),
         "setting": main_row["setting"],
         "device": str(device),
+        "form": args.form,
+        "liberties": args.liberties,
         "settings": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                      for r in rows],
         "games_per_hour_per_core": {k: round(v, 1) for k, v in per_core.items()},

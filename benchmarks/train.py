@@ -22,14 +22,16 @@ net alternate, so that a busy machine slows both alike; the JSON has `samples_pe
 `samples_per_s_plain` and `inference_positions_per_s_{config,plain}` (batch 64, trace).
 
 Inference (`--inference`): positions/s of `training.learn.net.make_evaluator` by batch size for
-eager PyTorch, a frozen TorchScript trace and torch.compile, one thread; the last line is a
-JSON object with every figure and the best form per batch size.
+eager PyTorch, a frozen TorchScript trace, ONNX Runtime and OpenVINO (and torch.compile with
+`--modes ... compile`), one thread; every form's output is checked against eager PyTorch on
+the same batch first. The last line is a JSON object with every figure and the best form per
+batch size.
 
 Usage (after `pip install -e .`, which makes the project importable from anywhere):
     python benchmarks/train.py [--steps 30] [--batch-size 256] [--blocks 6 --filters 64]
     python benchmarks/train.py --beside-selfplay 2 --blocks 4 --filters 32 --steps 10
     python benchmarks/train.py --heads-cost --blocks 4 --filters 32 [--rounds 10]
-    python benchmarks/train.py --inference [--batches 1 8 32 64 128] [--modes eager trace]
+    python benchmarks/train.py --inference [--batches 1 8 32 64 128] [--modes eager trace onnx]
 Timings are only meaningful on a quiet machine (other processes take cores).
 """
 
@@ -48,7 +50,7 @@ import numpy as np
 import torch
 
 from configs import dump_config, load_config, override
-from training.learn.net import PolicyValueNet, make_evaluator
+from training.learn.net import INFERENCE_FORMS, PolicyValueNet, make_evaluator
 from training.learn.samples import synthetic_samples
 
 REPO = Path(__file__).resolve().parent.parent
@@ -286,9 +288,19 @@ def bench_inference(args: argparse.Namespace) -> dict:
     rng = np.random.default_rng(0)
     table: dict[str, dict[int, float]] = {}
     prep: dict[str, float] = {}
+    errors: dict[str, float] = {}
+    check = (rng.random((16, c, n, n)) < 0.3).astype(np.float32)
+    reference = make_evaluator(net, "cpu", jit="eager")(check)
     for mode in args.modes:
         t0 = time.perf_counter()
         evaluate = make_evaluator(net, "cpu", jit=mode)
+        if evaluate.mode != mode:
+            sys.exit(f"{mode}: the form could not be built (see the warning above)")
+        priors, values = evaluate(check)
+        errors[mode] = float(max(np.abs(priors - reference[0]).max(),
+                                 np.abs(values - reference[1]).max()))
+        if errors[mode] > 1e-4:
+            sys.exit(f"{mode}: outputs differ from eager PyTorch by {errors[mode]:.2g}")
         # compile builds one graph per padded batch size: count those builds as preparation
         for batch in args.batches if mode == "compile" else []:
             evaluate(np.zeros((batch, c, n, n), np.float32))
@@ -304,16 +316,22 @@ def bench_inference(args: argparse.Namespace) -> dict:
           f"{' with global pooling' if args.global_pooling else ''}, "
           f"{args.threads} thread(s), make_evaluator (softmax over legal moves included)")
     head = "".join(f" | {b:>8}" for b in args.batches)
-    print(f"| {'mode':<8}{head} | prep s |")
-    print(f"|{'-' * 10}" + f"|{'-' * 10}" * len(args.batches) + f"|{'-' * 8}|")
+    print(f"| {'mode':<8}{head} | prep s | max error |")
+    print(f"|{'-' * 10}" + f"|{'-' * 10}" * len(args.batches) + f"|{'-' * 8}|{'-' * 11}|")
     for mode in args.modes:
         cells = "".join(f" | {table[mode][b]:>8,.0f}" for b in args.batches)
-        print(f"| {mode:<8}{cells} | {prep[mode]:>6.1f} |")
+        print(f"| {mode:<8}{cells} | {prep[mode]:>6.1f} | {errors[mode]:>9.1g} |")
+    if "trace" in table:
+        for mode in args.modes:
+            ratios = "  ".join(f"{b}: {table[mode][b] / table['trace'][b]:.2f}x"
+                               for b in args.batches)
+            print(f"  {mode} / trace by batch: {ratios}")
     best = {b: max(args.modes, key=lambda m: table[m][b]) for b in args.batches}
     return {"net": f"{n}x{n} {args.blocks}x{args.filters}", "threads": args.threads,
             "positions_per_s": {m: {str(b): round(v) for b, v in t.items()}
                                 for m, t in table.items()},
             "prep_s": {m: round(v, 2) for m, v in prep.items()},
+            "max_error": errors,
             "best_mode": {str(b): m for b, m in best.items()}}
 
 
@@ -334,8 +352,8 @@ def main() -> int:
     ap.add_argument("--beside-selfplay", type=int, default=0, metavar="N",
                     help="trainer alone vs beside N self-play processes (nice 0, niced)")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
-    ap.add_argument("--modes", nargs="+", default=["eager", "trace", "compile"],
-                    choices=["eager", "trace", "compile"])
+    ap.add_argument("--modes", nargs="+", default=["eager", "trace", "onnx", "openvino"],
+                    choices=list(INFERENCE_FORMS))
     ap.add_argument("--threads", type=int, default=1, help="inference: torch threads")
     ap.add_argument("--global-pooling", action="store_true",
                     help="inference: a net with global pooling (training heads never run)")

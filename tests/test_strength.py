@@ -201,3 +201,36 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
         km = sgfmill.Sgf_game.from_bytes(handicapped.read_bytes()).get_komi()
         assert km == tiny_cfg.go.komi + shift
     assert (run_dir / "strength.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.gnugo
+def test_a_frozen_model_joins_the_pool_by_its_content(tiny_cfg, run_dir, tmp_path):
+    require_tool("GNU Go", gnugo_path() is not None, "apt-get install gnugo")
+    import hashlib
+
+    _fake_run(run_dir, tiny_cfg, [0, 1])
+    frozen = tmp_path / "anchor.pt"  # a generation of another run, kept fixed
+    frozen.write_bytes((run_dir / "models" / "model_000000.pt").read_bytes())
+    name = f"model {hashlib.sha256(frozen.read_bytes()).hexdigest()[:8]}"
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    out = _cli("--config", tiny, "--run-dir", str(run_dir), "--generations", "1", "--games",
+               "2", "--gnugo", "1", "--pool-model", str(frozen), "--simulations", "4",
+               "--jobs", "1")
+    assert out.returncode == 0, out.stderr
+    assert f"{name} = {frozen}" in out.stdout and out.stdout.count(f"vs {name}: game") == 2
+    report = json.loads((run_dir / "strength.json").read_text())
+    assert report["pool_models"] == {name: str(frozen)}
+    assert set(report["pool"]) == {"gnugo 1", name, "random"}
+    (row,) = report["rows"]
+    s = row["vs_models"][name]
+    assert sum(s["wdl"]) == 2 and [g["we"] for g in s["games"]] == ["black", "white"]
+    assert all(g["judge"] for g in s["games"])
+    assert f"vs {name} " in out.stdout and row["rating"] is not None
+    # a missing file, or a model of another board, is refused before any game
+    nine = tmp_path / "nine.pt"
+    save_model(nine, net_from_config(tiny_cfg.net, 9), 0)
+    for bad, says in ((tmp_path / "none.pt", "no such file"), (nine, "a 9x9 model")):
+        out = _cli("--config", tiny, "--run-dir", str(run_dir), "--gnugo", "1",
+                   "--pool-model", str(bad))
+        assert out.returncode == 2 and f"--pool-model {bad}: " in out.stderr, out.stderr
+        assert says in out.stderr

@@ -3,6 +3,7 @@
     python -m training.strength [--config FILE] [--run-dir DIR] [--generations 0,4,8]
                                 [--games 40] [--simulations 32,128 | --seconds-per-move 0.5,1]
                                 [--gnugo 1,10] [--gnugo-games N] [--jobs 2]
+                                [--pool-model FILE ...]
 
 The coach's arena rates each generation against the one before it (a chain of small steps).
 This tool answers the questions a user asks after a run: did it learn, and how strong is it?
@@ -19,6 +20,10 @@ For every chosen generation and every search budget it plays
   positional superko, a `--seed` per game, each random opening played with both colours,
   GNU Go's `final_score` of the replayed final position as the judge, our area count
   beside it and the games where the two disagree counted);
+- frozen models of `--pool-model FILE` (a generation of this run or another, kept fixed):
+  our GTP engine on that model at the same budget, in the same series as GNU Go (openings,
+  colours, the judge); each is a pool member named `model <first 8 hex of its sha256>`, so
+  the same file is the same anchor in every evaluation and every run;
 - generation 0, through the coach's own arena (`training.play.arena.play_arena`), with the Elo
   difference and its 95% interval (`training.play.elo`), for simulations budgets.
 
@@ -26,7 +31,7 @@ Budgets: `--simulations 32,128,512` and/or `--seconds-per-move 0.5,1` (a time bu
 engine searches in chunks of simulations until the time is used); each is its own player, so
 strength against thinking time is one curve. Win rates carry Wilson 95% intervals. The
 **rating** is a joint fit (`training.play.rating`) of every (generation, budget) against the pool:
-the random player and the GNU Go levels played, with GNU Go level 1 anchored at
+the random player, the GNU Go levels and the pool models played, with GNU Go level 1 anchored at
 `ANCHOR_ELO` = 0 (the lowest level played when 1 is not), so a rating reads "Elo above
 GNU Go 3.8 level 1 on this board and komi". Without GNU Go games there is no rating.
 
@@ -58,7 +63,7 @@ import numpy as np
 
 from configs import Config, ConfigError, dump_config, load_config
 from distributed.transfer import write_atomic
-from training.go.coords import BLACK, to_gtp
+from training.go.coords import BLACK
 from training.go.rules import Position
 from training.gtp import RandomPlayer
 from training.learn.net import load_model, make_evaluator
@@ -110,8 +115,38 @@ def parse_gnugo(text: str | None) -> list[str]:
     return keys
 
 
-def _gnugo_order(key: str) -> tuple[int, float]:
-    return split_gnugo(key)
+@dataclass(frozen=True)
+class PoolModel:
+    """A model file kept fixed as a pool member (`--pool-model`), named by its content."""
+
+    path: Path
+    name: str  # "model <first 8 hex digits of the file's sha256>"
+
+
+def pool_model(path: str | Path, board_size: int) -> PoolModel:
+    """A `--pool-model` file checked the way the engine will load it: a model (or trainer
+    checkpoint) of this board size. Raises ValueError naming the file and what is wrong."""
+    import hashlib
+
+    from training.learn.net import ModelError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--pool-model {path}: no such file (a model_NNNNNN.pt of a run's "
+                         "models/ folder, or a trainer checkpoint)")
+    try:
+        _, info = load_model(path)
+    except ModelError as e:
+        raise ValueError(f"--pool-model {path}: {e}") from None
+    size = int(info.config.get("board_size", 0))
+    if size != board_size:
+        raise ValueError(f"--pool-model {path}: a {size}x{size} model; this run plays "
+                         f"{board_size}x{board_size}")
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return PoolModel(path, f"model {digest.hexdigest()[:8]}")
 
 
 @dataclass(frozen=True)
@@ -149,6 +184,7 @@ class Row:
     seconds_per_move: float | None = None
     random_ci: tuple[float, float] | None = None
     vs_gnugo: dict[str, dict] = field(default_factory=dict)  # str(level) -> summary, games
+    vs_models: dict[str, dict] = field(default_factory=dict)  # pool model name -> the same
     rating: float | None = None
     rating_ci: tuple[float, float] | None = None
     hours: float | None = None  # from generation 0's model to this one's (stops included)
@@ -286,7 +322,7 @@ def _summary(w: int, d: int, losses: int) -> dict:
 def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             simulations: int | None = None, *, budgets: Sequence[Budget] | None = None,
             gnugo_levels: Sequence[int | str] = (), gnugo_games: int | None = None,
-            jobs: int = 1,
+            pool_models: Sequence[PoolModel] = (), jobs: int = 1,
             config_path: Path | None = None, log: Callable[[str], None] = print,
             sgf_dir: Path | None = None) -> list[Row]:
     """Play the matches of the table; `log` gets progress lines as results come, and with
@@ -351,23 +387,34 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                     level, bonus = split_gnugo(key)
                     outcomes = series(gnugo_name(key), gnugo.gnugo_opponent(level),
                                       gnugo_games, bonus)
-                    summary = _summary(*gnugo.tally(outcomes))
-                    summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
-                    summary["we_disagree"] = sum(o.we_agree is False for o in outcomes)
-                    summary["wipeouts"] = sum(o.wiped_out for o in outcomes)
-                    summary["time_losses"] = sum(o.game.end == "time" and o.points < 0
-                                                 for o in outcomes)
-                    summary["games"] = [o.to_json() for o in outcomes]
-                    row.vs_gnugo[str(key)] = summary
+                    row.vs_gnugo[str(key)] = _series_summary(outcomes)
+                for pm in pool_models:
+                    frozen = gnugo.engine_command(
+                        pm.path, simulations=budget.simulations,
+                        seconds_per_move=budget.seconds_per_move, config=config_path)
+                    outcomes = series(pm.name, lambda seed, argv=frozen: argv, gnugo_games)
+                    row.vs_models[pm.name] = _series_summary(outcomes)
             log(format_row(row))
             rows.append(row)
     rate(rows)
     return rows
 
 
+def _series_summary(outcomes: Sequence[gnugo.Outcome]) -> dict:
+    """W/D/L, win rate and interval of a series judged by GNU Go, how its games ended, and
+    every game."""
+    summary = _summary(*gnugo.tally(outcomes))
+    summary["disagreements"] = sum(o.game.disagrees for o in outcomes)
+    summary["we_disagree"] = sum(o.we_agree is False for o in outcomes)
+    summary["wipeouts"] = sum(o.wiped_out for o in outcomes)
+    summary["time_losses"] = sum(o.game.end == "time" and o.points < 0 for o in outcomes)
+    summary["games"] = [o.to_json() for o in outcomes]
+    return summary
+
+
 def anchor_of(rows: Sequence[Row]) -> str | None:
     """The pool member fixed at ANCHOR_ELO: GNU Go level 1, else the lowest level played."""
-    keys = sorted({k for r in rows for k in r.vs_gnugo}, key=_gnugo_order)
+    keys = sorted({k for r in rows for k in r.vs_gnugo}, key=split_gnugo)
     if not keys:
         return None
     return gnugo_name("1" if "1" in keys else keys[0])
@@ -383,15 +430,21 @@ def rate(rows: Sequence[Row]) -> dict[str, rating.Rating]:
     for r in rows:
         w, d, losses = r.vs_random
         results.append(rating.Result(r.player, RANDOM, w + d / 2, w + d + losses))
-        for level, s in r.vs_gnugo.items():
+        for opponent, s in _pool_series(r):
             w, d, losses = s["wdl"]
-            results.append(rating.Result(r.player, gnugo_name(level), w + d / 2,
-                                         w + d + losses))
+            results.append(rating.Result(r.player, opponent, w + d / 2, w + d + losses))
     fitted = rating.fit(results, anchor, ANCHOR_ELO)
     for r in rows:
         rated = fitted[r.player]
         r.rating, r.rating_ci = rated.elo, (rated.ci_low, rated.ci_high)
     return fitted
+
+
+def _pool_series(row: Row) -> list[tuple[str, dict]]:
+    """(pool name, summary) of every series of `row` judged by GNU Go: GNU Go levels, then
+    pool models."""
+    return ([(gnugo_name(k), s) for k, s in row.vs_gnugo.items()]
+            + list(row.vs_models.items()))
 
 
 def format_row(row: Row) -> str:
@@ -400,9 +453,9 @@ def format_row(row: Row) -> str:
     text = (f"gen {row.generation:4d} {str(row.budget):>12}  vs random W-D-L "
             f"{w:3d}-{d}-{losses:<3d} ({100 * row.random_win_rate:5.1f}% "
             f"[{100 * lo:.0f}, {100 * hi:.0f}])")
-    for level, s in row.vs_gnugo.items():
+    for opponent, s in _pool_series(row):
         a, b, c = s["wdl"]
-        text += (f"   vs gnugo {level} {a}-{b}-{c} ({100 * s['win_rate']:.1f}% "
+        text += (f"   vs {opponent} {a}-{b}-{c} ({100 * s['win_rate']:.1f}% "
                  f"[{100 * s['ci'][0]:.0f}, {100 * s['ci'][1]:.0f}])")
         if s["disagreements"]:
             text += f" {s['disagreements']} judged otherwise by area"
@@ -425,8 +478,9 @@ def format_row(row: Row) -> str:
 
 
 def _opponents(rows: Sequence[Row]) -> list[str]:
-    keys = sorted({k for r in rows for k in r.vs_gnugo}, key=_gnugo_order)
-    return [RANDOM] + [gnugo_name(k) for k in keys]
+    keys = sorted({k for r in rows for k in r.vs_gnugo}, key=split_gnugo)
+    models = sorted({k for r in rows for k in r.vs_models})
+    return [RANDOM] + [gnugo_name(k) for k in keys] + models
 
 
 def _win_rate(row: Row, opponent: str) -> tuple[float, float, float] | None:
@@ -434,7 +488,7 @@ def _win_rate(row: Row, opponent: str) -> tuple[float, float, float] | None:
     if opponent == RANDOM:
         lo, hi = row.random_ci or (0.0, 1.0)
         return 100 * row.random_win_rate, 100 * lo, 100 * hi
-    s = row.vs_gnugo.get(opponent.split()[-1])
+    s = dict(_pool_series(row)).get(opponent)
     if s is None or s["win_rate"] is None:
         return None
     return 100 * s["win_rate"], 100 * s["ci"][0], 100 * s["ci"][1]
@@ -571,63 +625,6 @@ def append_history(path: Path, report: dict) -> None:
         os.fsync(f.fileno())
 
 
-def explain_endings(folder: Path, judge_level: int = gnugo.JUDGE_LEVEL,
-                    log: Callable[[str], None] = print) -> dict:
-    """How the games in `folder` (SGFs the strength tool wrote) ended: for each game the judge
-    (a fresh GNU Go) scores the board at the opponent's first pass and at the end, and lists
-    which of our stones it calls dead at both. A loss whose stones were all dead already when
-    the opponent passed was lost in play; one that was alive then and dead at the end was
-    lost in the ending (our own moves after the pass). Returns the counts."""
-    from training.go.sgf import from_sgf
-    from training.play.gtp_client import GtpClient
-
-    counts = {"games": 0, "lost": 0, "wiped_out": 0, "dead_at_first_pass": 0,
-              "lost_in_the_ending": 0, "we_passed_in_reply_and_won": 0}
-    for path in sorted(folder.glob("*.sgf")):
-        text = path.read_text()
-        ours = "B" if "PB[azgo" in text else "W"
-        game = from_sgf(text)
-        n = game.board_size
-        moves = [int(m) for m in game.moves]
-        colors = ["B" if k % 2 == 0 else "W" for k in range(len(moves))]
-        theirs_pass = next((k for k, (m, c) in enumerate(zip(moves, colors))
-                            if m == n * n and c != ours), None)
-        color = BLACK if ours == "B" else -BLACK
-        position = Position(n, komi=game.komi, max_moves=10 * n * n)
-
-        def judged() -> tuple[str, bool]:
-            return judge.send("final_score"), gnugo.all_dead(
-                position.board, n, color, judge.send("final_status_list dead").split())
-
-        with GtpClient(gnugo.gnugo_command(judge_level), name="judge") as judge:
-            judge.send(f"boardsize {n}")
-            judge.send("clear_board")
-            judge.send(f"komi {game.komi:g}")
-            at_pass = None
-            for k, (m, c) in enumerate(zip(moves, colors)):
-                if k == theirs_pass:
-                    at_pass = judged()
-                judge.send(f"play {c} {to_gtp(m, n)}")
-                position.play(m)
-            end = judged()
-        won = end[0].startswith(ours + "+")
-        lost = not won and end[0] != "0"
-        counts["games"] += 1
-        counts["lost"] += lost
-        counts["wiped_out"] += lost and end[1]
-        if at_pass is not None and lost and end[1]:
-            counts["dead_at_first_pass" if at_pass[1] else "lost_in_the_ending"] += 1
-        if (theirs_pass is not None and theirs_pass + 1 < len(moves)
-                and moves[theirs_pass + 1] == n * n and won):
-            counts["we_passed_in_reply_and_won"] += 1
-        after = [to_gtp(m, n) for m in moves[theirs_pass:]] if theirs_pass is not None else []
-        log(f"{path.name}: we {ours}, end {end[0]}{' (all ours dead)' if end[1] else ''}; at "
-            f"their first pass {at_pass[0] if at_pass else '-'}"
-            f"{' (all ours dead)' if at_pass and at_pass[1] else ''}; after it: "
-            f"{' '.join(after[:16])}")
-    return counts
-
-
 def read_history(path: Path) -> list[dict]:
     """Every evaluation of the history file, oldest first (a torn last line is skipped)."""
     if not path.exists():
@@ -680,6 +677,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "points, a rung above level 10 (default: none)")
     ap.add_argument("--gnugo-games", type=int, default=None,
                     help="games per GNU Go level (default: --games)")
+    ap.add_argument("--pool-model", action="append", default=[], metavar="FILE",
+                    help="a model file kept fixed as a pool member (a generation of this run "
+                    "or another), played at each budget like a GNU Go level and rated in the "
+                    "pool; repeatable")
     ap.add_argument("--jobs", type=int, default=None,
                     help="games against GNU Go played at once (default: the CPU count)")
     ap.add_argument("--endings", default=None, metavar="DIR",
@@ -688,7 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "first pass and at the end")
     args = ap.parse_args(argv)
     if args.endings is not None:
-        counts = explain_endings(Path(args.endings))
+        counts = gnugo.explain_endings(Path(args.endings))
         print(json.dumps(counts))
         return 0
     try:
@@ -705,6 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = _numbers(args.seconds_per_move, float, "--seconds-per-move")
         clock = _time_settings(args.time_settings)
         levels = parse_gnugo(args.gnugo)
+        frozen = [pool_model(f, cfg.go.board_size) for f in args.pool_model]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -715,9 +717,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         budgets.append(Budget(seconds_per_move=max(0.05, share), time_settings=clock))
     if not budgets:
         budgets = [Budget(cfg.evaluation.simulations or cfg.mcts.simulations)]
-    if (levels or seconds or clock) and find_gnugo() is None:
+    if (levels or seconds or clock or frozen) and find_gnugo() is None:
         print("error: GNU Go not found on PATH or in /usr/games (apt-get install gnugo); "
-              "--gnugo and --seconds-per-move need it (it judges those games)", file=sys.stderr)
+              "--gnugo, --pool-model and --seconds-per-move need it (it judges those games)",
+              file=sys.stderr)
         return 2
     have = list_models(paths.models)
     if 0 not in have:
@@ -742,13 +745,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --games must be at least 2 (colours alternate)", file=sys.stderr)
         return 2
     gnugo_games = args.games if args.gnugo_games is None else args.gnugo_games
-    if levels and gnugo_games < 2:
+    if (levels or frozen) and gnugo_games < 2:
         print("error: --gnugo-games must be at least 2 (colours alternate)", file=sys.stderr)
         return 2
     jobs = args.jobs or os.cpu_count() or 1
     print(f"{run_dir}: generations {gens}, budgets {', '.join(map(str, budgets))}, "
           f"{args.games} games per match" + (f", GNU Go levels {levels} ({gnugo_games} games "
                                              f"each, {jobs} at once)" if levels else "") +
+          "".join(f", {m.name} = {m.path}" for m in frozen) +
           f", {cfg.go.board_size}x{cfg.go.board_size} komi {cfg.go.komi}", flush=True)
     t0 = time.monotonic()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -757,7 +761,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config_path = Path(tmp) / "config.yaml"  # the GTP engines' search settings
         config_path.write_text(dump_config(cfg))
         rows = measure(cfg, run_dir, gens, args.games, budgets=budgets, gnugo_levels=levels,
-                       gnugo_games=gnugo_games, jobs=jobs, config_path=config_path,
+                       gnugo_games=gnugo_games, pool_models=frozen, jobs=jobs,
+                       config_path=config_path,
                        log=lambda line: print(line, flush=True), sgf_dir=sgf_dir)
     fitted = rate(rows)
     seconds_taken = time.monotonic() - t0
@@ -765,7 +770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = {"started": stamp, "command": "python -m training.strength " + " ".join(
                   sys.argv[1:] if argv is None else argv),
               "run_dir": str(run_dir), "board_size": cfg.go.board_size, "komi": cfg.go.komi,
-              "games": args.games, "gnugo_games": gnugo_games if levels else 0,
+              "games": args.games, "gnugo_games": gnugo_games if levels or frozen else 0,
+              "pool_models": {m.name: str(m.path) for m in frozen},
               "budgets": [asdict(b) for b in budgets],
               "simulations": budgets[0].simulations,
               "anchor": None if anchor is None else {"player": anchor, "elo": ANCHOR_ELO},

@@ -20,7 +20,8 @@ Owns:
   `torch.load(weights_only=True)`; it also accepts a trainer checkpoint (the model inside).
 - `make_evaluator(net, device)`: `evaluate(planes, legal=None) -> (priors, values)` under
   `torch.inference_mode()`, as a frozen TorchScript trace (measured 1.5-2x faster than eager
-  on this CPU, see `benchmarks/train.py --inference`), torch.compile, or eager.
+  on this CPU, see `benchmarks/train.py --inference`), torch.compile, eager, or, from an
+  ONNX export, ONNX Runtime or OpenVINO (optional packages; torch stays the reference).
 
 Vocabulary: N is the board size; input planes C = 2 * history + 1 (for each of the last
 `history` positions the stones of the side to move, then the opponent's; then a plane of ones
@@ -511,13 +512,75 @@ def _autocast_dtype(value: Any) -> torch.dtype | None:
     raise ValueError(f"autocast_dtype must be bf16, fp16 or a torch dtype, got {value!r}")
 
 
+INFERENCE_FORMS = ("eager", "trace", "compile", "onnx", "openvino")
+_RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
+
+
+def onnx_bytes(net: PolicyValueNet, example: torch.Tensor) -> bytes:
+    """`net.forward` as an ONNX graph (inputs "planes", outputs "logits" and "value"), any
+    batch size. The TorchScript-based exporter: it needs no extra package."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net, (example,), buffer, dynamo=False, opset_version=17,
+            input_names=["planes"], output_names=["logits", "value"],
+            dynamic_axes={"planes": {0: "batch"}, "logits": {0: "batch"}, "value": {0: "batch"}},
+        )
+    return buffer.getvalue()
+
+
+def _onnxruntime_form(net: PolicyValueNet, example: torch.Tensor):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(onnx_bytes(net, example), options,
+                                   providers=["CPUExecutionProvider"])
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, value = session.run(None, {"planes": x.numpy()})
+        return torch.from_numpy(logits), torch.from_numpy(value)
+
+    return forward
+
+
+def _openvino_form(net: PolicyValueNet, example: torch.Tensor):
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(onnx_bytes(net, example), b"")
+    compiled = core.compile_model(model, "CPU", {
+        "INFERENCE_NUM_THREADS": torch.get_num_threads(), "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
+    })
+    request = compiled.create_infer_request()
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        request.infer({0: x.numpy()})
+        return (torch.from_numpy(request.get_output_tensor(0).data.copy()),
+                torch.from_numpy(request.get_output_tensor(1).data.copy()))
+
+    return forward
+
+
 def compile_for_inference(
     net: PolicyValueNet, device: torch.device, mode: str, example_batch: int = 8
 ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """`net` (eval mode, on `device`) as `mode`: "trace" (frozen TorchScript), "compile" or
-    "eager". Falls back to eager with a logged warning when tracing or compiling fails."""
+    """`net` (eval mode, on `device`) as `mode`: "trace" (frozen TorchScript), "compile",
+    "onnx" (ONNX Runtime), "openvino" (OpenVINO) or "eager". The last two run on the CPU
+    only and need their optional package (`pip install onnxruntime` / `openvino`). Falls
+    back to eager with a logged warning when building the form fails."""
+    if mode not in INFERENCE_FORMS:
+        raise ValueError(f"jit mode must be one of {', '.join(INFERENCE_FORMS)}, got {mode!r}")
     if mode == "eager":
         return net
+    if mode in _RUNTIMES and device.type != "cpu":
+        log.warning("%s runs on the CPU only; using a TorchScript trace on %s", mode, device)
+        mode = "trace"
     example = torch.zeros(
         example_batch, net.in_planes, net.board_size, net.board_size, device=device
     )
@@ -530,13 +593,13 @@ def compile_for_inference(
                 fn = torch.jit.freeze(torch.jit.trace(net, example, check_trace=False))
             elif mode == "compile":
                 fn = torch.compile(net, dynamic=False)
+            elif mode == "onnx":
+                fn = _onnxruntime_form(net, example)
             else:
-                raise ValueError(f"jit mode must be trace, compile or eager, got {mode!r}")
+                fn = _openvino_form(net, example)
             fn(example)  # the first call builds (and for compile, checks) the graph
             fn(example[:1])
         return fn
-    except ValueError:
-        raise
     except Exception as e:  # noqa: BLE001 - any failure here means: use eager instead
         log.warning("%s of the net failed (%s: %s); using eager PyTorch", mode,
                     type(e).__name__, e)
@@ -559,7 +622,9 @@ def make_evaluator(
       moves when `legal` is None; values float32 [B] in [-1, 1], side to move's view.
     `jit`: True or "trace" (frozen TorchScript: ~0.1 s to build, 1.1-1.3x eager on this CPU),
     "compile" (torch.compile: ~30 s to build per evaluator, batches padded to powers of two;
-    up to 1.3x trace at batch >= 32 here), False or "eager". `evaluate.mode` tells which
+    up to 1.3x trace at batch >= 32 here), "onnx" (ONNX Runtime) or "openvino" (OpenVINO),
+    CPU only, from an ONNX export of the net (`benchmarks/train.py --inference` compares
+    them), False or "eager". `evaluate.mode` tells which
     form is in use (a failed trace or compile falls back to eager with a warning).
     `autocast_dtype` ("bf16", "fp16" or a dtype) applies on GPUs only. `max_batch` splits
     larger inputs into several network calls.
@@ -637,8 +702,8 @@ def make_evaluator(
                              f"{model.config}, new net has {source.config}")
         with torch.no_grad():
             model.load_state_dict(plain_state_dict(source))
-        if mode == "trace":
-            forms["fn"] = compile_for_inference(model, dev, "trace")
+        if mode in ("trace", "onnx", "openvino"):  # weights inlined: build again
+            forms["fn"] = compile_for_inference(model, dev, mode)
 
     evaluate.mode = mode  # type: ignore[attr-defined]
     evaluate.device = dev  # type: ignore[attr-defined]

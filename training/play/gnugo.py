@@ -22,6 +22,9 @@ per-generation evaluation (`training.play.arena.play_gnugo`) use:
   stones it judges dead; its level is `JUDGE_LEVEL`). Our engine never judges its own games.
   Our Tromp-Taylor area count of the same position is kept beside the judgement, and a
   series reports how many games the two name different winners for.
+- **Endings**: `explain_endings(folder)` replays kept SGFs through a judge and tells, for each
+  loss with all our stones dead, whether they were dead already at the opponent's first pass
+  (lost in play) or died after it (lost in the ending: our own moves after the pass).
 - **Parallel**: `jobs` games at once (threads, each driving its own engine processes: our
   engine, reused from game to game through an `Engines` pool, and that game's GNU Go), so
   the processes, not this one, use the cores.
@@ -43,7 +46,7 @@ from typing import Callable, Sequence
 
 from training.go.coords import BLACK, from_gtp, to_gtp
 from training.go.rules import Position
-from training.go.sgf import game_sgf
+from training.go.sgf import from_sgf, game_sgf
 from training.play.gtp_client import GtpClient, find_gnugo
 from training.play.referee import GameResult, TimeControl, parse_score, play_game
 
@@ -302,3 +305,57 @@ def tally(outcomes: Sequence[Outcome]) -> tuple[int, int, int]:
     """(wins, draws, losses) from our point of view."""
     points = [o.points for o in outcomes]
     return points.count(1), points.count(0), points.count(-1)
+
+
+def explain_endings(folder: Path, judge_level: int = JUDGE_LEVEL,
+                    log: Callable[[str], None] = print) -> dict:
+    """How the games in `folder` (SGFs the strength tool wrote) ended: for each game the judge
+    (a fresh GNU Go) scores the board at the opponent's first pass and at the end, and lists
+    which of our stones it calls dead at both. A loss whose stones were all dead already when
+    the opponent passed was lost in play; one that was alive then and dead at the end was
+    lost in the ending (our own moves after the pass). Returns the counts."""
+    counts = {"games": 0, "lost": 0, "wiped_out": 0, "dead_at_first_pass": 0,
+              "lost_in_the_ending": 0, "we_passed_in_reply_and_won": 0}
+    for path in sorted(folder.glob("*.sgf")):
+        text = path.read_text()
+        ours = "B" if "PB[azgo" in text else "W"
+        game = from_sgf(text)
+        n = game.board_size
+        moves = [int(m) for m in game.moves]
+        colors = ["B" if k % 2 == 0 else "W" for k in range(len(moves))]
+        theirs_pass = next((k for k, (m, c) in enumerate(zip(moves, colors))
+                            if m == n * n and c != ours), None)
+        color = BLACK if ours == "B" else -BLACK
+        position = Position(n, komi=game.komi, max_moves=10 * n * n)
+
+        def judged() -> tuple[str, bool]:
+            return judge.send("final_score"), all_dead(
+                position.board, n, color, judge.send("final_status_list dead").split())
+
+        with GtpClient(gnugo_command(judge_level), name="judge") as judge:
+            judge.send(f"boardsize {n}")
+            judge.send("clear_board")
+            judge.send(f"komi {game.komi:g}")
+            at_pass = None
+            for k, (m, c) in enumerate(zip(moves, colors)):
+                if k == theirs_pass:
+                    at_pass = judged()
+                judge.send(f"play {c} {to_gtp(m, n)}")
+                position.play(m)
+            end = judged()
+        won = end[0].startswith(ours + "+")
+        lost = not won and end[0] != "0"
+        counts["games"] += 1
+        counts["lost"] += lost
+        counts["wiped_out"] += lost and end[1]
+        if at_pass is not None and lost and end[1]:
+            counts["dead_at_first_pass" if at_pass[1] else "lost_in_the_ending"] += 1
+        if (theirs_pass is not None and theirs_pass + 1 < len(moves)
+                and moves[theirs_pass + 1] == n * n and won):
+            counts["we_passed_in_reply_and_won"] += 1
+        after = [to_gtp(m, n) for m in moves[theirs_pass:]] if theirs_pass is not None else []
+        log(f"{path.name}: we {ours}, end {end[0]}{' (all ours dead)' if end[1] else ''}; at "
+            f"their first pass {at_pass[0] if at_pass else '-'}"
+            f"{' (all ours dead)' if at_pass and at_pass[1] else ''}; after it: "
+            f"{' '.join(after[:16])}")
+    return counts
