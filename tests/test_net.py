@@ -90,16 +90,23 @@ def test_without_legal_mask_priors_cover_every_move(tiny_net):
     assert np.all(priors > 0)
 
 
+def test_an_unknown_inference_form_is_refused(tiny_net):
+    with pytest.raises(ValueError, match="jit mode must be one of eager, trace"):
+        make_evaluator(tiny_net, jit="tensorrt")
+
+
 def test_evaluator_rejects_planes_of_the_wrong_shape(tiny_net):
     evaluate = make_evaluator(tiny_net, jit=False)
     with pytest.raises(ValueError, match=r"planes must be \[B, 5, 5, 5\]"):
         evaluate(np.zeros((2, 3, 5, 5), np.float32))
 
 
-def test_traced_evaluator_matches_eager_on_every_batch_size(tiny_net):
+@pytest.mark.parametrize("form", ["trace", "onnx", "openvino"])
+def test_each_inference_form_matches_eager_on_every_batch_size(tiny_net, form):
+    """TorchScript, and ONNX Runtime and OpenVINO from the ONNX export (any batch size)."""
     eager = make_evaluator(tiny_net, jit=False)
-    traced = make_evaluator(tiny_net, jit=True)
-    assert traced.mode == "trace"
+    traced = make_evaluator(tiny_net, jit=form)
+    assert traced.mode == form
     for batch in (1, 3, 16):
         planes = _random_planes(tiny_net, batch, seed=batch)
         legal = np.ones((batch, tiny_net.num_moves), bool)
@@ -129,7 +136,7 @@ def test_evaluator_is_a_snapshot_of_the_net(tiny_net):
     np.testing.assert_array_equal(before[0], after[0])
 
 
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("jit", [False, True, "onnx", "openvino"])
 def test_load_weights_swaps_in_a_new_generation(tiny_net, tiny_cfg, jit):
     evaluate = make_evaluator(tiny_net, jit=jit)
     torch.manual_seed(1)

@@ -572,7 +572,8 @@ def compile_for_inference(
 ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """`net` (eval mode, on `device`) as `mode`: "trace" (frozen TorchScript), "compile",
     "onnx" (ONNX Runtime), "openvino" (OpenVINO) or "eager". The last two run on the CPU
-    only and need their optional package (`pip install onnxruntime` / `openvino`). Falls
+    only and need their optional packages (`pip install -e .[inference]`: onnx with
+    onnxruntime / openvino). Falls
     back to eager with a logged warning when building the form fails."""
     if mode not in INFERENCE_FORMS:
         raise ValueError(f"jit mode must be one of {', '.join(INFERENCE_FORMS)}, got {mode!r}")
