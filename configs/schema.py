@@ -117,8 +117,13 @@ class NetConfig:
     liberties: bool = False
     """Six more input planes: each side's stones in chains with 1, 2, 3+ liberties (KataGo's
     liberty features; a new net: runs started without them keep their models)."""
+    inference: str = "auto"
+    """How searches run the net (self-play, arena, GTP, analysis): auto (on a CPU ONNX Runtime
+    when installed, else a TorchScript trace; on a GPU the trace), onnx, openvino, trace,
+    compile or eager. Not part of the model: any value plays the same model."""
 
     def __post_init__(self) -> None:
+        _choice(self, "inference", ("auto", "onnx", "openvino", "trace", "compile", "eager"))
         _range(self, "blocks", 1, 80)
         _range(self, "filters", 8, 1024)
         _range(self, "history", 1, 16)

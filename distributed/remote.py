@@ -381,6 +381,11 @@ print(" ".join(missing))
 """
 
 
+SPEED_ONLY_DEPS = frozenset({"onnx", "onnxruntime"})
+"""Requirements a worker runs without, only slower (the net falls back to TorchScript): a
+host that lacks them is told so, and deploy does not reach for the network for them alone."""
+
+
 def missing_deps_command(paths: WorkerPaths, dist: str) -> str:
     """Print the names of `dist`'s requirements the venv cannot find (space separated)."""
     return f"{q(paths.venv_python)} -c {q(MISSING_DEPS_SNIPPET)} {q(dist)}"

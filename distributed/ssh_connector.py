@@ -18,7 +18,7 @@ Remote folder layout: `distributed.remote.WorkerPaths`. `--restart` against a ru
 `distributed.restart_requests`. The command line (`python distributed/ssh_connector.py
 --help`) is in `distributed/cli.py` (imported only when this file runs as a script).
 
-Why one module of about 880 lines: it is one class, `SSHConnector` (about 620 lines), and the
+Why one module of about 900 lines: it is one class, `SSHConnector` (about 620 lines), and the
 errors, results and paramiko adapters it needs. Every public method runs through the same
 per-worker connection, lock and retry loop (`_connection`, `_with_retries`, `_exec`), so a
 split of transport from lifecycle would leave one half calling the other's private machinery;
@@ -800,6 +800,12 @@ class SSHConnector:
                      timeout_s=timeout, retry=True)
             missing = self.run(name, remote.missing_deps_command(paths, project.dist),
                                retry=True).stdout.split()
+            slower = [m for m in missing if m in remote.SPEED_ONLY_DEPS]
+            missing = [m for m in missing if m not in remote.SPEED_ONLY_DEPS]
+            if slower:
+                log.warning("%s: %s not installed: self-play runs the net as TorchScript, "
+                            "slower (pip install %s into the host's Python to speed it up)",
+                            name, " and ".join(slower), " ".join(slower))
             if missing:
                 log.warning("%s: %s missing on the worker, pip installing them: %s",
                             name, len(missing), " ".join(missing))

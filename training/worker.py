@@ -190,7 +190,8 @@ class Worker:
         from training.learn.net import load_model, make_evaluator
 
         net, info = load_model(model_path, self.device)
-        return make_evaluator(net, self.device, max_batch=self.cfg.self_play.batch_size), (
+        return make_evaluator(net, self.device, jit=self.cfg.net.inference,
+                              max_batch=self.cfg.self_play.batch_size), (
             info.generation
         )
 

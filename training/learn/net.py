@@ -516,6 +516,18 @@ INFERENCE_FORMS = ("eager", "trace", "compile", "onnx", "openvino")
 _RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
 
 
+def automatic_form(device: torch.device) -> str:
+    """The fastest form measured here for `device` (benchmarks/train.py --inference): ONNX
+    Runtime on a CPU when it and onnx are installed (2-3x the trace for the default net),
+    else the frozen TorchScript trace."""
+    import importlib.util
+
+    if device.type == "cpu" and all(importlib.util.find_spec(m) is not None
+                                    for m in ("onnx", "onnxruntime")):
+        return "onnx"
+    return "trace"
+
+
 def onnx_bytes(net: PolicyValueNet, example: torch.Tensor) -> bytes:
     """`net.forward` as an ONNX graph (inputs "planes", outputs "logits" and "value"), any
     batch size. The TorchScript-based exporter: it needs no extra package."""
@@ -537,6 +549,8 @@ def _onnxruntime_form(net: PolicyValueNet, example: torch.Tensor):
     options.intra_op_num_threads = torch.get_num_threads()
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # idle threads must not spin between calls: the search runs on the same cores
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(onnx_bytes(net, example), options,
                                    providers=["CPUExecutionProvider"])
@@ -572,8 +586,8 @@ def compile_for_inference(
 ) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """`net` (eval mode, on `device`) as `mode`: "trace" (frozen TorchScript), "compile",
     "onnx" (ONNX Runtime), "openvino" (OpenVINO) or "eager". The last two run on the CPU
-    only and need their optional packages (`pip install -e .[inference]`: onnx with
-    onnxruntime / openvino). Falls
+    only and need their packages (onnx and onnxruntime are dependencies; openvino is
+    optional: `pip install -e .[openvino]`). Falls
     back to eager with a logged warning when building the form fails."""
     if mode not in INFERENCE_FORMS:
         raise ValueError(f"jit mode must be one of {', '.join(INFERENCE_FORMS)}, got {mode!r}")
@@ -621,7 +635,9 @@ def make_evaluator(
       planes float32 [B, C, N, N]; legal bool [B, N*N+1] or None.
       priors float32 [B, N*N+1]: softmax over the legal moves (zeros elsewhere), or over all
       moves when `legal` is None; values float32 [B] in [-1, 1], side to move's view.
-    `jit`: True or "trace" (frozen TorchScript: ~0.1 s to build, 1.1-1.3x eager on this CPU),
+    `jit`: True or "auto" (`automatic_form`: ONNX Runtime on a CPU where installed, else
+    the trace; a config passes `net.inference`), "trace" (frozen TorchScript: ~0.1 s to
+    build, 1.1-1.3x eager on this CPU),
     "compile" (torch.compile: ~30 s to build per evaluator, batches padded to powers of two;
     up to 1.3x trace at batch >= 32 here), "onnx" (ONNX Runtime) or "openvino" (OpenVINO),
     CPU only, from an ONNX export of the net (`benchmarks/train.py --inference` compares
@@ -638,7 +654,12 @@ def make_evaluator(
     if dtype is not None and dev.type not in ("cuda", "mps"):
         log.info("autocast %s ignored on %s (GPUs only)", dtype, dev)
         dtype = None
-    mode = {True: "trace", False: "eager"}.get(jit, jit)  # type: ignore[arg-type]
+    mode = {True: "auto", False: "eager"}.get(jit, jit)  # type: ignore[arg-type]
+    if mode == "auto":
+        mode = automatic_form(dev)
+    if mode in _RUNTIMES and dev.type != "cpu":
+        log.info("%s runs on the CPU only; a TorchScript trace on %s", mode, dev)
+        mode = "trace"
     if dtype is not None and mode == "trace":
         # TorchScript freezing does not keep autocast regions; eager under autocast on a GPU
         # is network-bound anyway.

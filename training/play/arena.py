@@ -165,8 +165,8 @@ def evaluate_generation(cfg: Config, run_dir: str | os.PathLike, generation: int
         new_net, _ = load_model(new_path, device)
         old_net, _ = load_model(models_dir / f"{model_stem(opponent)}.pt", device)
         batch = max(cfg.self_play.batch_size, ev.games)
-        evaluate_new = make_evaluator(new_net, device, max_batch=batch)
-        evaluate_old = make_evaluator(old_net, device, max_batch=batch)
+        evaluate_new = make_evaluator(new_net, device, jit=cfg.net.inference, max_batch=batch)
+        evaluate_old = make_evaluator(old_net, device, jit=cfg.net.inference, max_batch=batch)
         rounds = SPRT_ROUNDS if ev.gating == "sprt" else 1
         per_round = max(2, 2 * math.ceil(ev.games / rounds / 2))
         verdict, llr = "continue", None

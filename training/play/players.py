@@ -199,7 +199,8 @@ class NetPlayer:
         # The move cap is the referee's (4 N*N), so the search never ends a game it plays.
         n = info.board_size
         go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
-        self.player = MctsPlayer(make_evaluator(net, device), go_cfg, cfg.mcts, simulations,
+        self.player = MctsPlayer(make_evaluator(net, device, jit=cfg.net.inference), go_cfg,
+                                 cfg.mcts, simulations,
                                  history=net.history, liberties=net.liberties,
                                  seconds_per_move=seconds_per_move)
         self.player.warm_up()
