@@ -28,11 +28,13 @@ The last line is one JSON object with `moves_per_s`, `limit_moves_per_s`, `ratio
 and `games_per_hour_per_core`.
 
 `--liberties` times nets with the liberty planes (their features computed in every search);
-`--form onnx` (or openvino, eager) runs the network, and its limit, in that inference form.
+`--form onnx` (or openvino, eager) runs the network, and its limit, in that inference form;
+`--config configs/config.yaml` times one setting instead: that config's board, net (pooling,
+liberties), search (PUCT or Gumbel, playout caps, fast simulations) and games in flight.
 
 Usage: python benchmarks/selfplay.py [--quick] [--seconds 15] [--sizes 9 7 19]
        [--searches puct gumbel gumbel-pcr] [--device cpu] [--no-processes] [--cache-stats]
-       [--liberties] [--form trace]
+       [--liberties] [--form trace] [--config configs/config.yaml]
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class Setting:
     seconds: float
     search: str = "puct"
     liberties: bool = False  # 6 more input planes (net.liberties)
+    global_pooling: bool = False
+    fast: int = 0  # simulations of a fast search (playout caps); 0: a quarter of simulations
+    full_fraction: float = PCR_FRACTION  # share of full searches with playout caps
 
     @property
     def name(self) -> str:
@@ -78,7 +83,7 @@ class Setting:
 
     @property
     def fast_simulations(self) -> int:
-        return max(1, self.simulations // 4)
+        return self.fast or max(1, self.simulations // 4)
 
     def mcts_config(self) -> MctsConfig:
         """The search of this setting (see the module docstring)."""
@@ -86,7 +91,7 @@ class Setting:
         return MctsConfig(
             simulations=self.simulations,
             algorithm="gumbel" if self.search.startswith("gumbel") else "puct",
-            full_search_fraction=PCR_FRACTION if pcr else 1.0,
+            full_search_fraction=self.full_fraction if pcr else 1.0,
             fast_simulations=self.fast_simulations,
         )
 
@@ -105,10 +110,26 @@ def default_settings(seconds: float, quick: bool, sizes: list[int],
     return out
 
 
+def config_setting(path: str, seconds: float) -> Setting:
+    """The self-play of a config file: its board, net, search (PUCT or Gumbel, with or
+    without playout caps), simulations and games in flight."""
+    from configs import load_config
+
+    cfg = load_config(path)
+    if cfg.net.history != HISTORY:
+        sys.exit(f"{path}: net.history {cfg.net.history}; this benchmark times history {HISTORY}")
+    search = ("gumbel" if cfg.mcts.algorithm == "gumbel" else "puct") + (
+        "-pcr" if cfg.mcts.full_search_fraction < 1 else "")
+    return Setting(cfg.go.board_size, cfg.net.blocks, cfg.net.filters, cfg.mcts.simulations,
+                   cfg.self_play.parallel_games, seconds, search, cfg.net.liberties,
+                   cfg.net.global_pooling, cfg.mcts.fast_simulations,
+                   cfg.mcts.full_search_fraction)
+
+
 def make_net(s: Setting, device: torch.device) -> PolicyValueNet:
     torch.manual_seed(0)
-    return PolicyValueNet(s.size, s.blocks, s.filters, HISTORY, 64,
-                          liberties=s.liberties).to(device).eval()
+    return PolicyValueNet(s.size, s.blocks, s.filters, HISTORY, 64, liberties=s.liberties,
+                          global_pooling=s.global_pooling).to(device).eval()
 
 
 def network_limit(
@@ -224,7 +245,10 @@ def game_length(s: Setting, evaluate, games: int) -> float:
 def child_main(args: argparse.Namespace) -> None:
     """One process of the games-per-hour figure: print moves/s as JSON."""
     torch.set_num_threads(args.threads)
-    s = Setting(9, 6, 64, 100, args.parallel, args.seconds, args.search, args.liberties)
+    if args.config:
+        s = replace(config_setting(args.config, args.seconds), parallel_games=args.parallel)
+    else:
+        s = Setting(9, 6, 64, 100, args.parallel, args.seconds, args.search, args.liberties)
     device = resolve_device(args.device)
     evaluate = make_evaluator(make_net(s, device), device, jit=args.form)
     print(json.dumps(selfplay_speed(s, evaluate, seed=args.child_seed)))
@@ -237,6 +261,7 @@ def run_children(args: argparse.Namespace, processes: int, threads: int, seconds
         sys.executable, os.path.abspath(__file__), "--child", "--threads", str(threads),
         "--seconds", str(seconds), "--parallel", str(args.parallel), "--device", args.device,
         "--search", search, "--form", args.form, *(["--liberties"] if args.liberties else []),
+        *(["--config", args.config] if args.config else []),
     ]
     procs = [
         subprocess.Popen(cmd + ["--child-seed", str(i)], stdout=subprocess.PIPE, text=True)
@@ -296,6 +321,9 @@ def main() -> None:
     p.add_argument(
         "--cache-stats", action="store_true", help="measure how often an evaluation cache hits"
     )
+    p.add_argument("--config", default=None,
+                   help="time one setting: this config's board, net, search and games in "
+                   "flight (e.g. configs/config.yaml, the default run's self-play)")
     p.add_argument("--liberties", action="store_true",
                    help="nets with the 6 liberty planes (net.liberties), features included")
     p.add_argument("--form", default="trace", choices=list(INFERENCE_FORMS),
@@ -316,8 +344,12 @@ def main() -> None:
           f"form={args.form} liberties={args.liberties}")
 
     rows = []
-    settings = [replace(s, liberties=args.liberties)
-                for s in default_settings(seconds, args.quick, args.sizes, tuple(args.searches))]
+    if args.config:
+        settings = [config_setting(args.config, seconds)]
+        args.searches = [settings[0].search]
+    else:
+        settings = [replace(s, liberties=args.liberties) for s in
+                    default_settings(seconds, args.quick, args.sizes, tuple(args.searches))]
     for s in settings:
         net = make_net(s, device)
         fn = compile_for_inference(net, device, args.form)
