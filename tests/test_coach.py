@@ -246,6 +246,9 @@ def test_a_config_change_of_the_board_or_the_net_is_refused_and_the_rest_kept(
         "distributed.offline_after_s": 99.0})))
     coach._reload_config()
     assert coach.cfg.distributed.offline_after_s == 99.0  # other keys still reload
+    coach.config_path.write_text(dump_config(override(coach.cfg, {"net.inference": "trace"})))
+    coach._reload_config()
+    assert coach.cfg.net.inference == "trace"  # how searches run the net is not the net
 
 
 def test_a_failing_stage_of_the_loop_never_stops_the_later_ones(tiny_cfg, run_dir, caplog):

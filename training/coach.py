@@ -607,11 +607,14 @@ def _git_commit() -> str:
 
 def _fixed_keys_changed(old: Config, new: Config) -> list[str]:
     """The go.* and net.* keys that differ ("go.board_size 9 -> 7"): a running run keeps them
-    (every model, batch and window of the run depends on them)."""
+    (every model, batch and window of the run depends on them). net.inference is not one: it
+    says how searches run the same model."""
     changed = []
     for section in ("go", "net"):
         a, b = getattr(old, section), getattr(new, section)
         for f in dataclasses.fields(a):
+            if (section, f.name) == ("net", "inference"):
+                continue
             if getattr(a, f.name) != getattr(b, f.name):
                 changed.append(f"{section}.{f.name} {getattr(a, f.name)!r} -> "
                                f"{getattr(b, f.name)!r}")
