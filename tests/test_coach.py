@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -239,13 +240,10 @@ def test_a_config_change_of_the_board_or_the_net_is_refused_and_the_rest_kept(
     coach.config_path.write_text(dump_config(changed))
     with caplog.at_level("ERROR"):
         coach._reload_config()
-    assert coach.cfg.go.board_size == tiny_cfg.go.board_size
-    assert coach.cfg.distributed.offline_after_s != 99.0, "the whole change is refused"
+    assert coach.cfg.go == tiny_cfg.go and coach.cfg.net == tiny_cfg.net
     assert "go.board_size 5 -> 7" in caplog.text and "net.filters" in caplog.text
-    coach.config_path.write_text(dump_config(override(coach.cfg, {
-        "distributed.offline_after_s": 99.0})))
-    coach._reload_config()
-    assert coach.cfg.distributed.offline_after_s == 99.0  # other keys still reload
+    assert coach.cfg.distributed.offline_after_s == 99.0  # the other keys apply
+    assert "filters: 16" in (run_dir / "config.yaml").read_text()  # what the trainer reads
     coach.config_path.write_text(dump_config(override(coach.cfg, {"net.inference": "trace"})))
     coach._reload_config()
     assert coach.cfg.net.inference == "trace"  # how searches run the net is not the net
@@ -470,3 +468,35 @@ def test_an_unreadable_round_result_is_logged_and_the_round_still_counts(tiny_cf
     assert coach.rounds.last_loss is None and coach.rounds.concluded == 1
     assert coach.rounds.generation == 1
     assert "round result is unreadable" in caplog.text
+
+
+def test_a_resumed_run_keeps_the_board_and_net_it_was_started_with(tiny_cfg, run_dir, caplog):
+    """A new default (or an edit) of net.* meets a run folder of the old net: the run goes on
+    with its own net, its models load, and the log says what was kept and how to get the
+    config's."""
+    from configs import load_config
+    from training.coach import Coach
+
+    first = Coach(override(tiny_cfg, {"run.dir": str(run_dir)}), watch_config=False,
+                  status_path=run_dir / "status.txt")
+    first._prepare_run_dir()
+    first.rounds.ensure_first_model()
+    first._lock.release()
+    newer = override(tiny_cfg, {"run.dir": str(run_dir), "net.liberties": True,
+                                "net.soft_policy_head": True, "net.inference": "eager",
+                                "distributed.offline_after_s": 77.0})
+    coach = Coach(newer, watch_config=False, status_path=run_dir / "status.txt")
+    with caplog.at_level("WARNING"):
+        coach._prepare_run_dir()
+    coach._lock.release()
+    assert coach.cfg.net == replace(tiny_cfg.net, inference="eager")
+    assert coach.rounds.cfg is coach.cfg and coach.cfg.distributed.offline_after_s == 77.0
+    assert "net.liberties False (the config says True)" in caplog.text
+    assert "--fresh" in caplog.text
+    assert load_config(run_dir / "config.yaml").net.liberties is False
+    # a new run folder takes the config as it is
+    fresh = Coach(override(newer, {"run.dir": str(run_dir / "new")}), watch_config=False,
+                  status_path=run_dir / "status.txt")
+    fresh._prepare_run_dir()
+    fresh._lock.release()
+    assert fresh.cfg.net.liberties is True

@@ -42,6 +42,9 @@ the last training round started.
 Resume: everything the loop needs is on disk (published models, checkpoints, the ledger), so
 a coach started again on the same run folder (`--resume`, the default when it exists) picks up
 where the last one stopped; batches are counted exactly once (see `training.fleet.collector`).
+A run keeps the board and net (`go.*`, `net.*` but net.inference) it was started with: a
+resumed run whose config says otherwise, or a config edit while it runs, changes its other
+keys only, and the log names what was kept.
 
 It must not: play games, talk to a host from its loop (supervisors and jobs do), age
 heartbeats other than through `HeartbeatTracker`, touch paramiko (the SSH fleet goes through
@@ -164,8 +167,30 @@ class Coach:
         if self._lock is None:
             self._lock = RunLock(self.paths.root).acquire()  # RunDir.lock, made with its folder
         self.paths.create()
+        self._keep_the_runs_net()
         commit = _git_commit()
         write_atomic(self.run_config_path, f"# git commit: {commit}\n" + dump_config(self.cfg))
+
+    def _keep_the_runs_net(self) -> None:
+        """A run resumed with another board or net in its config (a new default, an edit)
+        keeps the ones it was started with: its models, games and window depend on them. The
+        config's other keys apply; the log names what was kept."""
+        from training.run.model_store import list_models
+
+        if not self.paths.config.exists() or not list_models(self.paths.models):
+            return
+        try:
+            started = load_config(self.paths.config)
+        except ConfigError as e:
+            log.warning("%s: not read (%s); resuming with the config as it is",
+                        self.paths.config, e)
+            return
+        kept = _fixed_keys_changed(started, self.cfg)
+        if kept:
+            log.warning("this run keeps the board and net it was started with, not the "
+                        "config's: %s (for the config's, start a new run: --fresh or another "
+                        "run.dir)", "; ".join(_reverse(kept)))
+            self.cfg = self.rounds.cfg = _with_fixed_keys(self.cfg, started)
 
     @property
     def run_config_path(self) -> Path:
@@ -400,9 +425,10 @@ class Coach:
         new = override_config(new, {"run.dir": str(self.run_dir)})
         fixed = _fixed_keys_changed(self.cfg, new)
         if fixed:
-            log.error("config change ignored: %s; the board and the net of a run are fixed "
-                      "(start a new run with another run.dir, or --fresh)", "; ".join(fixed))
-            return
+            log.error("config change of the board or the net ignored: %s; the board and the "
+                      "net of a run are fixed (start a new run with another run.dir, or "
+                      "--fresh); its other keys apply", "; ".join(fixed))
+            new = _with_fixed_keys(new, self.cfg)
         self.cfg = self.rounds.cfg = new
         write_atomic(self.run_config_path, f"# git commit: {_git_commit()}\n" + dump_config(new))
         self.tracker.offline_after_s = new.distributed.offline_after_s
@@ -603,6 +629,22 @@ def _git_commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def _with_fixed_keys(cfg: Config, run: Config) -> Config:
+    """`cfg` with the board and net of `run` (net.inference stays `cfg`'s)."""
+    return dataclasses.replace(cfg, go=run.go,
+                               net=dataclasses.replace(run.net, inference=cfg.net.inference))
+
+
+def _reverse(changes: list[str]) -> list[str]:
+    """"net.liberties False -> True" (started -> config) as "net.liberties False (the config
+    says True)"."""
+    out = []
+    for c in changes:
+        key_and_old, _, new = c.partition(" -> ")
+        out.append(f"{key_and_old} (the config says {new})")
+    return out
 
 
 def _fixed_keys_changed(old: Config, new: Config) -> list[str]:
