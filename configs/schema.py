@@ -214,6 +214,10 @@ class SelfPlayConfig:
     """Own moves in a row below `resign_threshold` before a side resigns (KataGo's 3)."""
     resign_disabled_fraction: float = 0.1
     """Share of games where resignation is off, to measure false resignations."""
+    soft_resign: bool = False
+    """Instead of resigning, play the decided game out with fast searches only (KataGo's soft
+    resignation): no game ends early, every game gets ownership and score targets and an
+    ending the net learns the value of, and every decided game measures false resignations."""
     workers: int = 0
     """Local mode: self-play worker processes (the user guide's --workers); 0 = automatic:
     one per CPU core without GPUs, 2 to 4 per GPU with them."""

@@ -96,6 +96,30 @@ def test_resignation_and_resign_disabled_games(tiny_cfg):
     assert false_resignation_rate(resigned) is None
 
 
+def test_soft_resignation_plays_decided_games_out_with_fast_searches(tiny_cfg):
+    """KataGo's soft resignation: no game ends early; from the move where black would have
+    resigned (its 3rd own move below the threshold) every search is a fast one (no policy
+    target), and every game measures false resignations."""
+    cfg = override(tiny_cfg, {"self_play.soft_resign": True, "mcts.full_search_fraction": 1.0,
+                              "self_play.resign_disabled_fraction": 0.0})
+    records = SelfPlay(white_wins, cfg.go, cfg.mcts, cfg.self_play, history=2,
+                       seed=0).play(max_games=4)
+    decided_at = 2 * (cfg.self_play.resign_moves - 1)  # black's 3rd move, as a resignation
+    for r in records:
+        check_record(r, cfg)
+        assert not r.resigned and r.resign_disabled and r.would_resign_as == BLACK
+        assert not math.isnan(r.score) and r.num_moves > decided_at + 2
+        # the move where it is decided was searched in full; every later one fast
+        assert r.full_search[:decided_at + 1].all()
+        assert not r.full_search[decided_at + 1:].any()
+    assert false_resignation_rate(records) == sum(r.result == BLACK for r in records) / 4
+    # off (the default), the same games resign at that move
+    cfg = override(cfg, {"self_play.soft_resign": False})
+    resigned = SelfPlay(white_wins, cfg.go, cfg.mcts, cfg.self_play, history=2,
+                        seed=0).play(max_games=4)
+    assert all(r.resigned and r.num_moves == decided_at for r in resigned)
+
+
 def test_resign_moves_is_the_own_moves_in_a_row_below_the_threshold(tiny_cfg):
     for moves in (1, 2, 5):
         cfg = override(tiny_cfg, {"self_play.resign_disabled_fraction": 0.0,

@@ -36,7 +36,10 @@ value). The tree is reused across both kinds as usual.
 A side resigns when its root value (its own view) has stayed below `resign_threshold` for
 `resign_moves` of its own moves in a row (one noisy search never ends a game); in `resign_disabled_fraction` of games resignation is off and
 the record notes the colour that would have resigned (`would_resign_as`), so the share of
-such games that colour went on to win is the false-resignation rate.
+such games that colour went on to win is the false-resignation rate. With
+`self_play.soft_resign` no game resigns (every record says resignation was off): a game that
+would resign is decided, and its later moves are all fast searches (value targets only),
+played to the end (KataGo's soft resignation).
 
 Self-play searches never pass first while a real move is left (`Mcts(early_pass=False)`,
 see "Passes" in `training.search.mcts`), nor does `training.play.players.MctsPlayer` (the
@@ -92,6 +95,9 @@ class _Game:
     full: list[bool] = field(default_factory=list)
     searching_full: bool = True
     """The search in progress is a full one (its move's target trains the policy)."""
+    decided: bool = False
+    """A side would have resigned and the game is played out (soft resignation): fast
+    searches only from here."""
 
 
 def policy_rows(mcts: Mcts, games: np.ndarray, moves: np.ndarray) -> np.ndarray:
@@ -176,7 +182,7 @@ class SelfPlay:
         seed = game_seed(self.seed, self.games_started)
         self.games_started += 1
         rng = np.random.default_rng(seed)
-        disabled = bool(rng.random() < self.cfg.resign_disabled_fraction)
+        disabled = bool(rng.random() < self.cfg.resign_disabled_fraction) or self.cfg.soft_resign
         self.mcts.reset_game(slot, komi=self.go_cfg.komi)
         self._searching[slot] = False
         return _Game(seed=seed, rng=rng, generation=self.generation, resign_disabled=disabled)
@@ -207,7 +213,7 @@ class SelfPlay:
         rngs: list[np.random.Generator | None] = []
         for i, g in enumerate(slots.tolist()):
             game = self._slots[g]
-            full = fraction >= 1.0 or bool(game.rng.random() < fraction)
+            full = (fraction >= 1.0 or bool(game.rng.random() < fraction)) and not game.decided
             game.searching_full = full
             sims[i] = self.full_simulations if full else cfg.fast_simulations
             opening = len(game.moves) < self.cfg.temperature_moves
@@ -233,6 +239,7 @@ class SelfPlay:
                     continue
                 if game.would_resign_as == 0:
                     game.would_resign_as = color
+                game.decided = self.cfg.soft_resign
             playing.append((g, float(values[i])))
         if not playing:
             return finished
