@@ -530,7 +530,7 @@ def automatic_form(device: torch.device) -> str:
 
 def onnx_bytes(net: PolicyValueNet, example: torch.Tensor) -> bytes:
     """`net.forward` as an ONNX graph (inputs "planes", outputs "logits" and "value"), any
-    batch size. The TorchScript-based exporter: it needs no extra package."""
+    batch size, by torch's TorchScript-based exporter (it needs the onnx package)."""
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -587,8 +587,8 @@ def compile_for_inference(
     """`net` (eval mode, on `device`) as `mode`: "trace" (frozen TorchScript), "compile",
     "onnx" (ONNX Runtime), "openvino" (OpenVINO) or "eager". The last two run on the CPU
     only and need their packages (onnx and onnxruntime are dependencies; openvino is
-    optional: `pip install -e .[openvino]`). Falls
-    back to eager with a logged warning when building the form fails."""
+    optional: `pip install -e .[openvino]`). Falls back to eager with a logged warning when
+    building the form fails."""
     if mode not in INFERENCE_FORMS:
         raise ValueError(f"jit mode must be one of {', '.join(INFERENCE_FORMS)}, got {mode!r}")
     if mode == "eager":
@@ -641,8 +641,8 @@ def make_evaluator(
     "compile" (torch.compile: ~30 s to build per evaluator, batches padded to powers of two;
     up to 1.3x trace at batch >= 32 here), "onnx" (ONNX Runtime) or "openvino" (OpenVINO),
     CPU only, from an ONNX export of the net (`benchmarks/train.py --inference` compares
-    them), False or "eager". `evaluate.mode` tells which
-    form is in use (a failed trace or compile falls back to eager with a warning).
+    them), False or "eager". `evaluate.mode` tells which form is in use (a form that cannot
+    be built falls back to eager with a warning).
     `autocast_dtype` ("bf16", "fp16" or a dtype) applies on GPUs only. `max_batch` splits
     larger inputs into several network calls.
     """
