@@ -189,7 +189,7 @@ class Coach:
         if kept:
             log.warning("this run keeps the board and net it was started with, not the "
                         "config's: %s (for the config's, start a new run: --fresh or another "
-                        "run.dir)", "; ".join(_reverse(kept)))
+                        "run.dir)", "; ".join(_as_kept(kept)))
             self.cfg = self.rounds.cfg = _with_fixed_keys(self.cfg, started)
 
     @property
@@ -637,7 +637,7 @@ def _with_fixed_keys(cfg: Config, run: Config) -> Config:
                                net=dataclasses.replace(run.net, inference=cfg.net.inference))
 
 
-def _reverse(changes: list[str]) -> list[str]:
+def _as_kept(changes: list[str]) -> list[str]:
     """"net.liberties False -> True" (started -> config) as "net.liberties False (the config
     says True)"."""
     out = []
