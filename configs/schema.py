@@ -264,8 +264,13 @@ class ReplayConfig:
     """Window size = min_positions * (total_positions / min_positions) ** growth, capped."""
     validation_fraction: float = 0.05
     """Share of games held out for validation (chosen by a hash of the game id)."""
+    policy_surprise_weight: float = 0.0
+    """KataGo's policy surprise weighting: within each game, this share of its full-search
+    positions' sampling frequency goes in proportion to how much the search surprised the
+    net (KL of the policy target from the prior), the rest uniformly; 0 = off, KataGo 0.5."""
 
     def __post_init__(self) -> None:
+        _range(self, "policy_surprise_weight", 0.0, 1.0)
         _range(self, "min_positions", 1, 10**10)
         _range(self, "max_positions", 1, 10**10)
         _check(

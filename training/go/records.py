@@ -18,6 +18,9 @@ Batch file layout: a zstd-compressed ``.npz`` (written with ``np.savez``; read w
     full_search     bool [M]      the move got a full search, so its `visits` row is a policy
                                   target (playout cap randomization; false: a fast search,
                                   value target only). Optional: missing (older batches) = true
+    surprise        float16 [M]   KL divergence (nats) of the policy target from the net's
+                                  root prior, in [0, MAX_SURPRISE]; 0 for a fast search.
+                                  Optional: missing (older batches) = 0
     result          int8 [G]      +1 black won, -1 white won, 0 draw
     score           float32 [G]   Tromp-Taylor score, black's view, komi included; NaN if resigned
     resigned, resign_disabled     bool [G]
@@ -114,6 +117,10 @@ class GameRecord:
     """bool [T]: the move's `visits` row is a policy target (a full search); False: a fast
     search of playout cap randomization, trained for the value only. None: all True (a
     record read from a batch always has the array)."""
+    surprise: np.ndarray | None = None
+    """float16 [T]: how much the search's policy target surprised the net, KL(target ||
+    root prior) in nats (0 for fast searches); the window's policy surprise weighting reads
+    it. None: all 0 (a record read from a batch always has the array)."""
 
     @property
     def num_moves(self) -> int:
@@ -286,10 +293,14 @@ _GAME_DTYPES = {
 }
 _MOVE_DTYPES = {
     "moves": np.int16, "visits": np.uint16, "values": np.float16, "full_search": np.bool_,
+    "surprise": np.float16,
 }
 _ARRAYS = {"meta", "offsets", *_GAME_DTYPES, *_MOVE_DTYPES}
-_OPTIONAL_ARRAYS = {"full_search"}
-"""Arrays that older batches lack; `_load_npz` fills them in (full_search: all true)."""
+_OPTIONAL_ARRAYS = {"full_search": True, "surprise": 0.0}
+"""Per-move arrays that older batches lack, and the value `_load_npz` fills them with (and
+`encode_batch` writes for a record without them)."""
+MAX_SURPRISE = 30.0
+"""The largest surprise a batch may carry (nats; a prior floored at 1e-9 bounds it at 21)."""
 POLICY_SCALE = 10_000
 """A Gumbel search's improved policy is stored in `visits` as round(p * POLICY_SCALE)."""
 
@@ -305,8 +316,8 @@ def encode_batch(records: Sequence[GameRecord], meta: BatchMeta) -> bytes:
         "offsets": offsets,
     }
     for key, dtype in _MOVE_DTYPES.items():
-        parts = [np.ones(r.num_moves, np.bool_) if getattr(r, key) is None
-                 else np.asarray(getattr(r, key)) for r in records]
+        parts = [np.full(r.num_moves, _OPTIONAL_ARRAYS.get(key), dtype)
+                 if getattr(r, key) is None else np.asarray(getattr(r, key)) for r in records]
         empty = np.zeros((0, p) if key == "visits" else (0,), dtype)
         arrays[key] = np.concatenate([empty, *[a.astype(dtype, copy=False) for a in parts]])
     for key, dtype in _GAME_DTYPES.items():
@@ -415,6 +426,7 @@ def decode_batch(
             simulations=int(arrays["simulations"][g]),
             values=arrays["values"][a:b],
             full_search=arrays["full_search"][a:b],
+            surprise=arrays["surprise"][a:b],
         )
         boards.append(_replay_checked(rec, meta.move_cap, path, g,
                                       early_pass=rules.early_pass))
@@ -445,7 +457,7 @@ def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.nda
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             names = set(npz.files)
-            missing = sorted(_ARRAYS - _OPTIONAL_ARRAYS - names)
+            missing = sorted(_ARRAYS - set(_OPTIONAL_ARRAYS) - names)
             extra = sorted(names - _ARRAYS)
             if missing:
                 raise BatchError(
@@ -469,9 +481,10 @@ def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.nda
         raise BatchError(path, f"unreadable npz archive: {e}", kind="not_npz") from e
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         raise BatchError(path, f"unreadable npz archive: {e}", kind="not_npz") from e
-    if "full_search" not in arrays:  # an older batch: every move was a full search
-        moves = arrays["moves"]
-        arrays["full_search"] = np.ones(len(moves) if moves.ndim == 1 else 0, np.bool_)
+    moves = arrays["moves"]
+    for key, fill in _OPTIONAL_ARRAYS.items():  # an older batch: full searches, no surprise
+        if key not in arrays:
+            arrays[key] = np.full(len(moves) if moves.ndim == 1 else 0, fill, _MOVE_DTYPES[key])
     return arrays
 
 
@@ -643,6 +656,11 @@ def _check_values(arrays, meta: BatchMeta, path, max_generation: int | None,
          "unvisited_move"),
         (~np.isfinite(values) | (np.abs(values) > 1), "root value not finite or outside [-1, 1]",
          "bad_value"),
+        (~np.isfinite(arrays["surprise"]) | (arrays["surprise"] < 0)
+         | (arrays["surprise"] > MAX_SURPRISE),
+         f"surprise not finite or outside [0, {MAX_SURPRISE:g}]", "bad_surprise"),
+        ((arrays["surprise"] != 0) & ~arrays["full_search"],
+         "a fast search carries a surprise (it has no policy target)", "bad_surprise"),
     ]
     per_game = [
         (games["board_size"] != meta.board_size,

@@ -13,6 +13,8 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
       full_search bool [M]      the move's policy target is valid (a full search); the
                                 policy row of a fast search's move is sampled as all zeros
                                 (no policy target), and so is its opponent_policy
+      surprise float16 [M]      KL of the move's policy target from the net's prior (0 for a
+                                fast search or an older batch)
       games    int64 [G, 4]     per game: first position, end position, model generation,
                                 result (+1 black won); black moves at even offsets in a game
       ownership int8 [G, N*N]   per game: the owner of every point of the final position
@@ -30,7 +32,10 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   [min_positions, max_positions] and to the positions on disk. With `share_slack`, one
   worker's games fill at most `share_caps` of it (its weight's share times the slack), so
   a worker that sends more than its share cannot own the window. Given `files` are taken in
-  their order (the rank that chose them sends them oldest first).
+  their order (the rank that chose them sends them oldest first). With
+  `replay.policy_surprise_weight` > 0 (KataGo's policy surprise weighting) a sample index maps
+  to a position through `surprise_rows`, which repeats the positions whose search surprised
+  the net, so the trainer sees them more often (every rank builds the same rows).
 - **Validation split**: a game is held out when a stable hash of (batch name, game index) falls
   below `validation_fraction`, so the split is the same on every rank and after a restart.
 - **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, and
@@ -83,9 +88,9 @@ from training.go.records import (
 
 log = logging.getLogger(__name__)
 
-SIDECAR_VERSION = 4
+SIDECAR_VERSION = 5
 CACHE_DIR_NAME = ".window"
-_ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
+_ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search", "surprise")
 TARGETS = ("ownership", "score", "opponent_policy")
 """Auxiliary targets of `WindowView.samples`, each with a `<name>_mask`."""
 
@@ -177,6 +182,36 @@ def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def surprise_rows(sidecars: Sequence["_Sidecar"], segments: np.ndarray, weight: float,
+                  seed: int) -> np.ndarray:
+    """int64 [R]: the position indices of a view over `segments`, each full-search
+    position repeated by its policy surprise weighting (KataGo): within a game, its
+    full-search positions share their count so that `1 - weight` of it is uniform and `weight`
+    goes in proportion to their surprise; a position with frequency w is taken floor(w) times
+    and once more when a stable hash of (seed, batch name, position) falls below w - floor(w),
+    the same on every rank. A fast search's position, or a game without surprise, once."""
+    out = []
+    offset = 0
+    for ci, start, end, _gen, _result, _game in segments.tolist():
+        car = sidecars[ci]
+        n = end - start
+        freq = np.ones(n)
+        full = np.asarray(car.array("full_search")[start:end], bool)
+        s = np.asarray(car.array("surprise")[start:end], np.float64)
+        mean = float(s[full].mean()) if full.any() else 0.0
+        if mean > 0:
+            freq[full] = (1.0 - weight) + weight * s[full] / mean
+        copies = np.floor(freq).astype(np.int64)
+        key = int.from_bytes(hashlib.blake2b(car.name.encode(), digest_size=8).digest(),
+                             "little")
+        u = (_mix(seed ^ key, 0, np.arange(start, end)) >> np.uint64(11)).astype(
+            np.float64) / float(1 << 53)
+        copies += u < freq - copies
+        out.append(np.repeat(np.arange(offset, offset + n, dtype=np.int64), copies))
+        offset += n
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
 def is_validation_game(name: str, game: int, fraction: float) -> bool:
     """True if game `game` of batch `name` is held out (a stable hash, same on every rank)."""
     if fraction <= 0:
@@ -223,6 +258,7 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     scores = np.array([np.nan if r.resigned else r.score for r in batch.records], np.float32)
     final = np.zeros((len(lengths), a), np.int8)
     full_search = np.ones(m, np.bool_)
+    surprise = np.zeros(m, np.float16)
     start = 0
     for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
         t = rec.num_moves
@@ -231,6 +267,8 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
         visits[start:end] = rec.visits
         if rec.full_search is not None:
             full_search[start:end] = rec.full_search
+        if rec.surprise is not None:
+            surprise[start:end] = rec.surprise
         games[g] = (start, end, rec.generation, rec.result)
         if not rec.resigned:  # a resigned game's last position is not settled
             final[g] = rec_boards[-1]
@@ -249,7 +287,8 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     tmp.mkdir(parents=True)
     try:
-        for key, arr in zip(_ARRAYS, (boards, visits, games, ownership, scores, full_search)):
+        for key, arr in zip(_ARRAYS, (boards, visits, games, ownership, scores, full_search,
+                                      surprise)):
             np.save(tmp / f"{key}.npy", arr)
         write_json_atomic(tmp / "info.json", info)
         if final.exists():  # outdated (or another process built it meanwhile): replace
@@ -318,8 +357,12 @@ class WindowView:
     """A map-style dataset over a list of game segments (the training or validation part)."""
 
     def __init__(self, sidecars: list[_Sidecar], segments: np.ndarray, *, history: int,
-                 board_size: int, seed: int, augment: bool, liberties: bool = False):
+                 board_size: int, seed: int, augment: bool, liberties: bool = False,
+                 rows: np.ndarray | None = None):
         self._sidecars = sidecars
+        # rows: sample index -> position index (policy surprise weighting repeats some);
+        # None: sample i is position i
+        self._rows = rows
         self.liberties = liberties  # the six liberty planes after the colour plane
         # segments: int64 [S, 6], one game per row: (sidecar index, first position, end
         # position, generation, result, game index in the sidecar)
@@ -334,6 +377,11 @@ class WindowView:
         self._perms = symmetry_permutations(board_size)
 
     def __len__(self) -> int:
+        return int(self._cum[-1]) if self._rows is None else len(self._rows)
+
+    @property
+    def num_positions(self) -> int:
+        """Distinct positions in the view (samples may repeat some: `surprise_rows`)."""
         return int(self._cum[-1])
 
     def set_epoch(self, epoch: int) -> None:
@@ -359,6 +407,8 @@ class WindowView:
         return planes[0], policy[0], value[0]
 
     def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._rows is not None:
+            indices = self._rows[indices]
         seg = np.searchsorted(self._cum, indices, side="right") - 1
         pos = self._segments[seg, 1] + (indices - self._cum[seg])
         return seg, self._segments[seg, 0], pos
@@ -529,6 +579,8 @@ class ReplayWindow(WindowView):
         self.growth = float(getattr(replay_cfg, "growth", schema.growth))
         self.validation_fraction = float(getattr(replay_cfg, "validation_fraction",
                                                  schema.validation_fraction))
+        self.surprise_weight = float(getattr(replay_cfg, "policy_surprise_weight",
+                                             schema.policy_surprise_weight))
         self.max_bytes = max_bytes
         self.skipped: dict[str, str] = {}
         """Batch names left out, with the reason (a bad file, another board size)."""
@@ -647,9 +699,12 @@ class ReplayWindow(WindowView):
              else train).append(row)
         n = self._board_size or 5
         epoch = self.epoch
-        WindowView.__init__(self, cars, np.array(train, np.int64).reshape(-1, 6),
+        segments = np.array(train, np.int64).reshape(-1, 6)
+        rows = (surprise_rows(cars, segments, self.surprise_weight, self.seed)
+                if self.surprise_weight > 0 else None)
+        WindowView.__init__(self, cars, segments,
                             history=self.history, board_size=n, seed=self.seed,
-                            augment=self.augment, liberties=self.liberties)
+                            augment=self.augment, liberties=self.liberties, rows=rows)
         self.epoch = epoch
         self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 6),
                                      history=self.history, board_size=n, seed=self.seed,
@@ -678,8 +733,8 @@ class ReplayWindow(WindowView):
             files=len({int(c) for c in segs[:, 0]}),
             games=len(segs),
             positions=positions,
-            train_positions=len(self),
-            validation_positions=len(self.validation),
+            train_positions=self.num_positions,
+            validation_positions=self.validation.num_positions,
             total_positions=self.total_positions,
             generation_min=gmin,
             generation_max=gmax,

@@ -931,6 +931,18 @@ class Mcts:
         _all_root_visits(self.tree, games, out)
         return out
 
+    def root_priors(self, games: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float32 [len(games), A + 1]: the priors of each game's root children by move (the
+        net's policy over the legal moves, with PUCT's root noise when the search drew it);
+        zeros for a root without children."""
+        t = self.tree
+        out = np.zeros((len(games), self.n_moves), np.float32)
+        for i, g in enumerate(np.asarray(games, np.int64).tolist()):
+            first, k = int(t.first_child[g, 0]), int(t.n_children[g, 0])
+            if first >= 0 and k > 0:
+                out[i, t.move[g, first:first + k]] = t.prior[g, first:first + k]
+        return out
+
     def policy_targets(self, games: Sequence[int] | np.ndarray) -> np.ndarray:
         """float32 [len(games), A + 1]: what the policy learns from each game's search.
 

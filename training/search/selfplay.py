@@ -63,7 +63,7 @@ import numpy as np
 
 from training.go import fastgo
 from training.go.coords import BLACK
-from training.go.records import POLICY_SCALE, GameRecord
+from training.go.records import MAX_SURPRISE, POLICY_SCALE, GameRecord
 from training.search.mcts import Evaluate, Mcts
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class _Game:
     visits: list[np.ndarray] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     full: list[bool] = field(default_factory=list)
+    surprise: list[float] = field(default_factory=list)
     searching_full: bool = True
     """The search in progress is a full one (its move's target trains the policy)."""
     decided: bool = False
@@ -113,6 +114,21 @@ def policy_rows(mcts: Mcts, games: np.ndarray, moves: np.ndarray) -> np.ndarray:
     at = np.arange(len(games))
     rows[at, moves] = np.maximum(rows[at, moves], 1)
     return rows
+
+
+SURPRISE_PRIOR_FLOOR = 1e-9
+"""Priors are floored here before their log, so one surprise is at most about 21 nats."""
+
+
+def policy_surprise(targets: np.ndarray, priors: np.ndarray) -> np.ndarray:
+    """float32 [B]: KL(target || prior) in nats of each row (targets are normalised here,
+    priors floored at SURPRISE_PRIOR_FLOOR): how much the search's policy target surprised the
+    net (KataGo's policy surprise weighting reads it)."""
+    t = targets / np.maximum(targets.sum(axis=1, keepdims=True), 1e-12)
+    log_q = np.log(np.maximum(priors, SURPRISE_PRIOR_FLOOR))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - log_q), 0.0)
+    return np.clip(terms.sum(axis=1), 0.0, MAX_SURPRISE).astype(np.float32)
 
 
 class SelfPlay:
@@ -247,12 +263,18 @@ class SelfPlay:
         sample = np.array([len(games[g].moves) < self.cfg.temperature_moves for g in idx], bool)
         moves = self.mcts.select_moves(idx, [games[g].rng for g in idx], sample)
         rows = policy_rows(self.mcts, idx, moves)
-        for (g, value), move, row in zip(playing, moves, rows):
+        full = np.array([games[g].searching_full for g in idx.tolist()], bool)
+        surprise = np.zeros(len(idx), np.float32)  # a fast search has no policy target
+        if full.any():
+            surprise[full] = policy_surprise(rows[full].astype(np.float32),
+                                             self.mcts.root_priors(idx[full]))
+        for (g, value), move, row, s in zip(playing, moves, rows, surprise.tolist()):
             game = games[g]
             game.moves.append(int(move))
             game.visits.append(row)
             game.values.append(value)
             game.full.append(game.searching_full)
+            game.surprise.append(s)
             self.full_searches += game.searching_full
         self.mcts.play(idx, moves)
         self.moves_played += len(playing)
@@ -289,6 +311,7 @@ class SelfPlay:
             simulations=self.full_simulations,
             values=np.asarray(game.values, np.float16),
             full_search=np.asarray(game.full, np.bool_),
+            surprise=np.asarray(game.surprise, np.float16),
         )
         self.games_finished += 1
         log.debug(
