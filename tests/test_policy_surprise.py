@@ -102,3 +102,21 @@ def test_policy_surprise_weight_is_a_checked_config_key(tiny_cfg):
     with pytest.raises(ConfigError, match="policy_surprise_weight"):
         override(tiny_cfg, {"replay.policy_surprise_weight": 1.5})
 
+
+
+def test_a_sidecar_from_before_the_surprise_reads_as_none(tiny_cfg, run_dir):
+    """Run folders made before the surprise array keep their sidecars: no rebuild, and the
+    weighting leaves their positions once each."""
+    from training.learn.replay_buffer import sidecar_dir
+
+    cfg = pcr_cfg(tiny_cfg, "gumbel", fraction=1.0)
+    _, records = pcr_games(cfg, 3, evaluate=hashed)
+    replay = run_dir / "replay"
+    replay.mkdir()
+    write_games(replay, records)
+    _window(cfg, replay, 0.0)  # builds the sidecar
+    (npy,) = sidecar_dir(replay).glob("*/surprise.npy")
+    npy.unlink()
+    older = _window(cfg, replay, 0.5)
+    assert len(older) == older.num_positions == sum(r.num_moves for r in records)
+    assert not npy.exists()  # read as zeros, not rebuilt

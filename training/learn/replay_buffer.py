@@ -14,7 +14,8 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
                                 policy row of a fast search's move is sampled as all zeros
                                 (no policy target), and so is its opponent_policy
       surprise float16 [M]      KL of the move's policy target from the net's prior (0 for a
-                                fast search or an older batch)
+                                fast search or an older batch; a sidecar written before
+                                this array reads as zeros)
       games    int64 [G, 4]     per game: first position, end position, model generation,
                                 result (+1 black won); black moves at even offsets in a game
       ownership int8 [G, N*N]   per game: the owner of every point of the final position
@@ -88,9 +89,11 @@ from training.go.records import (
 
 log = logging.getLogger(__name__)
 
-SIDECAR_VERSION = 5
+SIDECAR_VERSION = 4
 CACHE_DIR_NAME = ".window"
-_ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search", "surprise")
+_ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
+_OPTIONAL = {"surprise": np.float16}
+"""Sidecar arrays that sidecars written before them lack (read as zeros: no rebuild)."""
 TARGETS = ("ownership", "score", "opponent_policy")
 """Auxiliary targets of `WindowView.samples`, each with a `<name>_mask`."""
 
@@ -287,8 +290,8 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     tmp.mkdir(parents=True)
     try:
-        for key, arr in zip(_ARRAYS, (boards, visits, games, ownership, scores, full_search,
-                                      surprise)):
+        for key, arr in zip((*_ARRAYS, *_OPTIONAL), (boards, visits, games, ownership, scores,
+                                                     full_search, surprise)):
             np.save(tmp / f"{key}.npy", arr)
         write_json_atomic(tmp / "info.json", info)
         if final.exists():  # outdated (or another process built it meanwhile): replace
@@ -334,7 +337,12 @@ class _Sidecar:
     def array(self, key: str) -> np.ndarray:
         arr = self._arrays.get(key)
         if arr is None:
-            mapped = np.load(self.folder / f"{key}.npy", mmap_mode="r", allow_pickle=False)
+            path = self.folder / f"{key}.npy"
+            if key in _OPTIONAL and not path.exists():  # a sidecar from before the array
+                arr = np.zeros(int(self.info["positions"]), _OPTIONAL[key])
+                self._arrays[key] = arr
+                return arr
+            mapped = np.load(path, mmap_mode="r", allow_pickle=False)
             arr = mapped.view(np.ndarray)  # same pages, without np.memmap's per-index overhead
             self._arrays[key] = arr
         return arr
