@@ -269,8 +269,14 @@ class ReplayConfig:
     positions' sampling frequency goes in proportion to how much the search surprised the
     net (KL of the policy target from the prior), the rest uniformly; 0 = off, KataGo 0.5."""
 
+    fast_search_weight: float = 1.0
+    """How often a fast search's position (a value target only, playout cap randomization) is
+    sampled, against a full search's: 1 = as often, 0 = never (KataGo writes no row for
+    them)."""
+
     def __post_init__(self) -> None:
         _range(self, "policy_surprise_weight", 0.0, 1.0)
+        _range(self, "fast_search_weight", 0.0, 1.0)
         _range(self, "min_positions", 1, 10**10)
         _range(self, "max_positions", 1, 10**10)
         _check(

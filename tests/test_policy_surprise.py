@@ -59,10 +59,10 @@ def test_the_surprise_travels_in_the_batch_and_forged_values_are_refused(tiny_cf
             decode_batch(compress_bytes(npz_without(raw, "", surprise=bad)))
 
 
-def _window(cfg, replay, weight: float) -> ReplayWindow:
+def _window(cfg, replay, weight: float, fast: float = 1.0) -> ReplayWindow:
     replay_cfg = dataclasses.replace(cfg.replay, policy_surprise_weight=weight,
-                                     validation_fraction=0.0, min_positions=10**6,
-                                     max_positions=10**6)
+                                     fast_search_weight=fast, validation_fraction=0.0,
+                                     min_positions=10**6, max_positions=10**6)
     return ReplayWindow(replay, replay_cfg, cfg.net.history, augment=False)
 
 
@@ -120,3 +120,20 @@ def test_a_sidecar_from_before_the_surprise_reads_as_none(tiny_cfg, run_dir):
     older = _window(cfg, replay, 0.5)
     assert len(older) == older.num_positions == sum(r.num_moves for r in records)
     assert not npy.exists()  # read as zeros, not rebuilt
+
+
+@pytest.mark.parametrize("fast", [0.0, 0.5])
+def test_fast_search_positions_are_sampled_at_their_weight(tiny_cfg, run_dir, fast):
+    """`replay.fast_search_weight`: 0 samples only full searches (KataGo writes no row for a
+    fast search), 0.5 about half of the fast ones, each once."""
+    _, records = pcr_games(pcr_cfg(tiny_cfg, "gumbel"), 6, evaluate=hashed)
+    replay = run_dir / "replay"
+    replay.mkdir()
+    write_games(replay, records)
+    window = _window(pcr_cfg(tiny_cfg, "gumbel"), replay, 0.0, fast)
+    full = np.concatenate([r.full_search for r in records])
+    counts = np.bincount(window._rows, minlength=len(full))
+    assert (counts[full] == 1).all() and (counts[~full] <= 1).all()
+    assert abs(counts[~full].mean() - fast) < 0.1
+    policy = window.batch(np.arange(len(window)))[1]
+    assert (policy.sum(axis=1) > 0).mean() == pytest.approx(full.sum() / len(window))

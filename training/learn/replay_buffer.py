@@ -34,9 +34,10 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   worker's games fill at most `share_caps` of it (its weight's share times the slack), so
   a worker that sends more than its share cannot own the window. Given `files` are taken in
   their order (the rank that chose them sends them oldest first). With
-  `replay.policy_surprise_weight` > 0 (KataGo's policy surprise weighting) a sample index maps
-  to a position through `surprise_rows`, which repeats the positions whose search surprised
-  the net, so the trainer sees them more often (every rank builds the same rows).
+  `replay.policy_surprise_weight` > 0 (KataGo's policy surprise weighting) or
+  `replay.fast_search_weight` other than 1, a sample index maps to a position through
+  `sample_rows`, which repeats the positions whose search surprised the net and keeps that
+  share of the fast searches' positions (every rank builds the same rows).
 - **Validation split**: a game is held out when a stable hash of (batch name, game index) falls
   below `validation_fraction`, so the split is the same on every rank and after a restart.
 - **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, and
@@ -185,25 +186,27 @@ def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def surprise_rows(sidecars: Sequence["_Sidecar"], segments: np.ndarray, weight: float,
-                  seed: int) -> np.ndarray:
-    """int64 [R]: the position indices of a view over `segments`, each full-search
-    position repeated by its policy surprise weighting (KataGo): within a game, its
-    full-search positions share their count so that `1 - weight` of it is uniform and `weight`
-    goes in proportion to their surprise; a position with frequency w is taken floor(w) times
-    and once more when a stable hash of (seed, batch name, position) falls below w - floor(w),
-    the same on every rank. A fast search's position, or a game without surprise, once."""
+def sample_rows(sidecars: Sequence["_Sidecar"], segments: np.ndarray, surprise_weight: float,
+                fast_weight: float, seed: int) -> np.ndarray:
+    """int64 [R]: the position indices of a view over `segments`, each position repeated by
+    its sampling frequency. A full search's position: with policy surprise weighting (KataGo,
+    `surprise_weight` > 0), within a game the full-search positions share their count so that
+    `1 - surprise_weight` of it is uniform and the rest goes in proportion to their surprise;
+    else 1. A fast search's position (a value target only): `fast_weight` (KataGo writes
+    none: 0). A frequency f is taken floor(f) times and once more when a stable hash of (seed,
+    batch name, position) falls below f - floor(f), the same on every rank."""
     out = []
     offset = 0
     for ci, start, end, _gen, _result, _game in segments.tolist():
         car = sidecars[ci]
         n = end - start
-        freq = np.ones(n)
         full = np.asarray(car.array("full_search")[start:end], bool)
-        s = np.asarray(car.array("surprise")[start:end], np.float64)
-        mean = float(s[full].mean()) if full.any() else 0.0
-        if mean > 0:
-            freq[full] = (1.0 - weight) + weight * s[full] / mean
+        freq = np.where(full, 1.0, fast_weight)
+        if surprise_weight > 0 and full.any():
+            s = np.asarray(car.array("surprise")[start:end], np.float64)
+            mean = float(s[full].mean())
+            if mean > 0:
+                freq[full] = (1.0 - surprise_weight) + surprise_weight * s[full] / mean
         copies = np.floor(freq).astype(np.int64)
         key = int.from_bytes(hashlib.blake2b(car.name.encode(), digest_size=8).digest(),
                              "little")
@@ -368,7 +371,7 @@ class WindowView:
                  board_size: int, seed: int, augment: bool, liberties: bool = False,
                  rows: np.ndarray | None = None):
         self._sidecars = sidecars
-        # rows: sample index -> position index (policy surprise weighting repeats some);
+        # rows: sample index -> position index (`sample_rows` repeats or skips some);
         # None: sample i is position i
         self._rows = rows
         self.liberties = liberties  # the six liberty planes after the colour plane
@@ -389,7 +392,7 @@ class WindowView:
 
     @property
     def num_positions(self) -> int:
-        """Distinct positions in the view (samples may repeat some: `surprise_rows`)."""
+        """Distinct positions in the view (samples may repeat or skip some: `sample_rows`)."""
         return int(self._cum[-1])
 
     def set_epoch(self, epoch: int) -> None:
@@ -589,6 +592,8 @@ class ReplayWindow(WindowView):
                                                  schema.validation_fraction))
         self.surprise_weight = float(getattr(replay_cfg, "policy_surprise_weight",
                                              schema.policy_surprise_weight))
+        self.fast_weight = float(getattr(replay_cfg, "fast_search_weight",
+                                         schema.fast_search_weight))
         self.max_bytes = max_bytes
         self.skipped: dict[str, str] = {}
         """Batch names left out, with the reason (a bad file, another board size)."""
@@ -708,8 +713,8 @@ class ReplayWindow(WindowView):
         n = self._board_size or 5
         epoch = self.epoch
         segments = np.array(train, np.int64).reshape(-1, 6)
-        rows = (surprise_rows(cars, segments, self.surprise_weight, self.seed)
-                if self.surprise_weight > 0 else None)
+        rows = (sample_rows(cars, segments, self.surprise_weight, self.fast_weight, self.seed)
+                if self.surprise_weight > 0 or self.fast_weight != 1.0 else None)
         WindowView.__init__(self, cars, segments,
                             history=self.history, board_size=n, seed=self.seed,
                             augment=self.augment, liberties=self.liberties, rows=rows)
