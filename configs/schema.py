@@ -111,10 +111,10 @@ class NetConfig:
     """Train a head on the final area margin, komi included (a training-only output)."""
     opponent_policy_head: bool = True
     """Train a second policy on the opponent's reply (a training-only output)."""
-    soft_policy_head: bool = False
+    soft_policy_head: bool = True
     """Train a head on the soft policy target, the policy target raised to 1/4 (KataGo's
     auxiliary soft policy; weight training.soft_policy_weight; a training-only output)."""
-    liberties: bool = False
+    liberties: bool = True
     """Six more input planes: each side's stones in chains with 1, 2, 3+ liberties (KataGo's
     liberty features; a new net: runs started without them keep their models)."""
     inference: str = "auto"

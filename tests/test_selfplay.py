@@ -106,7 +106,6 @@ def test_soft_resignation_plays_decided_games_out_with_fast_searches(tiny_cfg):
                        seed=0).play(max_games=4)
     decided_at = 2 * (cfg.self_play.resign_moves - 1)  # black's 3rd move, as a resignation
     for r in records:
-        check_record(r, cfg)
         assert not r.resigned and r.resign_disabled and r.would_resign_as == BLACK
         assert not math.isnan(r.score) and r.num_moves > decided_at + 2
         # the move where it is decided was searched in full; every later one fast
