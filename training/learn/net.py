@@ -518,7 +518,7 @@ _RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
 
 def automatic_form(device: torch.device) -> str:
     """The fastest form measured here for `device` (benchmarks/train.py --inference): ONNX
-    Runtime on a CPU when it and onnx are installed (2-3x the trace for the default net),
+    Runtime on a CPU when it and onnx are installed (1.4-2.1x the trace for the default net),
     else the frozen TorchScript trace."""
     import importlib.util
 
