@@ -185,11 +185,12 @@ class Coach:
             log.warning("%s: not read (%s); resuming with the config as it is",
                         self.paths.config, e)
             return
-        kept = _fixed_keys_changed(started, self.cfg)
+        kept = _fixed_key_changes(started, self.cfg)
         if kept:
             log.warning("this run keeps the board and net it was started with, not the "
                         "config's: %s (for the config's, start a new run: --fresh or another "
-                        "run.dir)", "; ".join(_as_kept(kept)))
+                        "run.dir)", "; ".join(f"{k} {a!r} (the config says {b!r})"
+                                              for k, a, b in kept))
             self.cfg = self.rounds.cfg = _with_fixed_keys(self.cfg, started)
 
     @property
@@ -423,11 +424,12 @@ class Coach:
             log.error("config change ignored: %s", e)
             return
         new = override_config(new, {"run.dir": str(self.run_dir)})
-        fixed = _fixed_keys_changed(self.cfg, new)
+        fixed = _fixed_key_changes(self.cfg, new)
         if fixed:
             log.error("config change of the board or the net ignored: %s; the board and the "
                       "net of a run are fixed (start a new run with another run.dir, or "
-                      "--fresh); its other keys apply", "; ".join(fixed))
+                      "--fresh); its other keys apply",
+                      "; ".join(f"{k} {a!r} -> {b!r}" for k, a, b in fixed))
             new = _with_fixed_keys(new, self.cfg)
         self.cfg = self.rounds.cfg = new
         write_atomic(self.run_config_path, f"# git commit: {_git_commit()}\n" + dump_config(new))
@@ -637,27 +639,15 @@ def _with_fixed_keys(cfg: Config, run: Config) -> Config:
                                net=dataclasses.replace(run.net, inference=cfg.net.inference))
 
 
-def _as_kept(changes: list[str]) -> list[str]:
-    """"net.liberties False -> True" (started -> config) as "net.liberties False (the config
-    says True)"."""
-    out = []
-    for c in changes:
-        key_and_old, _, new = c.partition(" -> ")
-        out.append(f"{key_and_old} (the config says {new})")
-    return out
-
-
-def _fixed_keys_changed(old: Config, new: Config) -> list[str]:
-    """The go.* and net.* keys that differ ("go.board_size 9 -> 7"): a running run keeps them
-    (every model, batch and window of the run depends on them). net.inference is not one: it
-    says how searches run the same model."""
+def _fixed_key_changes(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
+    """(key, old value, new value) of the go.* and net.* keys that differ: a running run keeps
+    them (every model, batch and window of the run depends on them). net.inference is not one:
+    it says how searches run the same model."""
     changed = []
     for section in ("go", "net"):
         a, b = getattr(old, section), getattr(new, section)
         for f in dataclasses.fields(a):
-            if (section, f.name) == ("net", "inference"):
-                continue
-            if getattr(a, f.name) != getattr(b, f.name):
-                changed.append(f"{section}.{f.name} {getattr(a, f.name)!r} -> "
-                               f"{getattr(b, f.name)!r}")
+            if (section, f.name) != ("net", "inference") and \
+                    getattr(a, f.name) != getattr(b, f.name):
+                changed.append((f"{section}.{f.name}", getattr(a, f.name), getattr(b, f.name)))
     return changed

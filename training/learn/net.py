@@ -513,7 +513,7 @@ def _autocast_dtype(value: Any) -> torch.dtype | None:
 
 
 INFERENCE_FORMS = ("eager", "trace", "compile", "onnx", "openvino")
-_RUNTIMES = {"onnx": "onnxruntime", "openvino": "openvino"}
+_CPU_ONLY = frozenset({"onnx", "openvino"})
 
 
 def automatic_form(device: torch.device) -> str:
@@ -526,6 +526,14 @@ def automatic_form(device: torch.device) -> str:
                                     for m in ("onnx", "onnxruntime")):
         return "onnx"
     return "trace"
+
+
+def _form_for(mode: str, device: torch.device) -> str:
+    """`mode`, or the TorchScript trace for a CPU-only form on another device."""
+    if mode in _CPU_ONLY and device.type != "cpu":
+        log.info("%s runs on the CPU only; a TorchScript trace on %s", mode, device)
+        return "trace"
+    return mode
 
 
 def onnx_bytes(net: PolicyValueNet, example: torch.Tensor) -> bytes:
@@ -593,9 +601,7 @@ def compile_for_inference(
         raise ValueError(f"jit mode must be one of {', '.join(INFERENCE_FORMS)}, got {mode!r}")
     if mode == "eager":
         return net
-    if mode in _RUNTIMES and device.type != "cpu":
-        log.warning("%s runs on the CPU only; using a TorchScript trace on %s", mode, device)
-        mode = "trace"
+    mode = _form_for(mode, device)
     example = torch.zeros(
         example_batch, net.in_planes, net.board_size, net.board_size, device=device
     )
@@ -657,9 +663,7 @@ def make_evaluator(
     mode = {True: "auto", False: "eager"}.get(jit, jit)  # type: ignore[arg-type]
     if mode == "auto":
         mode = automatic_form(dev)
-    if mode in _RUNTIMES and dev.type != "cpu":
-        log.info("%s runs on the CPU only; a TorchScript trace on %s", mode, dev)
-        mode = "trace"
+    mode = _form_for(mode, dev)
     if dtype is not None and mode == "trace":
         # TorchScript freezing does not keep autocast regions; eager under autocast on a GPU
         # is network-bound anyway.
@@ -724,7 +728,7 @@ def make_evaluator(
                              f"{model.config}, new net has {source.config}")
         with torch.no_grad():
             model.load_state_dict(plain_state_dict(source))
-        if mode in ("trace", "onnx", "openvino"):  # weights inlined: build again
+        if mode in ("trace", *_CPU_ONLY):  # weights inlined: build again
             forms["fn"] = compile_for_inference(model, dev, mode)
 
     evaluate.mode = mode  # type: ignore[attr-defined]
