@@ -126,8 +126,7 @@ def policy_surprise(targets: np.ndarray, priors: np.ndarray) -> np.ndarray:
     net (KataGo's policy surprise weighting reads it)."""
     t = targets / np.maximum(targets.sum(axis=1, keepdims=True), 1e-12)
     log_q = np.log(np.maximum(priors, SURPRISE_PRIOR_FLOOR))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - log_q), 0.0)
+    terms = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1.0)) - log_q), 0.0)
     return np.clip(terms.sum(axis=1), 0.0, MAX_SURPRISE).astype(np.float32)
 
 
