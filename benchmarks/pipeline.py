@@ -71,7 +71,9 @@ class SimCluster:
 
     The SSH fleet's start command is `training.simworker.SIM_START_COMMAND` plus the pace
     (`self_play.worker_class` would run SimWorker too, but through `training.worker`, which
-    imports torch, and without a way to pass the pace over SSH)."""
+    imports torch, and without a way to pass the pace over SSH). The daemons import this
+    checkout's code (PYTHONPATH), not whichever checkout is installed, so that a benchmark of
+    an older commit measures that commit's collector against that commit's batches."""
 
     def __init__(self, state: Path, n: int, *, config: Path = DEFAULT_CONFIG,
                  games_per_s: float = 5.0, overrides: dict[str, Any] | None = None,
@@ -101,7 +103,8 @@ class SimCluster:
             **FAST, **(overrides or {}),
         }
         self.cfg = override(load_config(config), values, source="benchmarks/pipeline.py")
-        start = (*SIM_START_COMMAND, "--games-per-s", str(games_per_s))
+        start = ("env", f"PYTHONPATH={REPO}", *SIM_START_COMMAND,
+                 "--games-per-s", str(games_per_s))
 
         class _SimCoach(Coach):
             def _make_fleet(self) -> Any:

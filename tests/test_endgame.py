@@ -249,6 +249,36 @@ def test_the_search_sees_stones_set_up_out_of_turn(tmp_path):
     assert pos.is_legal(move, WHITE)
 
 
+def test_a_game_resumed_after_two_passes_is_searched_without_them(tmp_path):
+    """A dispute about dead stones played out (KGS's cleanup phase, the referee's play-out):
+    the game goes on after two passes, and the search replays it without the pair, which
+    would end its own game."""
+    from training.go.rules import IllegalMove
+    from training.play.players import NetPlayer
+
+    pos = Position(N, komi=0.5, max_moves=10_000)
+    with pytest.raises(ValueError):
+        pos.resume()  # a running game
+    pos.play(from_gtp("B2", N))
+    pos.play(pos.pass_move)
+    pos.play(pos.pass_move)
+    with pytest.raises(IllegalMove):
+        pos.play(from_gtp("D4", N))
+    pos.resume()
+    pos.play(from_gtp("D4", N))  # white plays on
+    assert pos.alternating_moves(BLACK) == [from_gtp("B2", N), N * N, N * N, from_gtp("D4", N)]
+    assert pos.searchable_moves(BLACK) == [from_gtp("B2", N), from_gtp("D4", N)]
+    player = NetPlayer(model_file(tmp_path, 0.0), simulations=8)
+    move = player.genmove(pos, BLACK)
+    root = [int(v) for v in player.player.mcts.boards.stones[0]]
+    assert root == list(pos.board) and pos.is_legal(move, BLACK)
+    capped = Position(N, komi=0.5, max_moves=2)
+    capped.play(capped.pass_move)
+    capped.play(capped.pass_move)
+    with pytest.raises(ValueError):
+        capped.resume()  # over at the move cap: nothing to resume
+
+
 def test_a_command_that_fails_inside_answers_and_the_engine_stays_up():
     from training.gtp import GtpEngine
 

@@ -160,6 +160,46 @@ def test_judge_agrees_with_a_hand_built_settled_position(gnugo_path):
             parse_score(bad)
 
 
+def test_a_dispute_about_dead_stones_is_played_out_before_the_judge_counts(gnugo_path, tmp_path):
+    """Our model engine, with a net that gives every point to the side to move, calls all the
+    other side's stones dead; GNU Go does not. At the two passes the players' dead stones
+    differ, so the referee resumes the game with both on `kgs-genmove_cleanup` until two
+    more passes, and the judge counts the board that comes of it."""
+    import torch
+
+    from tests.test_endgame import model_file
+
+    torch.manual_seed(0)
+    model = model_file(tmp_path, 3.0)
+    ours = [sys.executable, "-m", "training.gtp", "--model", model, "--simulations", "4"]
+    with GtpClient(ours, cwd=REPO, name="azgo", timeout_s=120) as azgo, \
+            gnugo(gnugo_path, level=1, seed=3) as gg, gnugo(gnugo_path, level=10) as judge:
+        game = play_game(azgo, gg, 5, 0.5, judge=judge, playout=True)
+    print(game.moves, game.disputed_dead, game.judgement_at_passes, game.judgement)
+    start = game.playout_from
+    assert start is not None and game.moves[start - 2:start] == ["pass", "pass"]
+    assert game.disputed_dead["black"] != game.disputed_dead["white"]
+    assert game.end in ("two passes", "move cap") and len(game.moves) > start
+    for count in (game.judgement_at_passes, game.judgement):
+        parse_score(count)  # the judge counted at the first passes and after the play-out
+    pos = Position(5, komi=0.5, max_moves=100)
+    for m in game.moves:
+        if pos.is_over():
+            pos.resume()
+        pos.play(from_gtp(m, 5))
+    assert pos.result() == game.result  # the referee's count is of the played-out board
+    outcome = series.Outcome(series.GameSpec(0, (), True, 3), game)
+    assert outcome.points_at_passes in (-1, 0, 1) and outcome.wiped_out in (True, False)
+    assert f"played out from move {start + 1}" in outcome.to_sgf("azgo", "gnugo 1")
+    assert outcome.to_json()["playout_from"] == start
+    # Two GNU Go engines name the same dead stones: nothing to play out.
+    with gnugo(gnugo_path, level=1, seed=1) as b, gnugo(gnugo_path, level=1, seed=2) as w, \
+            gnugo(gnugo_path, level=10) as judge:
+        game = play_game(b, w, 5, 0.5, judge=judge, playout=True)
+    assert game.end in ("two passes", "resignation")
+    assert game.playout_from is None and game.judgement_at_passes is None
+
+
 def test_schedule_pairs_openings_alternates_colours_and_gives_distinct_seeds():
     specs = series.schedule(10, 9, seed=4)
     assert [s.we_are_black for s in specs] == [True, False] * 5

@@ -122,6 +122,24 @@ def test_genmove_plays_legal_moves_until_two_passes(engine):
     assert engine.send("genmove black") == "pass"  # the game is over
 
 
+def test_a_game_two_passes_ended_goes_on_when_the_players_play_out_a_dispute(engine):
+    engine.send("boardsize 5")
+    engine.send("play black C3")
+    engine.send("play white pass")
+    engine.send("play black pass")
+    assert engine.send("genmove white") == "pass"  # over: a plain genmove still passes
+    reply = engine.send("kgs-genmove_cleanup white")  # the dispute: the game goes on
+    assert reply not in ("pass", "resign")
+    with pytest.raises(GtpError, match="illegal move"):
+        engine.send(f"play black {reply}")  # white's stone is on the board
+    engine.send("play black pass")
+    engine.send("play white pass")  # over again
+    free = "B2" if reply != "B2" else "D4"
+    engine.send(f"play black {free}")  # a stone played after two passes reopens it too
+    with pytest.raises(GtpError, match="illegal move"):
+        engine.send(f"play white {free}")
+
+
 def test_random_player_keeps_its_eyes_and_then_passes():
     board = [BLACK] * 25
     for p in (0, 12, 24):  # three single-point eyes of black

@@ -9,7 +9,9 @@ removing the stones the player calls dead (a model: its ownership map, `training
 the random player: none, so Tromp-Taylor); `final_status_list dead|alive|seki` lists those
 groups, one per line. `kgs-genmove_cleanup` is `genmove` for a player that captures every
 dead opponent stone before it passes (servers send it when the players disagree about dead
-stones), so that Tromp-Taylor and the judge agree.
+stones), so that Tromp-Taylor and the judge agree. A game that two passes ended goes on when
+a `play` of a stone or a `kgs-genmove_cleanup` follows (the dispute played out); a plain
+`genmove` there still answers `pass`.
 
 Who chooses the moves is a *player*: any object with
 `genmove(position: training.go.rules.Position, color: int) -> move` (a flat index, PASS, or
@@ -249,17 +251,27 @@ class GtpEngine:
             move = from_gtp(args[1], self.position.size)
         except ValueError:
             raise GtpError("invalid coordinate") from None
+        if move != self.position.pass_move:
+            self._resume()  # the players play out a dispute about dead stones
         try:
             self.position.play(move, color)
         except IllegalMove:
             raise GtpError("illegal move") from None
         return ""
 
+    def _resume(self) -> None:
+        """Reopen a game that two passes ended (nothing to do otherwise)."""
+        p = self.position
+        if p.passes >= 2 and len(p.moves) < p.max_moves:
+            p.resume()
+
     def cmd_genmove(self, args):
         return self._genmove(args, self.player.genmove)
 
     def cmd_kgs_genmove_cleanup(self, args):
-        """genmove that captures every dead opponent stone before it passes (KGS, CGOS)."""
+        """genmove that captures every dead opponent stone before it passes (KGS, CGOS);
+        after two passes the game goes on (KGS asks it when the players disagree)."""
+        self._resume()
         return self._genmove(args, getattr(self.player, "genmove_cleanup", self.player.genmove))
 
     def _genmove(self, args, choose, **extra):

@@ -69,6 +69,7 @@ from training.gtp import RandomPlayer
 from training.learn.net import load_model, make_evaluator
 from training.play import gnugo, rating
 from training.play.arena import MatchResult, play_arena
+from training.play.players import NetWinrates
 from training.play.gtp_client import find_gnugo
 from training.play.referee import TimeControl
 from training.run import metrics
@@ -283,32 +284,6 @@ def run_hours(models: Path, generations: Sequence[int]) -> dict[int, float]:
     return out
 
 
-class NetWinrates:
-    """Black's win rate after each move of a game, by the evaluated generation's own net
-    (one forward pass a position, no search): the SBKV graph of the evaluation's SGFs, so a
-    reviewer sees where the net thought the game turned."""
-
-    def __init__(self, model: Path, cfg: Config):
-        net, _ = load_model(model)
-        self.evaluate = make_evaluator(net, jit=False)
-        self.size, self.komi, self.history = cfg.go.board_size, cfg.go.komi, net.history
-        self.liberties = net.liberties
-
-    def __call__(self, moves: Sequence[int]) -> list[float | None]:
-        from training.go.features import planes
-
-        position = Position(self.size, self.komi, max_moves=10 * self.size * self.size)
-        batch, black_to_move = [], []
-        for move in moves:
-            position.play(move)
-            batch.append(planes(position, self.history, self.liberties))
-            black_to_move.append(position.to_play == BLACK)
-        if not batch:
-            return []
-        _, values = self.evaluate(np.stack(batch))
-        return [float((1 + (v if black else -v)) / 2) for v, black in zip(values, black_to_move)]
-
-
 def model_path(run_dir: Path, generation: int) -> Path:
     return RunDir(run_dir).model(generation)
 
@@ -350,7 +325,7 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                 model_path(run_dir, g), simulations=budget.simulations,
                 seconds_per_move=budget.seconds_per_move, config=config_path))
 
-            judge = NetWinrates(model_path(run_dir, g), cfg) if sgf_dir is not None else None
+            judge = NetWinrates(model_path(run_dir, g), cfg.go) if sgf_dir is not None else None
 
             def series(name: str, opponent, n: int, bonus: float = 0.0) -> list[gnugo.Outcome]:
                 def progress(outcome: gnugo.Outcome) -> None:
@@ -408,6 +383,9 @@ def _series_summary(outcomes: Sequence[gnugo.Outcome]) -> dict:
     summary["we_disagree"] = sum(o.we_agree is False for o in outcomes)
     summary["wipeouts"] = sum(o.wiped_out for o in outcomes)
     summary["time_losses"] = sum(o.game.end == "time" and o.points < 0 for o in outcomes)
+    summary["played_out"] = sum(o.game.playout_from is not None for o in outcomes)
+    if summary["played_out"]:  # the same games judged at the first passes, without play-outs
+        summary["at_first_passes"] = _summary(*gnugo.tally_at_passes(outcomes))
     summary["games"] = [o.to_json() for o in outcomes]
     return summary
 
@@ -465,6 +443,11 @@ def format_row(row: Row) -> str:
             text += f", {s['wipeouts']} with all our stones dead"
         if s.get("time_losses"):
             text += f", {s['time_losses']} lost on time"
+        if s.get("played_out"):
+            a, b, c = s["at_first_passes"]["wdl"]
+            text += (f", {s['played_out']} disputes about dead stones played out (judged at "
+                     f"the first passes instead: {a}-{b}-{c}, "
+                     f"{100 * s['at_first_passes']['win_rate']:.1f}%)")
     if row.vs_gen0 is not None:
         a, b, c = row.vs_gen0
         lo, hi = row.vs_gen0_ci

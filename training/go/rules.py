@@ -10,7 +10,9 @@ Rules (see `training.go.coords` for the vocabulary):
   game (the empty starting board included) is illegal. Pass is always legal and never
   counts as a repetition.
 - The game is over after two consecutive passes, or once `max_moves` moves (passes
-  included; default 2*N*N, as OpenSpiel) have been played. No move is legal after that.
+  included; default 2*N*N, as OpenSpiel) have been played. No move is legal after that,
+  unless `resume()` reopens a game that two passes ended (a dispute about dead stones played
+  out, as KGS's cleanup phase does).
 - Score: Tromp-Taylor area scoring, no dead-stone removal. Black's area is its stones plus
   the empty regions that reach only black stones; same for white; `score()` returns
   ``black area - white area - komi`` (positive: black wins).
@@ -220,6 +222,15 @@ class Position:
         self.moves.append(move)
         self.to_play = -color
 
+    def resume(self) -> None:
+        """Reopen a game that two consecutive passes ended, so that play goes on from the same
+        board and turn (both sides dispute which stones are dead: they play it out). The
+        passes stay in `moves`; the next pass counts as the first of a new pair. Raises
+        ValueError if the game is not over by passes (running, or at the move cap)."""
+        if self.passes < 2 or len(self.moves) >= self.max_moves:
+            raise ValueError("only a game that two passes ended can be resumed")
+        self.passes = 0
+
     def undo(self) -> int:
         """Take back the last move and return it; IndexError if no move has been played."""
         if not self.moves:
@@ -262,6 +273,18 @@ class Position:
             expected = -c
         if color is not None and color != expected:
             hand_over()
+        return out
+
+    def searchable_moves(self, color: int | None = None) -> list[int]:
+        """`alternating_moves` without the pairs of passes that a resumed game went on after
+        (`resume`): a search that replays them would find its game over. Both colours passed
+        once in a pair, so the turn and every board stay the same."""
+        out: list[int] = []
+        for move in self.alternating_moves(color):
+            if move == self.pass_move and out and out[-1] == self.pass_move:
+                out.pop()
+            else:
+                out.append(move)
         return out
 
     def copy(self) -> "Position":

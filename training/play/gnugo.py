@@ -17,7 +17,10 @@ per-generation evaluation (`training.play.arena.play_gnugo`) use:
   `--seed` (1 + the game's number), or any other GTP command (`random_opponent`: our
   `python -m training.gtp` random player).
 - **Games**: played by `training.play.referee.play_game` until two passes (or the referee's move
-  cap of 4 N*N moves, or a resignation). The winner is decided by a JUDGE, a fresh GNU Go
+  cap of 4 N*N moves, or a resignation). Where the two players then name different dead
+  stones (`final_status_list dead`), the game goes on with both on `kgs-genmove_cleanup` until
+  two more passes: the dispute is played out on the board, as KGS does, and the count at the
+  first passes is kept beside it. The winner is decided by a JUDGE, a fresh GNU Go
   process per game that replays every move and answers `final_score` (GNU Go removes the
   stones it judges dead; its level is `JUDGE_LEVEL`). Our engine never judges its own games.
   Our Tromp-Taylor area count of the same position is kept beside the judgement, and a
@@ -158,6 +161,17 @@ class Outcome:
         return _sign(ours) == _sign(parse_score(self.game.judgement))
 
     @property
+    def points_at_passes(self) -> int:
+        """`points` by the judge's count at the first two passes, before any play-out."""
+        at = self.game.judgement_at_passes
+        if at is None:
+            return self.points
+        margin = parse_score(at)
+        if margin == 0:
+            return 0
+        return 1 if (margin > 0) == self.spec.we_are_black else -1
+
+    @property
     def wiped_out(self) -> bool:
         """The judge called every stone of ours on the final board dead."""
         g = self.game
@@ -165,6 +179,8 @@ class Outcome:
             return False
         position = Position(g.size, komi=g.komi, max_moves=10 * g.size * g.size)
         for text in g.moves:
+            if position.is_over():
+                position.resume()  # a dispute played out after two passes
             position.play(from_gtp(text, g.size))
         ours = BLACK if self.spec.we_are_black else -BLACK
         return all_dead(position.board, g.size, ours, g.judged_dead)
@@ -181,9 +197,17 @@ class Outcome:
             result = g.result
         note = (f"{g.end}; judge (GNU Go) {g.judgement}, dead {' '.join(g.judged_dead) or '-'}; "
                 f"Tromp-Taylor {g.result}; ours {self.our_score}; opening "
-                f"{' '.join(self.spec.opening)}; opponent seed {self.spec.seed}")
+                f"{' '.join(self.spec.opening)}; opponent seed {self.spec.seed}"
+                + self._playout_note())
         return game_sgf(g.size, g.komi, moves, result, player_black=black, player_white=white,
                         comment=note, rules="Chinese, positional superko", winrates=winrates)
+
+    def _playout_note(self) -> str:
+        g = self.game
+        if g.playout_from is None:
+            return ""
+        return (f"; dead stones disputed at the first passes, played out from move "
+                f"{g.playout_from + 1} (judge there {g.judgement_at_passes})")
 
     @property
     def moves(self) -> list[int]:
@@ -198,6 +222,8 @@ class Outcome:
                 "moves": len(g.moves), "end": g.end, "judge": g.judgement,
                 "area": g.result, "disagree": g.disagrees, "ours": self.our_score,
                 "we_agree": self.we_agree, "wiped_out": self.wiped_out,
+                "playout_from": g.playout_from, "judge_at_passes": g.judgement_at_passes,
+                "disputed_dead": g.disputed_dead or None,
                 "think_max_s": {k: round(v, 3) for k, v in g.think_max_s.items()},
                 "points": self.points, "record": " ".join(g.moves)}
 
@@ -206,6 +232,9 @@ class Outcome:
         verdict = {1: "won", 0: "tie", -1: "lost"}[self.points]
         judged = f"judge {g.judgement}, area {g.result}" if g.judgement else g.result
         flag = "  (judge and area disagree)" if g.disagrees else ""
+        if g.playout_from is not None:
+            flag += (f"  (dead stones disputed: played out from move {g.playout_from + 1}; "
+                     f"judge at the first passes {g.judgement_at_passes})")
         return (f"game {self.spec.index + 1}: we {'black' if self.spec.we_are_black else 'white'}"
                 f", {verdict}: {judged} after {len(g.moves)} moves ({g.end}){flag}")
 
@@ -249,13 +278,14 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                 specs: Sequence[GameSpec], *, size: int, komi: float, komi_bonus: float = 0.0,
                 time_control: TimeControl | None = None, jobs: int = 1,
                 timeout_s: float = 120.0, on_game: Callable[[Outcome], None] | None = None,
-                judge_level: int = JUDGE_LEVEL) -> list[Outcome]:
+                judge_level: int = JUDGE_LEVEL, playout: bool = True) -> list[Outcome]:
     """Play `specs` between our engine (`ours`: a GTP command, or an open `Engines` pool) and
     `opponent(seed)`, the opponent receiving `komi_bonus` points on top of `komi` (a handicap
     for a stronger player: komi rises when it is white, falls when it is black); return the
     outcomes in the order of `specs`. With `time_control` every game is played under that
-    clock (the referee's; a flag that falls loses the game). `on_game` is called as
-    each game finishes, one call at a time."""
+    clock (the referee's; a flag that falls loses the game). With `playout` a dispute about
+    dead stones at the two passes is played out before the judge counts (see the module).
+    `on_game` is called as each game finishes, one call at a time."""
     if not specs:
         return []
     judge_cmd = gnugo_command(judge_level)  # fails early, by name, without GNU Go
@@ -274,7 +304,7 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                 # the opponent receives `komi_bonus` extra points whichever colour it has
                 game_komi = komi + (komi_bonus if spec.we_are_black else -komi_bonus)
                 game = play_game(black, white, size, game_komi, opening=spec.opening,
-                                 judge=judge, time_control=time_control)
+                                 judge=judge, time_control=time_control, playout=playout)
         finally:
             engines.give_back(engine)
         outcome = Outcome(spec, game)
@@ -299,6 +329,12 @@ def all_dead(board, size: int, color: int, dead: Sequence[str]) -> bool:
 
 def _sign(x: float) -> int:
     return (x > 0) - (x < 0)
+
+
+def tally_at_passes(outcomes: Sequence[Outcome]) -> tuple[int, int, int]:
+    """`tally` by the judge's count at the first two passes (no play-out)."""
+    points = [o.points_at_passes for o in outcomes]
+    return points.count(1), points.count(0), points.count(-1)
 
 
 def tally(outcomes: Sequence[Outcome]) -> tuple[int, int, int]:
@@ -341,6 +377,8 @@ def explain_endings(folder: Path, judge_level: int = JUDGE_LEVEL,
                 if k == theirs_pass:
                     at_pass = judged()
                 judge.send(f"play {c} {to_gtp(m, n)}")
+                if position.is_over():
+                    position.resume()  # a dispute played out after two passes
                 position.play(m)
             end = judged()
         won = end[0].startswith(ours + "+")

@@ -10,10 +10,12 @@ Owns:
 - `NetPlayer(model_path, simulations, cfg)`: a `training.gtp.Player` that loads a model file
   and plays with an `MctsPlayer` on the model's board size; `python -m training.gtp --model
   FILE` plays with it. A position of another size is refused with `GtpError`.
+- `NetWinrates(model_path, go_cfg)`: black's win rate after every move of a finished game by
+  the net alone, for the SBKV graph of the SGFs the strength tool keeps.
 
 It must not: speak GTP or keep a game's board (`training.gtp` does), play self-play games or
-write records (`training.search.selfplay`), or import torch when imported: only making a `NetPlayer`
-loads `training.learn.net` (and torch).
+write records (`training.search.selfplay`), or import torch when imported: only making a
+`NetPlayer` or a `NetWinrates` loads `training.learn.net` (and torch).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import numpy as np
 
 from configs import Config, GoConfig
 from training.go import endgame
+from training.go.coords import BLACK
+from training.go.rules import Position
 from training.play.gtp_client import GtpError
 from training.search.mcts import Evaluate, Mcts
 
@@ -241,7 +245,7 @@ class NetPlayer:
         `seconds` and `on_chunk` as in `MctsPlayer.genmove` (a clock's share, live analysis)."""
         moves = self._moves(position, color)
         search = dict(seconds=seconds, on_chunk=on_chunk)
-        if not moves or moves[-1] != position.pass_move:
+        if position.alternating_moves(color)[-1:] != [position.pass_move]:
             return self.player.genmove(moves, position.komi, **search)
         board, n = position.board, position.size
         own = self.ownership(position, color)
@@ -274,10 +278,11 @@ class NetPlayer:
     def _moves(self, position: Any, color: int) -> list[int]:
         """The moves the search replays: the game's as alternating turns, a pass wherever a
         colour played twice (handicap stones set up with `play`) or the colour asked is not
-        the one to move (the other one passed), so the search sees the true board."""
+        the one to move (the other one passed), so the search sees the true board; without
+        the pairs of passes of a game resumed to play out a dispute."""
         if position.size != self.board_size:
             raise GtpError(f"this model plays {self.board_size}x{self.board_size} only")
-        return position.alternating_moves(color)
+        return position.searchable_moves(color)
 
     # -- analysis (GTP lz-analyze / kata-analyze, training.analysis) --------------------------
 
@@ -367,3 +372,33 @@ class MoveInfo:
     order: int  # 0: the move the search would play
     pv: list[int]  # the principal variation, this move first
     score_lead: float | None  # points ahead after this move (the net's score head)
+
+
+class NetWinrates:
+    """Black's win rate after each move of a game, by the evaluated generation's own net
+    (one forward pass a position, no search): the SBKV graph of the evaluation's SGFs, so a
+    reviewer sees where the net thought the game turned."""
+
+    def __init__(self, model: str | os.PathLike, go: GoConfig):
+        from training.learn.net import load_model, make_evaluator  # torch: only with a model
+
+        net, _ = load_model(model)
+        self.evaluate = make_evaluator(net, jit=False)
+        self.size, self.komi, self.history = go.board_size, go.komi, net.history
+        self.liberties = net.liberties
+
+    def __call__(self, moves: Sequence[int]) -> list[float | None]:
+        from training.go.features import planes
+
+        position = Position(self.size, self.komi, max_moves=10 * self.size * self.size)
+        batch, black_to_move = [], []
+        for move in moves:
+            if position.is_over():
+                position.resume()  # a dispute played out after two passes
+            position.play(move)
+            batch.append(planes(position, self.history, self.liberties))
+            black_to_move.append(position.to_play == BLACK)
+        if not batch:
+            return []
+        _, values = self.evaluate(np.stack(batch))
+        return [float((1 + (v if black else -v)) / 2) for v, black in zip(values, black_to_move)]

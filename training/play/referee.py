@@ -12,7 +12,9 @@ counts every stone left on the board as alive. With a `judge` (a third engine, G
 `training.play.gnugo`), `judge_game` replays all moves into it and asks its `final_score`, which
 removes dead stones; the winner is then the judge's (`judgement`, with the stones it calls
 dead in `judged_dead`), and `disagrees` says whether the two counts name different winners.
-Each engine's own `final_score` is recorded beside them, for information.
+Each engine's own `final_score` is recorded beside them, for information. Where the two
+players name different dead stones at the two passes, `playout` plays the dispute out first
+(both sides on `kgs-genmove_cleanup`) and the judge counts the board that comes of it.
 
 The engines are `training.play.gtp_client.GtpClient`s; the referee does not start or stop them.
 """
@@ -97,6 +99,12 @@ class GameResult:
     judgement: str | None = None  # the judge's final_score of the end position, "B+12.5"
     judged_dead: list[str] = field(default_factory=list)  # the judge's dead stones (GTP)
     think_max_s: dict[str, float] = field(default_factory=dict)  # longest genmove per colour
+    # a dispute about dead stones played out (play_game's `playout`): each player's dead
+    # stones at the first two passes, the judge's count there, and the index in `moves` of
+    # the play-out's first move
+    disputed_dead: dict[str, list[str]] = field(default_factory=dict)
+    judgement_at_passes: str | None = None
+    playout_from: int | None = None
 
     @property
     def disagrees(self) -> bool:
@@ -156,8 +164,15 @@ def play_game(
     opening: Sequence[str] = (),
     judge: GtpClient | None = None,
     time_control: TimeControl | None = None,
+    playout: bool = False,
 ) -> GameResult:
     """Play one game (after `opening`) and return its result, judged by `judge` if given.
+
+    With `playout` (and a judge), a game that two passes end while the players' own
+    `final_status_list dead` differ goes on, each side asked `kgs-genmove_cleanup` (it
+    captures what it calls dead before it passes again), until two more passes: the dispute is
+    played out on the board, as KGS does, before the judge counts. `judgement_at_passes` keeps
+    the judge's count at the first two passes, `playout_from` the move the play-out began at.
 
     With `time_control` both engines get `time_settings`, each `genmove` is preceded by the
     mover's `time_left` and timed here (pipes included, as a server times it), and a player
@@ -184,48 +199,67 @@ def play_game(
             engine.send(f"play {names[color]} {to_gtp(move, size)}")
         position.play(move)
         game.moves.append(to_gtp(move, size))
-    color = position.to_play
-    while not position.is_over():
-        if clocks:
-            left, stones = clocks[color].time_left()
-            engines[color].send(f"time_left {names[color]} {left:.3f} {stones}")
-        t0 = time.monotonic()
-        reply = engines[color].send(f"genmove {names[color]}")
-        if clocks:
-            spent = time.monotonic() - t0
-            key = names[color]
-            game.think_max_s[key] = max(game.think_max_s.get(key, 0.0), spent)
-            if not clocks[color].spend(spent):
-                game.moves.append("timeout")
+
+    def play_on(command: str) -> bool:
+        """Ask the side to move for `command` (genmove, kgs-genmove_cleanup) until the game
+        is over; False when it ended by resignation or on time (`game` says so)."""
+        color = position.to_play
+        while not position.is_over():
+            if clocks:
+                left, stones = clocks[color].time_left()
+                engines[color].send(f"time_left {names[color]} {left:.3f} {stones}")
+            t0 = time.monotonic()
+            reply = engines[color].send(f"{command} {names[color]}")
+            if clocks:
+                spent = time.monotonic() - t0
+                key = names[color]
+                game.think_max_s[key] = max(game.think_max_s.get(key, 0.0), spent)
+                if not clocks[color].spend(spent):
+                    game.moves.append("timeout")
+                    game.winner = -color
+                    game.result = ("W" if color == BLACK else "B") + "+T"
+                    game.end = "time"
+                    return False
+            if reply.lower() == "resign":
+                game.moves.append("resign")
                 game.winner = -color
-                game.result = ("W" if color == BLACK else "B") + "+T"
-                game.end = "time"
+                game.result = ("W" if color == BLACK else "B") + "+R"
+                game.end = "resignation"
+                return False
+            try:
+                move = from_gtp(reply, size)
+            except ValueError:
+                raise RefereeError(f"{engines[color].name} ({names[color]}) sent {reply!r}, "
+                                   f"not a move on {size}x{size}") from None
+            reason = position.illegal_reason(move)
+            if reason is not None:
+                raise RefereeError(f"{engines[color].name} ({names[color]}) played "
+                                   f"{to_gtp(move, size)} at move {len(position.moves) + 1}: "
+                                   f"illegal, {reason}")
+            try:
+                engines[-color].send(f"play {names[color]} {to_gtp(move, size)}")
+            except GtpError as e:
+                raise RefereeError(f"{engines[-color].name} refused {names[color]}'s legal "
+                                   f"move {to_gtp(move, size)} at move "
+                                   f"{len(position.moves) + 1}: {e.message}") from e
+            position.play(move)
+            game.moves.append(to_gtp(move, size))
+            color = -color
+        return True
+
+    if not play_on("genmove"):
+        return game
+    if (playout and judge is not None and position.passes >= 2
+            and len(position.moves) < max_moves):
+        dead = {names[c]: sorted(e.send("final_status_list dead").split())
+                for c, e in engines.items()}
+        if dead["black"] != dead["white"]:  # they disagree: play it out, as KGS does
+            game.disputed_dead = dead
+            game.judgement_at_passes = judge_game(judge, size, komi, game.moves)
+            game.playout_from = len(game.moves)
+            position.resume()
+            if not play_on("kgs-genmove_cleanup"):
                 return game
-        if reply.lower() == "resign":
-            game.moves.append("resign")
-            game.winner = -color
-            game.result = ("W" if color == BLACK else "B") + "+R"
-            game.end = "resignation"
-            return game
-        try:
-            move = from_gtp(reply, size)
-        except ValueError:
-            raise RefereeError(f"{engines[color].name} ({names[color]}) sent {reply!r}, "
-                               f"not a move on {size}x{size}") from None
-        reason = position.illegal_reason(move)
-        if reason is not None:
-            raise RefereeError(f"{engines[color].name} ({names[color]}) played "
-                               f"{to_gtp(move, size)} at move {len(position.moves) + 1}: "
-                               f"illegal, {reason}")
-        try:
-            engines[-color].send(f"play {names[color]} {to_gtp(move, size)}")
-        except GtpError as e:
-            raise RefereeError(f"{engines[-color].name} refused {names[color]}'s legal move "
-                               f"{to_gtp(move, size)} at move {len(position.moves) + 1}: "
-                               f"{e.message}") from e
-        position.play(move)
-        game.moves.append(to_gtp(move, size))
-        color = -color
     game.end = "two passes" if position.passes >= 2 else "move cap"
     game.score = position.score()
     game.result = position.result()
