@@ -160,37 +160,55 @@ def test_judge_agrees_with_a_hand_built_settled_position(gnugo_path):
             parse_score(bad)
 
 
-def test_a_dispute_about_dead_stones_is_played_out_before_the_judge_counts(gnugo_path, tmp_path):
-    """Our model engine, with a net that gives every point to the side to move, calls all the
-    other side's stones dead; GNU Go does not. At the two passes the players' dead stones
-    differ, so the referee resumes the game with both on `kgs-genmove_cleanup` until two
-    more passes, and the judge counts the board that comes of it."""
-    import torch
+CLAIMING_ENGINE = """
+import sys
+for line in sys.stdin:
+    words = line.split()
+    if words and words[0].isdigit():
+        words = words[1:]  # the command's id
+    if not words:
+        continue
+    if words[0] in ("genmove", "kgs-genmove_cleanup"):
+        print("= pass\\n", flush=True)
+    elif words[0] == "final_status_list":
+        print("= " + sys.argv[1] + "\\n", flush=True)
+    elif words[0] == "final_score":
+        print("= 0\\n", flush=True)
+    elif words[0] == "quit":
+        print("=\\n", flush=True)
+        break
+    else:
+        print("=\\n", flush=True)
+"""
 
-    from tests.test_endgame import model_file
 
-    torch.manual_seed(0)
-    model = model_file(tmp_path, 3.0)
-    ours = [sys.executable, "-m", "training.gtp", "--model", model, "--simulations", "4"]
-    with GtpClient(ours, cwd=REPO, name="azgo", timeout_s=120) as azgo, \
-            gnugo(gnugo_path, level=1, seed=3) as gg, gnugo(gnugo_path, level=10) as judge:
-        game = play_game(azgo, gg, 5, 0.5, judge=judge, playout=True)
+def test_a_dispute_about_dead_stones_is_played_out_before_the_judge_counts(gnugo_path):
+    """GNU Go (black) against a player that only passes and calls three stones of black's wall
+    dead: at the two passes their dead stones differ, so the referee resumes the game with
+    both on `kgs-genmove_cleanup`; GNU Go takes the lone white stone in its area off the
+    board, and the judge and the Tromp-Taylor count of what comes of it agree."""
+    opening = settled_game(True)[:-2]  # the walls, white's lone stone on B5, black to move
+    claimer = [sys.executable, "-c", CLAIMING_ENGINE, "F1 F2 F3"]
+    with gnugo(gnugo_path, level=1, seed=3) as gg, GtpClient(claimer, name="claimer") as other, \
+            gnugo(gnugo_path, level=10) as judge:
+        game = play_game(gg, other, 9, 7.5, opening=opening, judge=judge, playout=True)
     print(game.moves, game.disputed_dead, game.judgement_at_passes, game.judgement)
     start = game.playout_from
     assert start is not None and game.moves[start - 2:start] == ["pass", "pass"]
-    assert game.disputed_dead["black"] != game.disputed_dead["white"]
-    assert game.end in ("two passes", "move cap") and len(game.moves) > start
-    for count in (game.judgement_at_passes, game.judgement):
-        parse_score(count)  # the judge counted at the first passes and after the play-out
-    pos = Position(5, komi=0.5, max_moves=100)
+    assert game.disputed_dead["white"] == ["F1", "F2", "F3"]
+    assert not set(game.disputed_dead["black"]) & {"F1", "F2", "F3"}
+    assert game.end == "two passes" and game.moves[-2:] == ["pass", "pass"]
+    assert game.judgement_at_passes == "B+19.5"  # the judge removes B5 itself
+    assert game.judgement == game.result == "B+19.5"  # B5 was taken: both counts agree
+    pos = Position(9, komi=7.5, max_moves=4 * 81)
     for m in game.moves:
         if pos.is_over():
             pos.resume()
-        pos.play(from_gtp(m, 5))
-    assert pos.result() == game.result  # the referee's count is of the played-out board
-    outcome = series.Outcome(series.GameSpec(0, (), True, 3), game)
-    assert outcome.points_at_passes in (-1, 0, 1) and outcome.wiped_out in (True, False)
-    assert f"played out from move {start + 1}" in outcome.to_sgf("azgo", "gnugo 1")
+        pos.play(from_gtp(m, 9))
+    assert pos.result() == game.result and pos.board[from_gtp("B5", 9)] == 0
+    outcome = series.Outcome(series.GameSpec(0, tuple(opening), True, 3), game)
+    assert outcome.points_at_passes == outcome.points == 1 and not outcome.wiped_out
+    assert f"played out from move {start + 1}" in outcome.to_sgf("azgo", "claimer")
     assert outcome.to_json()["playout_from"] == start
     # Two GNU Go engines name the same dead stones: nothing to play out.
     with gnugo(gnugo_path, level=1, seed=1) as b, gnugo(gnugo_path, level=1, seed=2) as w, \

@@ -10,8 +10,8 @@ the random player: none, so Tromp-Taylor); `final_status_list dead|alive|seki` l
 groups, one per line. `kgs-genmove_cleanup` is `genmove` for a player that captures every
 dead opponent stone before it passes (servers send it when the players disagree about dead
 stones), so that Tromp-Taylor and the judge agree. A game that two passes ended goes on when
-a `play` of a stone or a `kgs-genmove_cleanup` follows (the dispute played out); a plain
-`genmove` there still answers `pass`.
+a `play` or a `kgs-genmove_cleanup` follows (the dispute played out); a plain `genmove`
+there still answers `pass`.
 
 Who chooses the moves is a *player*: any object with
 `genmove(position: training.go.rules.Position, color: int) -> move` (a flat index, PASS, or
@@ -251,8 +251,7 @@ class GtpEngine:
             move = from_gtp(args[1], self.position.size)
         except ValueError:
             raise GtpError("invalid coordinate") from None
-        if move != self.position.pass_move:
-            self._resume()  # the players play out a dispute about dead stones
+        self._resume()  # after two passes: the players play out a dispute about dead stones
         try:
             self.position.play(move, color)
         except IllegalMove:
