@@ -284,6 +284,15 @@ for line in sys.stdin:
 """
 
 
+def test_gnugo_plays_under_the_referees_clock(gnugo_path):
+    """GNU Go takes `time_settings` and `time_left` only in whole seconds, as GTP says."""
+    from training.play.referee import TimeControl
+
+    with gnugo(gnugo_path, seed=1) as gg, our_engine(seed=1) as ours:
+        game = play_game(gg, ours, 5, 0.5, time_control=TimeControl(0, 5, 1))
+    assert game.end in ("two passes", "resignation") and max(game.think_max_s.values()) < 5
+
+
 def test_the_referee_clock_counts_main_time_then_byo_yomi():
     from training.play.referee import GameClock, TimeControl
 

@@ -45,6 +45,8 @@ class TimeControl:
     byo_stones: int
 
     def gtp(self) -> str:
+        """GTP's `time_settings` (whole seconds in the protocol; a fraction, which only our
+        own engine accepts, is kept for short test clocks)."""
         return f"time_settings {self.main:g} {self.byo_time:g} {self.byo_stones}"
 
 
@@ -207,7 +209,9 @@ def play_game(
         while not position.is_over():
             if clocks:
                 left, stones = clocks[color].time_left()
-                engines[color].send(f"time_left {names[color]} {left:.3f} {stones}")
+                # GTP's time_left takes whole seconds (GNU Go refuses anything else): the
+                # seconds left, rounded down, as a server sends them
+                engines[color].send(f"time_left {names[color]} {int(left)} {stones}")
             t0 = time.monotonic()
             reply = engines[color].send(f"{command} {names[color]}")
             if clocks:
