@@ -160,8 +160,9 @@ def test_judge_agrees_with_a_hand_built_settled_position(gnugo_path):
             parse_score(bad)
 
 
-CLAIMING_ENGINE = """
-import sys
+# A GTP player that thinks argv[1] seconds a move, then passes, and calls the stones argv[2] dead.
+PASSING_ENGINE = """
+import sys, time
 for line in sys.stdin:
     words = line.split()
     if words and words[0].isdigit():
@@ -169,9 +170,10 @@ for line in sys.stdin:
     if not words:
         continue
     if words[0] in ("genmove", "kgs-genmove_cleanup"):
+        time.sleep(float(sys.argv[1]))
         print("= pass\\n", flush=True)
     elif words[0] == "final_status_list":
-        print("= " + sys.argv[1] + "\\n", flush=True)
+        print("= " + sys.argv[2] + "\\n", flush=True)
     elif words[0] == "final_score":
         print("= 0\\n", flush=True)
     elif words[0] == "quit":
@@ -188,7 +190,7 @@ def test_a_dispute_about_dead_stones_is_played_out_before_the_judge_counts(gnugo
     both on `kgs-genmove_cleanup`; GNU Go takes the lone white stone in its area off the
     board, and the judge and the Tromp-Taylor count of what comes of it agree."""
     opening = settled_game(True)[:-2]  # the walls, white's lone stone on B5, black to move
-    claimer = [sys.executable, "-c", CLAIMING_ENGINE, "F1 F2 F3"]
+    claimer = [sys.executable, "-c", PASSING_ENGINE, "0", "F1 F2 F3"]
     with gnugo(gnugo_path, level=1, seed=3) as gg, GtpClient(claimer, name="claimer") as other, \
             gnugo(gnugo_path, level=10) as judge:
         game = play_game(gg, other, 9, 7.5, opening=opening, judge=judge, playout=True)
@@ -265,24 +267,6 @@ def test_a_series_plays_the_schedule_and_gnugo_judges_every_game(gnugo_path):
 
 # -- games under a clock -----------------------------------------------------------------------
 
-SLOW_ENGINE = """
-import sys, time
-for line in sys.stdin:
-    words = line.split()
-    if words and words[0].isdigit():
-        words = words[1:]  # the command's id
-    if not words:
-        continue
-    if words[0] == "genmove":
-        time.sleep(float(sys.argv[1]))
-        print("= pass\\n", flush=True)
-    elif words[0] == "quit":
-        print("=\\n", flush=True)
-        break
-    else:
-        print("=\\n", flush=True)
-"""
-
 
 def test_gnugo_plays_under_the_referees_clock(gnugo_path):
     """GNU Go takes `time_settings` and `time_left` only in whole seconds, as GTP says."""
@@ -311,7 +295,7 @@ def test_a_slow_engine_loses_on_time_and_a_quick_one_never_does():
     from training.play.referee import TimeControl
 
     quick = [sys.executable, "-m", "training.gtp", "--size", "5", "--seed", "1"]
-    slow = [sys.executable, "-c", SLOW_ENGINE, "1.0"]
+    slow = [sys.executable, "-c", PASSING_ENGINE, "1.0", ""]
     tc = TimeControl(0, 0.5, 1)  # half a second a move
     with GtpClient(quick, cwd=str(REPO), name="quick") as a, \
             GtpClient(slow, name="slow", timeout_s=30) as b:
