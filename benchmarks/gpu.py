@@ -13,8 +13,8 @@ per check (ok / FAILED, the figure, the command), then one JSON line:
   with the same total batch (within 5%: BatchNorm sees each rank's part), samples/s of both;
 - mixed precision: the same round with `--mixed-precision`, `training.amp_dtype` bf16 and fp16
   (fp16 with a GradScaler), samples/s against float32, losses finite;
-- out of memory: a round with a total batch too big for the GPU recovers by halving the
-  micro-batch (the round result's `micro_batch` is smaller than the batch per rank);
+- out of memory: with all but 4 GiB of the GPU taken by this process, a round with a total
+  batch too big for the rest recovers by halving the micro-batch (the round result's `micro_batch` is smaller than the batch per rank);
 - placement: `plan_workers` for `--workers 4 --workers-per-gpu 2` on the visible GPUs (every
   GPU gets its workers as `cuda:N`);
 - self-play: `benchmarks/selfplay.py --device cuda` on 9x9 (moves/s and its ratio to the
@@ -111,7 +111,7 @@ def main() -> int:
         samples = tmp / "samples.npz"
         batch = cfg.training.batch_size
         synthetic_samples(max(4096, batch * 4), cfg.go.board_size, cfg.net.history,
-                          seed=1).save(samples)
+                          seed=1, liberties=cfg.net.liberties).save(samples)
         code, out, err, secs = _trainer([], tmp / "one", samples, args.steps, 1, args.timeout)
         one = _summary(out) if code == 0 else None
         table.add("train, one GPU, float32", one is not None,
@@ -146,21 +146,32 @@ def main() -> int:
             table.add(f"mixed precision {dtype}" + (" + GradScaler" if dtype == "fp16" else ""),
                       good, speed)
             figures[f"{dtype}_samples_per_s"] = res and res["samples_per_s"]
-        # A batch about twice what the GPU's free memory holds in activations (an estimate
-        # from the net's size): the first step runs out of memory for real and the trainer
-        # halves its micro-batch until the step fits.
+        # A real out-of-memory: this process takes all but HEADROOM of the GPU's free
+        # memory, and the trainer gets a batch whose activations (an estimate from the net's
+        # size) need several times the rest; its first step runs out of memory and it halves
+        # its micro-batch until the step fits. (Sizing the batch to the whole card's memory
+        # did not work: an H100 fitted a batch of 99,350 that the estimate put at twice its
+        # free memory.)
+        headroom = 4 << 30
         free, _total = torch.cuda.mem_get_info(0)
+        hold = torch.empty(max(0, free - headroom), dtype=torch.uint8, device="cuda:0")
         per_sample = (cfg.net.blocks * 12 + 10) * cfg.net.filters * cfg.go.board_size ** 2 * 4
-        oom_batch = int(min(2 * free // per_sample, 400_000))
+        oom_batch = int(min(8 * headroom // per_sample + 1, 400_000))
         oom_samples = tmp / "oom.npz"
-        synthetic_samples(oom_batch, cfg.go.board_size, cfg.net.history, seed=2).save(
-            oom_samples)
+        # the trainer holds back replay.validation_fraction of the positions: make the
+        # training part at least one batch
+        count = int(oom_batch / (1 - cfg.replay.validation_fraction)) + 1024
+        synthetic_samples(count, cfg.go.board_size, cfg.net.history, seed=2,
+                          liberties=cfg.net.liberties).save(oom_samples)
         code, out, err, _ = _trainer(["--batch-size", str(oom_batch)], tmp / "oom",
                                      oom_samples, 1, 1, args.timeout)
+        del hold
+        torch.cuda.empty_cache()
         res = _summary(out) if code == 0 else None
         table.add("CUDA out of memory recovered", bool(res) and res["accumulation"] > 1,
-                  f"batch {oom_batch}: micro-batch {res['micro_batch']} x "
-                  f"{res['accumulation']}" if res else err.strip()[-200:])
+                  f"batch {oom_batch} in {headroom >> 30} GiB: micro-batch "
+                  f"{res['micro_batch']} x {res['accumulation']}" if res
+                  else err.strip()[-200:])
     devices, messages = plan_workers(4, 2, False, n)
     used = {f"cuda:{k}" for k in range(min(n, 4))}
     table.add("placement --workers 4 --workers-per-gpu 2", set(devices) == used,

@@ -160,6 +160,20 @@ def test_epochs_set_the_round_length(tiny_cfg, run_dir, samples):
     assert result.steps == 2 * 3  # 100 // 32 full batches per pass (drop_last)
 
 
+@pytest.mark.parametrize("name", ["config.yaml", "gpu.yaml"])
+def test_synthetic_samples_fit_each_shipped_configs_net(name, run_dir):
+    # the benchmarks and the GPU check train on synthetic samples of the shipped configs:
+    # their planes must be the ones that config's net reads (liberty planes included)
+    from configs import load_config
+    cfg = override(load_config(REPO / "configs" / name), {
+        "training.batch_size": 16, "training.mixed_precision": False,
+        "replay.validation_fraction": 0.0})
+    data = synthetic_samples(64, cfg.go.board_size, cfg.net.history, seed=7,
+                             liberties=cfg.net.liberties)
+    result = train_round(cfg, run_dir, dataset=data, steps=1, progress=False)
+    assert result.steps == 1 and np.isfinite(result.loss)
+
+
 def test_too_few_samples_for_one_batch_is_a_clear_error(tiny_cfg, run_dir):
     small = synthetic_samples(8, tiny_cfg.go.board_size, tiny_cfg.net.history)
     with pytest.raises(TrainingError, match="fewer than one batch"):

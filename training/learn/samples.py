@@ -112,18 +112,26 @@ class SampleArrays:
         return self.planes[idx], self.policy[idx], self.value[idx]
 
 
-def synthetic_samples(count: int, board_size: int, history: int, seed: int = 0) -> SampleArrays:
+def synthetic_samples(count: int, board_size: int, history: int, seed: int = 0,
+                      liberties: bool = False) -> SampleArrays:
     """Random positions with learnable targets, for benchmarks and smoke tests.
+
+    Planes as `num_planes(history, liberties)` gives them (a net with liberty planes reads
+    6 more), so that they fit the net the config builds.
 
     The policy target is the first stone of the side to move (row-major), or pass on an
     empty plane; the value is tanh of the stone difference between the two newest planes.
     Auxiliary targets: ownership is the stones of the newest planes (+1 own, -1 the
     opponent's), score their difference / N, the opponent's policy its first stone.
     """
+    from training.go.features import num_planes
+
     rng = np.random.default_rng(seed)
     n = board_size
-    planes = (rng.random((count, 2 * history + 1, n, n)) < 0.3).astype(np.float32)
-    planes[:, -1] = rng.integers(0, 2, (count, 1, 1))
+    stones = 2 * history + 1
+    planes = (rng.random((count, num_planes(history, liberties), n, n)) < 0.3).astype(
+        np.float32)
+    planes[:, stones - 1] = rng.integers(0, 2, (count, 1, 1))
     policy = np.zeros((count, n * n + 1), np.float32)
     own = planes[:, 0].reshape(count, -1)
     first = np.where(own.any(axis=1), own.argmax(axis=1), n * n)
