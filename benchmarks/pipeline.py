@@ -263,9 +263,9 @@ def collection(state: Path, config: Path, n: int, seconds: float, games_per_s: f
         n0 = len(cluster.ledger())
         games0 = sum(int(e.get("games", 0)) for e in cluster.ledger())
         b0 = cluster.link_bytes()
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         time.sleep(seconds)
-        dt = time.monotonic() - t0
+        dt, cpu = time.monotonic() - t0, time.process_time() - cpu0
         entries = cluster.ledger()
         b1 = cluster.link_bytes()
         window = entries[n0:]
@@ -289,6 +289,9 @@ def collection(state: Path, config: Path, n: int, seconds: float, games_per_s: f
         "latency_p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
         "latency_max_s": lat[-1] if lat else None,
         "rejected": rejected,
+        # the coach runs in this process (the daemons and their sshds do not): its CPU time
+        # for each game it fetched, validated by replay and ingested
+        "coach_cpu_ms_per_game": 1000 * cpu / games if games else None,
     }
 
 
@@ -471,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                         "bound_by": "training" if train["train_s"] > selfplay_s
                         else "self-play",
                         "ingest_capacity_games_per_hour": cap["games_per_hour"],
+                        "ingest_cpu_ms_per_game": cap["coach_cpu_ms_per_game"],
                         "ingest_backlog_batches": cap["batches_written_in_window"]
                         - cap["batches"],
                     })
@@ -486,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{train['train_s']:.1f}s):")
             print(f"  {'workers':>7} {'self-play games/h':>18} {'':<13} {'games/gen':>9} "
                   f"{'self-play s/gen':>15} {'training s/gen':>14} {'gens/h':>7} "
-                  f"{'bound by':>9} {'coach ingest capacity games/h':>30}")
+                  f"{'bound by':>9} {'coach ingest capacity games/h':>30} "
+                  f"{'coach CPU ms/game':>17}")
             print(f"  (2 real daemons side by side measured: "
                   f"{measured[2]['games_per_hour']:,.0f} games/h, per daemon "
                   f"{per_daemon:,.0f}; beyond 2 = N x per daemon, extrapolated)")
@@ -495,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r['workers']:>7} {r['selfplay_games_per_hour']:>18,.0f} {tag:<13} "
                       f"{r['games_per_generation']:>9} {r['selfplay_s_per_generation']:>15.1f} "
                       f"{r['train_s_per_generation']:>14.1f} {r['generations_per_hour']:>7.1f} "
-                      f"{r['bound_by']:>9} {r['ingest_capacity_games_per_hour']:>30,.0f}")
+                      f"{r['bound_by']:>9} {r['ingest_capacity_games_per_hour']:>30,.0f} "
+                      f"{_fmt(r['ingest_cpu_ms_per_game'])}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(figures, default=lambda o: round(o, 4) if isinstance(o, float) else str(o)))
