@@ -277,6 +277,12 @@ def test_a_game_resumed_after_two_passes_is_searched_without_them(tmp_path):
     capped.play(capped.pass_move)
     with pytest.raises(ValueError):
         capped.resume()  # over at the move cap: nothing to resume
+    replayed = Position(N, komi=0.5, max_moves=10_000)
+    for move in pos.moves:  # a record with the dispute played out replays move by move
+        replayed.play_on(move)
+    assert list(replayed.board) == list(pos.board) and replayed.to_play == pos.to_play
+    with pytest.raises(ValueError):
+        capped.play_on(from_gtp("B2", N))
 
 
 def test_a_command_that_fails_inside_answers_and_the_engine_stays_up():

@@ -231,6 +231,14 @@ class Position:
             raise ValueError("only a game that two passes ended can be resumed")
         self.passes = 0
 
+    def play_on(self, move: int) -> None:
+        """Play the next move of a game record: where two passes ended the game and the record
+        goes on (the players played out a dispute about dead stones), reopen it first
+        (`resume`). Raises ValueError as `play` does, and at the move cap."""
+        if self.is_over():
+            self.resume()
+        self.play(move)
+
     def undo(self) -> int:
         """Take back the last move and return it; IndexError if no move has been played."""
         if not self.moves:

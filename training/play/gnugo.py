@@ -179,9 +179,7 @@ class Outcome:
             return False
         position = Position(g.size, komi=g.komi, max_moves=10 * g.size * g.size)
         for text in g.moves:
-            if position.is_over():
-                position.resume()  # a dispute played out after two passes
-            position.play(from_gtp(text, g.size))
+            position.play_on(from_gtp(text, g.size))
         ours = BLACK if self.spec.we_are_black else -BLACK
         return all_dead(position.board, g.size, ours, g.judged_dead)
 
@@ -377,9 +375,7 @@ def explain_endings(folder: Path, judge_level: int = JUDGE_LEVEL,
                 if k == theirs_pass:
                     at_pass = judged()
                 judge.send(f"play {c} {to_gtp(m, n)}")
-                if position.is_over():
-                    position.resume()  # a dispute played out after two passes
-                position.play(m)
+                position.play_on(m)
             end = judged()
         won = end[0].startswith(ours + "+")
         lost = not won and end[0] != "0"

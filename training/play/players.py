@@ -393,9 +393,7 @@ class NetWinrates:
         position = Position(self.size, self.komi, max_moves=10 * self.size * self.size)
         batch, black_to_move = [], []
         for move in moves:
-            if position.is_over():
-                position.resume()  # a dispute played out after two passes
-            position.play(move)
+            position.play_on(move)
             batch.append(planes(position, self.history, self.liberties))
             black_to_move.append(position.to_play == BLACK)
         if not batch:
