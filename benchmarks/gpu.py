@@ -17,8 +17,9 @@ per check (ok / FAILED, the figure, the command), then one JSON line:
   batch too big for the rest recovers by halving the micro-batch (the round result's `micro_batch` is smaller than the batch per rank);
 - placement: `plan_workers` for `--workers 4 --workers-per-gpu 2` on the visible GPUs (every
   GPU gets its workers as `cuda:N`);
-- self-play: `benchmarks/selfplay.py --device cuda` on 9x9 (moves/s and its ratio to the
-  network-only limit).
+- self-play: `benchmarks/selfplay.py --device cuda --config configs/gpu.yaml` (that config's
+  board, net with its liberty planes, search and games in flight: moves/s and the ratio to
+  the network-only limit).
 
 Every check is bounded (`--timeout` seconds each); the whole check is sized to run in under
 10 minutes on one GPU. Record its table in docs/PERFORMANCE.md.
@@ -177,10 +178,10 @@ def main() -> int:
     table.add("placement --workers 4 --workers-per-gpu 2", set(devices) == used,
               f"{devices} {' '.join(messages)}".strip())
     code, out, err, _ = _run([sys.executable, "benchmarks/selfplay.py", "--device", "cuda",
-                              "--sizes", "9", "--searches", "gumbel-pcr", "--seconds",
-                              str(args.seconds), "--no-processes"], args.timeout * 2)
+                              "--config", str(GPU_CONFIG), "--seconds", str(args.seconds),
+                              "--no-processes"], args.timeout * 2)
     sp = _summary(out) if code == 0 else None
-    table.add("self-play 9x9 on cuda", sp is not None,
+    table.add("self-play gpu.yaml on cuda", sp is not None,
               f"{sp['moves_per_s']:.0f} moves/s, {sp['ratio']:.2f} of the net-only limit"
               if sp else err.strip()[-200:])
     figures["selfplay"] = sp

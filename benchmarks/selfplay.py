@@ -433,7 +433,7 @@ def main() -> None:
         "setting": main_row["setting"],
         "device": str(device),
         "form": args.form,
-        "liberties": args.liberties,
+        "liberties": settings[0].liberties if args.config else args.liberties,
         "settings": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                      for r in rows],
         "games_per_hour_per_core": {k: round(v, 1) for k, v in per_core.items()},
