@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -115,7 +116,15 @@ def test_cli_plays_the_table_and_writes_json_and_plot(tiny_cfg, run_dir):
 def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir):
     tiny = str(REPO / "configs" / "tiny.yaml")
     out = _cli("--config", tiny, "--run-dir", str(run_dir))
+    assert out.returncode == 2 and "no model in" in out.stderr
+    (run_dir / "models").mkdir()
+    torch.manual_seed(3)
+    save_model(run_dir / "models" / "model_000003.pt",
+               net_from_config(tiny_cfg.net, tiny_cfg.go.board_size), 3)
+    out = _cli("--config", tiny, "--run-dir", str(run_dir))  # a simulation budget needs gen 0
     assert out.returncode == 2 and "model_000000.pt not found" in out.stderr
+    assert "--seconds-per-move" in out.stderr
+    shutil.rmtree(run_dir / "models")
     _fake_run(run_dir, tiny_cfg, [0, 1])
     out = _cli("--config", tiny, "--run-dir", str(run_dir), "--generations", "0,5")
     assert out.returncode == 2 and "generation(s) [5]" in out.stderr
@@ -201,6 +210,21 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
         km = sgfmill.Sgf_game.from_bytes(handicapped.read_bytes()).get_komi()
         assert km == tiny_cfg.go.komi + shift
     assert (run_dir / "strength.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.gnugo
+def test_a_generation_without_generation_0_is_rated_by_time(tiny_cfg, run_dir):
+    # a model copied from another machine, alone in its folder: at a time budget nothing
+    # plays generation 0, so it is not needed
+    require_tool("GNU Go", gnugo_path() is not None, "apt-get install gnugo")
+    _fake_run(run_dir, tiny_cfg, [3])
+    out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
+               "--games", "2", "--seconds-per-move", "0.02", "--gnugo", "1",
+               "--jobs", "1")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((run_dir / "strength.json").read_text())["rows"]
+    assert [r["generation"] for r in rows] == [3]
+    assert sum(rows[0]["vs_gnugo"]["1"]["wdl"]) == 2 and rows[0]["hours"] is None
 
 
 @pytest.mark.gnugo

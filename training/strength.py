@@ -706,8 +706,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     have = list_models(paths.models)
-    if 0 not in have:
-        print(f"error: {model_path(run_dir, 0)} not found: no run in {run_dir} (start one with "
+    if not have:
+        print(f"error: no model in {paths.models}: no run in {run_dir} (start one with "
               "python start_main.py, or name it with --run-dir)", file=sys.stderr)
         return 2
     if args.generations:
@@ -724,6 +724,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     else:
         gens = default_generations(have)
+    if 0 not in have and any(b.simulations is not None for b in budgets) and gens != [0]:
+        # at a simulation budget each generation plays generation 0; at a time budget it
+        # does not (a model copied from another machine can be rated alone)
+        print(f"error: {model_path(run_dir, 0)} not found: at a simulation budget every "
+              "generation plays generation 0; copy it there, or rate by time alone "
+              "(--seconds-per-move or --time-settings)", file=sys.stderr)
+        return 2
     if args.games < 2:
         print("error: --games must be at least 2 (colours alternate)", file=sys.stderr)
         return 2
