@@ -174,6 +174,17 @@ def test_synthetic_samples_fit_each_shipped_configs_net(name, run_dir):
     assert result.steps == 1 and np.isfinite(result.loss)
 
 
+def test_allocation_failures_of_cuda_libraries_count_as_out_of_memory():
+    from training.trainer import _is_oom
+
+    assert _is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert _is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+                                "`cublasCreate(handle)`"))
+    assert _is_oom(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
+    assert not _is_oom(RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"))
+    assert not _is_oom(ValueError("out of memory"))  # not a runtime failure of the step
+
+
 def test_too_few_samples_for_one_batch_is_a_clear_error(tiny_cfg, run_dir):
     small = synthetic_samples(8, tiny_cfg.go.board_size, tiny_cfg.net.history)
     with pytest.raises(TrainingError, match="fewer than one batch"):

@@ -122,11 +122,17 @@ class FaultHooks:
     """(rank, step): that rank sleeps forever before that optimizer step."""
 
 
+# What running out of GPU memory looks like: PyTorch's own error, and the libraries' own
+# failures to allocate their workspaces (a nearly full GPU can fail in cuBLAS or cuDNN first).
+_OOM_TEXTS = ("out of memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed")
+
+
 def _is_oom(err: BaseException) -> bool:
     oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
     if oom_type is not None and isinstance(err, oom_type):
         return True
-    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(t in text for t in _OOM_TEXTS)
 
 
 def loss_weights(tcfg: Any) -> dict[str, float]:
