@@ -14,7 +14,8 @@ per check (ok / FAILED, the figure, the command), then one JSON line:
 - mixed precision: the same round with `--mixed-precision`, `training.amp_dtype` bf16 and fp16
   (fp16 with a GradScaler), samples/s against float32, losses finite;
 - out of memory: with all but 4 GiB of the GPU taken by this process, a round with a total
-  batch too big for the rest recovers by halving the micro-batch (the round result's `micro_batch` is smaller than the batch per rank);
+  batch too big for the rest recovers by halving the micro-batch (the round result's
+  `micro_batch` is smaller than the batch per rank);
 - placement: `plan_workers` for `--workers 4 --workers-per-gpu 2` on the visible GPUs (every
   GPU gets its workers as `cuda:N`);
 - self-play: `benchmarks/selfplay.py --device cuda --config configs/gpu.yaml` (that config's
@@ -93,7 +94,7 @@ def main() -> int:
         return 0
     from configs import load_config
     from training.fleet.placement import plan_workers
-    from training.learn.samples import synthetic_samples
+    from training.learn.samples import config_samples
 
     table = Table()
     n = torch.cuda.device_count()
@@ -111,8 +112,7 @@ def main() -> int:
         tmp = Path(tmp)
         samples = tmp / "samples.npz"
         batch = cfg.training.batch_size
-        synthetic_samples(max(4096, batch * 4), cfg.go.board_size, cfg.net.history,
-                          seed=1, liberties=cfg.net.liberties).save(samples)
+        config_samples(cfg, max(4096, batch * 4), seed=1).save(samples)
         code, out, err, secs = _trainer([], tmp / "one", samples, args.steps, 1, args.timeout)
         one = _summary(out) if code == 0 else None
         table.add("train, one GPU, float32", one is not None,
@@ -162,8 +162,7 @@ def main() -> int:
         # the trainer holds back replay.validation_fraction of the positions: make the
         # training part at least one batch
         count = int(oom_batch / (1 - cfg.replay.validation_fraction)) + 1024
-        synthetic_samples(count, cfg.go.board_size, cfg.net.history, seed=2,
-                          liberties=cfg.net.liberties).save(oom_samples)
+        config_samples(cfg, count, seed=2).save(oom_samples)
         code, out, err, _ = _trainer(["--batch-size", str(oom_batch)], tmp / "oom",
                                      oom_samples, 1, 1, args.timeout)
         del hold

@@ -361,13 +361,12 @@ def training_round(config: Path, state: Path) -> dict[str, Any]:
     steps_per_generation x batch_size, on synthetic samples, alone on this machine's CPU):
     the training time of one generation, which does not depend on the worker count."""
     from configs import load_config
-    from training.learn.samples import synthetic_samples
+    from training.learn.samples import config_samples
 
     cfg = load_config(config)
     state.mkdir(parents=True, exist_ok=True)
     samples = state / "samples.npz"
-    synthetic_samples(max(cfg.training.batch_size * 8, 2048), cfg.go.board_size,
-                      cfg.net.history, seed=0).save(samples)
+    config_samples(cfg, max(cfg.training.batch_size * 8, 2048)).save(samples)
     cmd = [sys.executable, "-m", "training.trainer", "--config", str(config),
            "--run-dir", str(state / "run"), "--samples", str(samples),
            "--steps", str(cfg.training.steps_per_generation), "--checkpoint", "none",

@@ -51,7 +51,7 @@ import torch
 
 from configs import dump_config, load_config, override
 from training.learn.net import INFERENCE_FORMS, PolicyValueNet, make_evaluator
-from training.learn.samples import synthetic_samples
+from training.learn.samples import config_samples
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -121,8 +121,7 @@ def bench_beside_selfplay(args: argparse.Namespace) -> dict:
         cfg_path = tmp / "config.yaml"
         cfg_path.write_text(dump_config(cfg))
         samples = tmp / "samples.npz"
-        synthetic_samples(max(args.batch_size * 8, 2048), cfg.go.board_size, cfg.net.history,
-                          seed=0, liberties=cfg.net.liberties).save(samples)
+        config_samples(cfg, max(args.batch_size * 8, 2048)).save(samples)
         trainer = [sys.executable, "-m", "training.trainer"]
         for key, nice in (("alone", None), ("beside_nice0", 0), ("beside_niced", WORKER_NICE)):
             procs = [] if nice is None else _start_selfplay(args.beside_selfplay, cfg_path, nice)
@@ -169,8 +168,7 @@ def bench_training(args: argparse.Namespace) -> dict:
         })))
         samples = tmp / "samples.npz"
         count = max(args.batch_size * 8, 2048)
-        synthetic_samples(count, cfg.go.board_size, cfg.net.history, seed=0,
-                          liberties=cfg.net.liberties).save(samples)
+        config_samples(cfg, count).save(samples)
         one = [sys.executable, "-m", "training.trainer"]
         ddp2 = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc_per_node=2", "-m", "training.trainer"]
@@ -231,8 +229,7 @@ def bench_heads_cost(args: argparse.Namespace) -> dict:
                                "net.score_head": False, "net.opponent_policy_head": False})
     nets = {"config": net_from_config(cfg.net, cfg.go.board_size).train(),
             "plain": net_from_config(plain_cfg.net, cfg.go.board_size).train()}
-    data = synthetic_samples(args.batch_size, cfg.go.board_size, cfg.net.history, seed=0,
-                             liberties=cfg.net.liberties)
+    data = config_samples(cfg, args.batch_size)
     batch = {k: torch.from_numpy(v) for k, v in data.samples(np.arange(len(data))).items()}
     weights = loss_weights(cfg.training)
     opts = {k: torch.optim.SGD(n.parameters(), lr=1e-3, momentum=0.9) for k, n in nets.items()}

@@ -204,9 +204,7 @@ def test_a_dispute_about_dead_stones_is_played_out_before_the_judge_counts(gnugo
     assert game.judgement == game.result == "B+19.5"  # B5 was taken: both counts agree
     pos = Position(9, komi=7.5, max_moves=4 * 81)
     for m in game.moves:
-        if pos.is_over():
-            pos.resume()
-        pos.play(from_gtp(m, 9))
+        pos.play_on(from_gtp(m, 9))
     assert pos.result() == game.result and pos.board[from_gtp("B5", 9)] == 0
     outcome = series.Outcome(series.GameSpec(0, tuple(opening), True, 3), game)
     assert outcome.points_at_passes == outcome.points == 1 and not outcome.wiped_out

@@ -17,7 +17,7 @@ from configs import override
 from tests.conftest import REPO
 from training.learn import round_result
 from training.learn.net import load_model
-from training.learn.samples import SampleArrays, synthetic_samples
+from training.learn.samples import SampleArrays, config_samples, synthetic_samples
 from training.run.run_dir import RunDir
 from training.learn.train_state import (
     WarmupSchedule,
@@ -168,8 +168,7 @@ def test_synthetic_samples_fit_each_shipped_configs_net(name, run_dir):
     cfg = override(load_config(REPO / "configs" / name), {
         "training.batch_size": 16, "training.mixed_precision": False,
         "replay.validation_fraction": 0.0})
-    data = synthetic_samples(64, cfg.go.board_size, cfg.net.history, seed=7,
-                             liberties=cfg.net.liberties)
+    data = config_samples(cfg, 64, seed=7)
     result = train_round(cfg, run_dir, dataset=data, steps=1, progress=False)
     assert result.steps == 1 and np.isfinite(result.loss)
 

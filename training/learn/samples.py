@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -128,10 +128,9 @@ def synthetic_samples(count: int, board_size: int, history: int, seed: int = 0,
 
     rng = np.random.default_rng(seed)
     n = board_size
-    stones = 2 * history + 1
     planes = (rng.random((count, num_planes(history, liberties), n, n)) < 0.3).astype(
         np.float32)
-    planes[:, stones - 1] = rng.integers(0, 2, (count, 1, 1))
+    planes[:, 2 * history] = rng.integers(0, 2, (count, 1, 1))  # the side to move
     policy = np.zeros((count, n * n + 1), np.float32)
     own = planes[:, 0].reshape(count, -1)
     first = np.where(own.any(axis=1), own.argmax(axis=1), n * n)
@@ -148,6 +147,13 @@ def synthetic_samples(count: int, board_size: int, history: int, seed: int = 0,
         "opponent_policy": opponent, "opponent_policy_mask": ones,
     }
     return SampleArrays(planes, policy, value.astype(np.float32), targets=targets)
+
+
+def config_samples(cfg: Any, count: int, seed: int = 0) -> SampleArrays:
+    """`synthetic_samples` shaped for the net that `cfg` builds (board, history, liberty
+    planes)."""
+    return synthetic_samples(count, cfg.go.board_size, cfg.net.history, seed,
+                             liberties=cfg.net.liberties)
 
 
 def _npz_bytes(**arrays: np.ndarray) -> bytes:
