@@ -163,6 +163,11 @@ class MctsConfig:
     root noise, and train only the value. 1 = every move a full search."""
     fast_simulations: int = 8
     """Simulations of a fast search (used when full_search_fraction < 1)."""
+    leaf_batch: int = 1
+    """Searches of one position (the GTP engine, the analysis engine, the strength tool):
+    leaves evaluated together in one net call, each walked with the ones before it counted
+    as visits and virtual losses. 1: one leaf per call. Self-play batches across its games
+    instead and ignores this."""
 
     def __post_init__(self) -> None:
         _range(self, "simulations", 1, 100_000)
@@ -182,6 +187,7 @@ class MctsConfig:
             f"got {self.full_search_fraction!r}",
         )
         _range(self, "fast_simulations", 1, 100_000)
+        _range(self, "leaf_batch", 1, 256)
         if self.full_search_fraction < 1.0:
             _check(
                 self.fast_simulations <= self.simulations,

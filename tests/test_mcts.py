@@ -220,3 +220,69 @@ def test_choose_moves_samples_by_visits_then_takes_the_most_visited():
 def test_black_moves_first_on_every_new_game():
     mcts = Mcts(2, GO, MCTS, history=HISTORY)
     assert mcts.to_play(0) == BLACK and mcts.to_play(1) == BLACK
+
+
+# -- leaf batching: one position's search, several leaves per net call (virtual loss) --------
+
+GUMBEL = dataclasses.replace(MCTS, algorithm="gumbel")
+
+
+@pytest.mark.parametrize("cfg", [MCTS, GUMBEL], ids=["puct", "gumbel"])
+def test_leaf_batch_sends_k_leaves_per_call_and_adds_exactly_the_simulations(cfg):
+    evaluate = Counting(hashed)
+    mcts = Mcts(1, GO, cfg, history=HISTORY, simulations=40, batch_size=8, leaf_batch=8,
+                early_pass=False)
+    visits = mcts.search(evaluate, rngs=[np.random.default_rng(3)])[0]
+    # the fresh root alone, then 40 simulations in calls of 8 (no game ends this early)
+    assert evaluate.batches == [1, 8, 8, 8, 8, 8]
+    assert visits.sum() == 40
+    t = mcts.tree
+    used = t.size[0]
+    n = t.visits[0, :used]
+    assert np.all(np.abs(t.value_sum[0, :used][n > 0] / n[n > 0]) <= 1.0 + 1e-6)
+    assert t.visits[0, 0] - 1 == visits.sum()
+    for node in np.flatnonzero(t.first_child[0, :used] >= 0):
+        first, k = t.first_child[0, node], t.n_children[0, node]
+        # a leaf two walks of one call both reached is expanded once and visited twice
+        assert t.visits[0, node] - 1 >= t.visits[0, first : first + k].sum()
+
+
+@pytest.mark.parametrize("cfg", [MCTS, GUMBEL], ids=["puct", "gumbel"])
+def test_every_virtual_loss_is_taken_back(cfg):
+    def zero_values(planes, legal):
+        priors, _ = hashed(planes, legal)
+        return priors, np.zeros(len(planes), np.float32)
+
+    mcts = Mcts(1, GO, cfg, history=HISTORY, simulations=64, batch_size=16, leaf_batch=16,
+                early_pass=False)
+    mcts.search(zero_values)
+    t = mcts.tree
+    assert t.visits[0, 0] == 65
+    np.testing.assert_array_equal(t.value_sum[0, : t.size[0]], 0.0)  # every loss returned
+
+
+@pytest.mark.parametrize("cfg", [MCTS, GUMBEL], ids=["puct", "gumbel"])
+def test_leaf_batch_finds_the_winning_move(cfg):
+    point = from_gtp("C3", N)
+    mcts = Mcts(1, GO, cfg, history=HISTORY, simulations=64, batch_size=8, leaf_batch=8)
+    visits = mcts.search(winning_point(point))[0]
+    assert visits.sum() == 64
+    assert visits[point] == visits.max() and int(mcts.select_moves([0])[0]) == point
+    assert mcts.root_values([0])[0] > 0.25  # the losses in flight spread the visits more
+
+
+def test_leaf_batch_searches_one_game_only():
+    with pytest.raises(ValueError, match="one game"):
+        Mcts(2, GO, MCTS, history=HISTORY, leaf_batch=4)
+
+
+def test_the_gtp_player_batches_its_leaves_by_the_config():
+    from training.play.players import MctsPlayer
+
+    point = from_gtp("C3", N)
+    evaluate = Counting(winning_point(point))
+    player = MctsPlayer(evaluate, GO, dataclasses.replace(GUMBEL, leaf_batch=8), 32,
+                        history=HISTORY)
+    evaluate.batches.clear()  # the warm-up's searches
+    assert player.genmove([], komi=0.5) == point
+    assert max(evaluate.batches) == 8 and sum(evaluate.batches) == 1 + 32

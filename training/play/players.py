@@ -58,7 +58,7 @@ class MctsPlayer:
     """
 
     CHUNK = 8
-    """Simulations per chunk of a timed search (one net call each at batch 1)."""
+    """Simulations per chunk of a timed search (`mcts.leaf_batch` leaves per net call)."""
     MAX_TIMED_SIMULATIONS = 20_000
     """Default cap of a timed search: about 33 MB of tree on 9x9."""
 
@@ -84,13 +84,13 @@ class MctsPlayer:
             self.max_simulations = simulations or mcts_cfg.simulations
         else:
             self.max_simulations = max_simulations or self.MAX_TIMED_SIMULATIONS
-        self.chunk = self.CHUNK
+        self.chunk = max(self.CHUNK, mcts_cfg.leaf_batch)
         if mcts_cfg.algorithm == "gumbel":
-            self.chunk = max(self.CHUNK, mcts_cfg.gumbel_max_considered)
+            self.chunk = max(self.chunk, mcts_cfg.gumbel_max_considered)
         self.mcts = Mcts(
-            1, go_cfg, mcts_cfg, history=history, batch_size=1,
+            1, go_cfg, mcts_cfg, history=history, batch_size=mcts_cfg.leaf_batch,
             simulations=self.max_simulations, reuse_tree=False, early_pass=early_pass,
-            liberties=liberties,
+            liberties=liberties, leaf_batch=mcts_cfg.leaf_batch,
         )
         self.last_value = 0.0
         self.last_simulations = 0

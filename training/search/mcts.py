@@ -433,14 +433,25 @@ def _all_root_policies(t, games, c_visit, c_scale, minmax, out):
 
 
 @njit(cache=True, inline="always")
+def _backup_path(t, g, path, depth, value, virtual):
+    """Add `value` (the leaf's side to move's view) along `path` (`depth` nodes, root first),
+    flipping sign per ply. `virtual` > 0: the path already counts its visits and that
+    virtual loss (`_select_leaves`), which the value replaces."""
+    v = -value
+    for i in range(depth - 1, -1, -1):
+        node = path[i]
+        if virtual > 0:
+            t.value_sum[g, node] += v + virtual
+        else:
+            t.visits[g, node] += 1
+            t.value_sum[g, node] += v
+        v = -v
+
+
+@njit(cache=True, inline="always")
 def _backup(t, g, value):
     """Add `value` (leaf's side to move's view) along game g's path, flipping sign per ply."""
-    v = -value  # the leaf node's W is from the view of the player who moved into it
-    for i in range(t.depth[g] - 1, -1, -1):
-        node = t.path[g, i]
-        t.visits[g, node] += 1
-        t.value_sum[g, node] += v
-        v = -v
+    _backup_path(t, g, t.path[g], t.depth[g], value, 0.0)
 
 
 @njit(cache=True, inline="always")
@@ -473,6 +484,32 @@ def _drop_early_pass(b, g, legal):
                 return
 
 
+@njit(cache=True, inline="always")
+def _descend(t, b, g, leaf_row, path, c_puct, fpu_reduction, gumbel, c_visit, c_scale, minmax,
+             max_considered):
+    """Walk game g's tree from the root to an unexpanded node, replaying the moves on board
+    row `leaf_row` (a copy of the root position) and writing the nodes to `path`, root first.
+    Returns the path's length."""
+    fastgo.copy_game(b, g, leaf_row)
+    node = 0
+    path[0] = 0
+    depth = 1
+    while t.first_child[g, node] != UNEXPANDED:
+        if not gumbel:
+            node = _pick_child(t, g, node, c_puct, fpu_reduction)
+        elif node == 0:
+            if not t.halving_ready[g]:
+                _start_halving(t, g, max_considered)
+            node = _pick_root_gumbel(t, g, c_visit, c_scale, minmax)
+        else:
+            node = _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax)
+        ok = fastgo.play(b, leaf_row, t.move[g, node])
+        assert ok
+        path[depth] = node
+        depth += 1
+    return depth
+
+
 @njit(cache=True)
 def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, early_pass,
             gumbel, c_visit, c_scale, minmax, max_considered):
@@ -489,23 +526,8 @@ def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, earl
         if t.sims_done[g] >= t.sims_target[g]:
             continue
         leaf_row = n_games + g
-        fastgo.copy_game(b, g, leaf_row)
-        node = 0
-        t.path[g, 0] = 0
-        depth = 1
-        while t.first_child[g, node] != UNEXPANDED:
-            if not gumbel:
-                node = _pick_child(t, g, node, c_puct, fpu_reduction)
-            elif node == 0:
-                if not t.halving_ready[g]:
-                    _start_halving(t, g, max_considered)
-                node = _pick_root_gumbel(t, g, c_visit, c_scale, minmax)
-            else:
-                node = _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax)
-            ok = fastgo.play(b, leaf_row, t.move[g, node])
-            assert ok
-            t.path[g, depth] = node
-            depth += 1
+        depth = _descend(t, b, g, leaf_row, t.path[g], c_puct, fpu_reduction, gumbel, c_visit,
+                         c_scale, minmax, max_considered)
         t.depth[g] = depth
         if fastgo.is_over(b, leaf_row):
             if depth == 1:  # the root itself is over: nothing to search
@@ -523,48 +545,117 @@ def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, earl
     return n_slots
 
 
+@njit(cache=True, inline="always")
+def _expand(t, g, leaf, priors, legal, value):
+    """Give `leaf` its legal moves as children with the net's priors (unless it has children
+    already or the tree is full) and note its raw value. Returns True if it was expanded."""
+    n_moves = legal.shape[0]
+    k = 0
+    total = 0.0
+    for m in range(n_moves):
+        if legal[m]:
+            k += 1
+            total += max(priors[m], 0.0)
+    if t.first_child[g, leaf] != UNEXPANDED or t.size[g] + k > t.visits.shape[1]:
+        # HACK: a full tree leaves the leaf unexpanded (it is evaluated again next time
+        # it is reached); the capacity makes this rare, see Mcts.__init__.
+        return False
+    first = t.size[g]
+    c = first
+    for m in range(n_moves):
+        if legal[m]:
+            p = max(priors[m], 0.0) / total if total > 0 else 1.0 / k
+            t.visits[g, c] = 0
+            t.value_sum[g, c] = 0.0
+            t.prior[g, c] = p
+            t.move[g, c] = m
+            t.first_child[g, c] = UNEXPANDED
+            t.n_children[g, c] = 0
+            c += 1
+    t.first_child[g, leaf] = first
+    t.n_children[g, leaf] = k
+    t.size[g] = first + k
+    t.raw_value[g, leaf] = value
+    return True
+
+
 @njit(cache=True)
 def _expand_backup(t, n_slots, slot_game, priors, values, legal, root_expanded):
     """Expand each slot's leaf with its legal moves' priors and back up its value.
 
     root_expanded[g] is set when game g's root got its children in this call.
     """
-    n_moves = legal.shape[1]
-    capacity = t.visits.shape[1]
     for s in range(n_slots):
         g = slot_game[s]
         leaf = t.path[g, t.depth[g] - 1]
-        k = 0
-        total = 0.0
-        for m in range(n_moves):
-            if legal[s, m]:
-                k += 1
-                total += max(priors[s, m], 0.0)
-        if t.first_child[g, leaf] == UNEXPANDED and t.size[g] + k <= capacity:
-            # HACK: a full tree leaves the leaf unexpanded (it is evaluated again next time
-            # it is reached); the capacity makes this rare, see Mcts.__init__.
-            first = t.size[g]
-            c = first
-            for m in range(n_moves):
-                if legal[s, m]:
-                    p = max(priors[s, m], 0.0) / total if total > 0 else 1.0 / k
-                    t.visits[g, c] = 0
-                    t.value_sum[g, c] = 0.0
-                    t.prior[g, c] = p
-                    t.move[g, c] = m
-                    t.first_child[g, c] = UNEXPANDED
-                    t.n_children[g, c] = 0
-                    c += 1
-            t.first_child[g, leaf] = first
-            t.n_children[g, leaf] = k
-            t.size[g] = first + k
-            t.raw_value[g, leaf] = min(max(values[s], -1.0), 1.0)
-            if leaf == 0:
-                root_expanded[g] = True
         v = min(max(values[s], -1.0), 1.0)
+        if _expand(t, g, leaf, priors[s], legal[s], v) and leaf == 0:
+            root_expanded[g] = True
         _backup(t, g, v)
         if leaf != 0:
             t.sims_done[g] += 1
+
+
+VIRTUAL_LOSS = 1.0
+"""What a leaf in flight counts as until its value comes back (`_select_leaves`): a visit
+and a loss for the player who moved into each node of its path."""
+
+
+@njit(cache=True)
+def _select_leaves(t, b, g, k, c_puct, fpu_reduction, history, planes, legal, paths, depths,
+                   early_pass, gumbel, c_visit, c_scale, minmax, max_considered):
+    """Up to k leaves of game g's tree for one net call, each walked with the ones before it
+    in flight: every node on a chosen path counts a visit and a virtual loss at once, so the
+    next walk prefers other moves (KataGo's and Leela Zero's leaf batching; Gumbel's
+    sequential halving counts the visits in flight as its schedule's). Slot s gets the
+    leaf's planes, legal moves and path (`paths[s]`, `depths[s]` nodes). Leaves where the
+    game is over are backed up here; a fresh root is evaluated alone. Returns the slots used;
+    `t.sims_done[g]` already counts them."""
+    n_games = t.size.shape[0]
+    leaf_row = n_games + g
+    n_slots = 0
+    while n_slots < k and t.sims_done[g] < t.sims_target[g]:
+        path = paths[n_slots]
+        depth = _descend(t, b, g, leaf_row, path, c_puct, fpu_reduction, gumbel, c_visit,
+                         c_scale, minmax, max_considered)
+        if fastgo.is_over(b, leaf_row):
+            if depth == 1:  # the root itself is over: nothing to search
+                t.sims_done[g] = t.sims_target[g]
+                break
+            _backup_path(t, g, path, depth, _terminal_value(b, leaf_row), 0.0)
+            t.sims_done[g] += 1
+            continue
+        fastgo.legal_mask(b, leaf_row, legal[n_slots])
+        if not early_pass:
+            _drop_early_pass(b, leaf_row, legal[n_slots])
+        write_planes(b, leaf_row, history, planes[n_slots])
+        depths[n_slots] = depth
+        n_slots += 1
+        if depth == 1:  # a fresh root: its children come with this evaluation
+            break
+        for i in range(depth):
+            node = path[i]
+            t.visits[g, node] += 1
+            t.value_sum[g, node] -= VIRTUAL_LOSS
+        t.sims_done[g] += 1
+    return n_slots
+
+
+@njit(cache=True)
+def _expand_backup_leaves(t, g, n_slots, paths, depths, priors, values, legal):
+    """`_expand_backup` for the leaves of `_select_leaves`: expand each, then replace its
+    path's virtual losses with its value. Two slots may hold the same leaf (every other move
+    looked worse even with the loss): the first expands it, both back up. Returns True if
+    the root got its children."""
+    root_expanded = False
+    for s in range(n_slots):
+        depth = depths[s]
+        leaf = paths[s, depth - 1]
+        v = min(max(values[s], -1.0), 1.0)
+        if _expand(t, g, leaf, priors[s], legal[s], v) and leaf == 0:
+            root_expanded = True
+        _backup_path(t, g, paths[s], depth, v, VIRTUAL_LOSS if depth > 1 else 0.0)
+    return root_expanded
 
 
 @njit(cache=True)
@@ -695,6 +786,8 @@ class Mcts:
         history: the net's history (input planes C = 2 * history + 1).
         liberties: the net also reads the 6 liberty planes (`net.liberties`).
         batch_size: most positions per evaluate call.
+        leaf_batch: leaves of the one game (n_games must be 1) evaluated together in one
+            call, with virtual loss (`_select_leaves`); 1: one leaf per game and step.
         simulations: simulations per move (default mcts_cfg.simulations).
         reuse_tree: keep the chosen child's subtree (default mcts_cfg.reuse_tree).
         early_pass: False: the search may pass only right after the opponent's pass or when
@@ -716,7 +809,10 @@ class Mcts:
         reuse_tree: bool | None = None,
         early_pass: bool = True,
         liberties: bool = False,
+        leaf_batch: int = 1,
     ):
+        if leaf_batch > 1 and n_games != 1:
+            raise ValueError(f"leaf_batch {leaf_batch} searches one game; got {n_games} games")
         n = go_cfg.board_size
         self.n_games = n_games
         self.size = n
@@ -742,8 +838,12 @@ class Mcts:
             schedule_len=self.simulations if self.is_gumbel else 1,
         )
         channels = features.num_planes(history, liberties)
-        self._planes = np.zeros((n_games, channels, n, n), np.float32)
-        self._legal = np.zeros((n_games, self.n_moves), np.bool_)
+        self.leaf_batch = max(1, leaf_batch)
+        slots = max(n_games, self.leaf_batch)
+        self._planes = np.zeros((slots, channels, n, n), np.float32)
+        self._legal = np.zeros((slots, self.n_moves), np.bool_)
+        self._paths = np.zeros((self.leaf_batch, self.tree.path.shape[1]), np.int32)
+        self._depths = np.zeros(self.leaf_batch, np.int32)
         self._slot_game = np.zeros(n_games, np.int32)
         self._root_expanded = np.zeros(n_games, np.bool_)
         self._noise_pending = np.zeros(n_games, np.bool_)
@@ -834,8 +934,11 @@ class Mcts:
         """One simulation in every searching game; returns the positions evaluated.
 
         Game g's leaves go to evaluators[owner[g]] (owner None: all to evaluators[0]), in
-        calls of at most batch_size positions.
+        calls of at most batch_size positions. With `leaf_batch` > 1: up to that many
+        simulations of the one game instead.
         """
+        if self.leaf_batch > 1:
+            return self._step_leaves(evaluators[0])
         t = self.tree
         n = _select(
             t,
@@ -869,6 +972,38 @@ class Mcts:
         _expand_backup(t, n, self._slot_game, priors, values, self._legal, self._root_expanded)
         for g in np.flatnonzero(self._root_expanded & self._noise_pending):
             self._add_noise(int(g))
+        return n
+
+    def _step_leaves(self, evaluate: Evaluate) -> int:
+        """Up to `leaf_batch` simulations of game 0, their leaves evaluated together."""
+        t = self.tree
+        n = _select_leaves(
+            t,
+            self.boards,
+            0,
+            self.leaf_batch,
+            np.float32(self.cfg.c_puct),
+            np.float32(self.cfg.fpu_reduction),
+            self.history,
+            self._planes,
+            self._legal,
+            self._paths,
+            self._depths,
+            self.early_pass,
+            self.is_gumbel,
+            np.float32(self.cfg.gumbel_c_visit),
+            np.float32(self.cfg.gumbel_c_scale),
+            self._minmax,
+            self.cfg.gumbel_max_considered,
+        )
+        if n == 0:
+            return 0
+        priors = np.empty((n, self.n_moves), np.float32)
+        values = np.empty(n, np.float32)
+        self._evaluate(evaluate, np.arange(n), priors, values)
+        if (_expand_backup_leaves(t, 0, n, self._paths, self._depths, priors, values,
+                                  self._legal) and self._noise_pending[0]):
+            self._add_noise(0)
         return n
 
     def _evaluate(self, evaluate: Evaluate, slots: np.ndarray, priors, values) -> None:
