@@ -244,7 +244,7 @@ def test_seconds_per_move_is_used_and_not_exceeded(tiny_model):
 
 
 @pytest.mark.parametrize("algorithm", ["puct", "gumbel"])
-def test_mcts_player_timed_search_runs_chunks_until_the_time_is_used(tiny_cfg, algorithm):
+def test_mcts_player_timed_search_uses_the_time_in_one_search(tiny_cfg, algorithm):
     import time
     from dataclasses import replace
 
@@ -268,8 +268,16 @@ def test_mcts_player_timed_search_runs_chunks_until_the_time_is_used(tiny_cfg, a
         took = time.perf_counter() - t0
         assert 0 <= move <= 25
         assert 0.3 <= took <= 0.5 + 0.15, took
-        assert player.last_simulations % player.chunk == 0  # whole chunks
+        assert player.last_simulations >= 4 * player.chunk
         assert player.last_seconds == pytest.approx(took, abs=0.05)
+    visits = player.mcts.root_visits([0])[0]
+    assert visits.sum() == player.last_simulations
+    if algorithm == "gumbel":
+        # one sequential halving over the whole time: the last root moves it kept hold most
+        # of the visits (chunks of 16 simulations, each a halving of its own, gave the 16
+        # considered moves one visit each per chunk, all alike)
+        considered = np.sort(visits[visits > 0])
+        assert considered[-1] >= 4 * np.median(considered), considered
     fixed = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 16, history=tiny_cfg.net.history)
     fixed.genmove([], 0.5)
     assert fixed.last_simulations == 16

@@ -43,13 +43,16 @@ if TYPE_CHECKING:
 class MctsPlayer:
     """Searches one position at a time for the GTP engine (no noise, most visited move).
 
-    The budget per move is `simulations`, or with `seconds_per_move` a time: the search runs
-    in chunks of simulations on the same tree until the next chunk would pass the time (at
-    most `max_simulations`, which also sizes the tree). Chunks go through the public
-    `Mcts.search`, so every search mode of `mcts_cfg` works: with Gumbel each chunk is a
-    sequential halving of its own (at least `gumbel_max_considered` simulations, so that it
-    considers as many root moves as a fixed search would) over the Q values of all the chunks
-    before it. `last_simulations` and `last_seconds` tell what the last move used.
+    The budget per move is `simulations`, or with `seconds_per_move` a time: one search of as
+    many simulations as the time left allows at the speed of the searches before it (the first
+    move of an engine measures it with one chunk first), stopped early if the time runs out
+    and followed by another if time is left (at most `max_simulations`, which also sizes the
+    tree). So with Gumbel one sequential halving spreads the whole budget, as with a fixed
+    number of simulations: the few root moves left at the end get most of the visits. Live
+    analysis (`on_chunk`) searches in chunks of simulations on the same tree instead, each
+    through the public `Mcts.search` (with Gumbel each chunk is a sequential halving of its
+    own, at least `gumbel_max_considered` simulations). `last_simulations` and
+    `last_seconds` tell what the last move used.
 
     `early_pass` False (default): never pass first while a real move is left, as in self-play
     (the net never learned what follows its own early pass; against players that never pass
@@ -61,6 +64,9 @@ class MctsPlayer:
     """Simulations per chunk of a timed search (`mcts.leaf_batch` leaves per net call)."""
     MAX_TIMED_SIMULATIONS = 20_000
     """Default cap of a timed search: about 33 MB of tree on 9x9."""
+    TIME_USE = 0.9
+    """Share of the time left that a timed search plans its simulations for (the speed
+    varies from position to position; the search also stops at the time)."""
 
     def __init__(
         self,
@@ -95,6 +101,7 @@ class MctsPlayer:
         self.last_value = 0.0
         self.last_simulations = 0
         self.last_seconds = 0.0
+        self.rate: float | None = None  # simulations per second of the last timed search
 
     def warm_up(self) -> None:
         """Two small searches on one tree (a fresh root, then an expanded one, as a timed search
@@ -122,11 +129,13 @@ class MctsPlayer:
         if self.mcts.is_over(0):
             return self.size * self.size
         seconds = self.seconds_per_move if seconds is None else seconds
-        if seconds is None and on_chunk is None:
+        if on_chunk is not None:
+            self._chunked_search(None if seconds is None else start + seconds, on_chunk)
+        elif seconds is None:
             self.mcts.search(self.evaluate, [0])
             self.last_simulations = self.max_simulations
         else:
-            self._chunked_search(None if seconds is None else start + seconds, on_chunk)
+            self._timed_search(start + seconds)
         self.last_value = float(self.mcts.root_values([0])[0])
         move = int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
         self.last_seconds = time.perf_counter() - start
@@ -148,6 +157,39 @@ class MctsPlayer:
             return []
         chosen = int(self.mcts.select_moves([0])[0])
         return sorted(found, key=lambda c: c[0] != chosen)  # stable: the rest keep their order
+
+    def _timed_search(self, deadline: float) -> None:
+        """Searches of the simulations the time left allows (see the class) until `deadline`:
+        each step is timed, and the search stops when the next step, as long as the last,
+        would end past it. The first search always gets a chunk done (a move needs one)."""
+        done = 0
+        while done < self.max_simulations:
+            t0 = time.perf_counter()
+            if self.rate is None:
+                n = self.chunk  # no speed known yet: measure it on one chunk
+            else:
+                n = int(self.rate * (deadline - t0) * self.TIME_USE)
+                if done and n < max(self.chunk, done // 4):
+                    return  # a small last search would choose the move by its own halving
+            n = min(max(n, self.chunk), self.max_simulations - done)
+            self.mcts.start_search([0], simulations=n)
+            out_of_time = False
+            while self.mcts.is_searching():
+                s0 = time.perf_counter()
+                self.mcts.step([self.evaluate])
+                s1 = time.perf_counter()
+                if (done + int(self.mcts.tree.sims_done[0]) >= self.chunk
+                        and s1 + (s1 - s0) > deadline):
+                    self.mcts.stop_search([0])
+                    out_of_time = True
+            ran = int(self.mcts.tree.sims_done[0])
+            took = time.perf_counter() - t0
+            if ran and took > 0:
+                self.rate = ran / took
+            done += ran
+            self.last_simulations = done
+            if out_of_time or ran == 0:
+                return
 
     def _chunked_search(self, deadline: float | None, on_chunk: Callable[[], None] | None = None,
                         stop: threading.Event | None = None) -> None:

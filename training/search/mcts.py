@@ -921,6 +921,13 @@ class Mcts:
             if self._noise_pending[g] and t.first_child[g, 0] != UNEXPANDED:
                 self._add_noise(g)
 
+    def stop_search(self, games: Sequence[int] | np.ndarray) -> None:
+        """End the searches of `games` where they are (a time budget ran out): their trees
+        keep the simulations done, and `select_moves` chooses from them."""
+        t = self.tree
+        for g in np.asarray(games, np.int64).reshape(-1).tolist():
+            t.sims_target[g] = t.sims_done[g]
+
     def is_searching(self) -> bool:
         t = self.tree
         return bool(np.any(t.sims_done < t.sims_target))
