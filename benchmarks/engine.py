@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import random
 import statistics
 import sys
 import tempfile
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 
 def main() -> int:
@@ -40,17 +38,16 @@ def main() -> int:
 
     import torch
 
-    from benchmarks.analysis import positions
     from configs import load_config
-    from training.go.coords import from_gtp
+    from training.go.rules import random_opening
     from training.learn.net import net_from_config, save_model
     from training.play.players import NetPlayer
 
     torch.set_num_threads(1)
     cfg = load_config(args.config)
     size = cfg.go.board_size
-    games = [[from_gtp(m, size) for _, m in moves]
-             for moves in positions(args.positions, size, seed=1)]
+    rng = random.Random(1)
+    games = [random_opening(size, rng) for _ in range(args.positions)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model_000001.pt"

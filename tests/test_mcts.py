@@ -268,7 +268,7 @@ def test_leaf_batch_finds_the_winning_move(cfg):
     visits = mcts.search(winning_point(point))[0]
     assert visits.sum() == 64
     assert visits[point] == visits.max() and int(mcts.select_moves([0])[0]) == point
-    assert mcts.root_values([0])[0] > 0.25  # the losses in flight spread the visits more
+    assert mcts.root_values([0])[0] > 0.1  # the losses in flight spread the visits more
 
 
 def test_leaf_batch_searches_one_game_only():
