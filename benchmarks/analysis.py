@@ -31,13 +31,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 def positions(count: int, size: int, seed: int = 0) -> list[list[list[str]]]:
     from training.go.coords import to_gtp
-    from training.go.rules import random_opening
+    from training.go.rules import Position
 
     rng = random.Random(seed)
     out = []
     for _ in range(count):
-        moves = random_opening(size, rng)
-        out.append([["B" if k % 2 == 0 else "W", to_gtp(m, size)] for k, m in enumerate(moves)])
+        pos = Position(size, komi=7.0)
+        moves = []
+        for _ in range(rng.randint(2, 12)):
+            legal = [p for p in range(size * size) if pos.is_legal(p)]
+            move = rng.choice(legal)
+            moves.append(["B" if pos.to_play == 1 else "W", to_gtp(move, size)])
+            pos.play(move)
+        out.append(moves)
     return out
 
 

@@ -39,15 +39,17 @@ def main() -> int:
     import torch
 
     from configs import load_config
-    from training.go.rules import random_opening
+    from training.go.coords import from_gtp
     from training.learn.net import net_from_config, save_model
+    from training.play.gnugo import random_opening
     from training.play.players import NetPlayer
 
     torch.set_num_threads(1)
     cfg = load_config(args.config)
     size = cfg.go.board_size
     rng = random.Random(1)
-    games = [random_opening(size, rng) for _ in range(args.positions)]
+    games = [[from_gtp(m, size) for m in random_opening(size, rng.randint(2, 12), rng)]
+             for _ in range(args.positions)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model_000001.pt"

@@ -336,15 +336,3 @@ class Position:
         if new_board in self._seen:
             raise IllegalMove(move, n, SUPERKO)
         return new_board, captured
-
-
-def random_opening(size: int, rng, low: int = 2, high: int = 12) -> list[int]:
-    """Between `low` and `high` uniformly random legal moves from the empty board, drawn with
-    `rng` (a `random.Random`): distinct positions for benchmarks of the searches."""
-    pos = Position(size, komi=7.0)
-    moves = []
-    for _ in range(rng.randint(low, high)):
-        move = rng.choice([p for p in range(size * size) if pos.is_legal(p)])
-        pos.play(move)
-        moves.append(move)
-    return moves
