@@ -511,8 +511,8 @@ def _descend(t, b, g, leaf_row, path, c_puct, fpu_reduction, gumbel, c_visit, c_
 
 
 @njit(cache=True)
-def _select(t, b, c_puct, fpu_reduction, history, planes, legal, slot_game, early_pass,
-            gumbel, c_visit, c_scale, minmax, max_considered):
+def _select(t, b, history, planes, legal, slot_game, early_pass,
+            c_puct, fpu_reduction, gumbel, c_visit, c_scale, minmax, max_considered):
     """Pick one leaf in every searching game; write its planes and legal moves to a slot.
 
     Game g's root position is row g of `b`; row G + g (scratch) is overwritten with the leaf
@@ -602,8 +602,8 @@ and a loss for the player who moved into each node of its path."""
 
 
 @njit(cache=True)
-def _select_leaves(t, b, g, k, c_puct, fpu_reduction, history, planes, legal, paths, depths,
-                   early_pass, gumbel, c_visit, c_scale, minmax, max_considered):
+def _select_leaves(t, b, g, k, history, planes, legal, paths, depths, early_pass,
+                   c_puct, fpu_reduction, gumbel, c_visit, c_scale, minmax, max_considered):
     """Up to k leaves of game g's tree for one net call, each walked with the ones before it
     in flight: every node on a chosen path counts a visit and a virtual loss at once, so the
     next walk prefers other moves (KataGo's and Leela Zero's leaf batching; Gumbel's
@@ -825,6 +825,11 @@ class Mcts:
         self.early_pass = early_pass
         self.is_gumbel = mcts_cfg.algorithm == "gumbel"
         self._minmax = mcts_cfg.gumbel_q_normalization == "minmax"
+        # the selection rule's constants, last in every selecting kernel's arguments
+        self._rules = (np.float32(mcts_cfg.c_puct), np.float32(mcts_cfg.fpu_reduction),
+                       self.is_gumbel, np.float32(mcts_cfg.gumbel_c_visit),
+                       np.float32(mcts_cfg.gumbel_c_scale), self._minmax,
+                       mcts_cfg.gumbel_max_considered)
         move_cap = go_cfg.move_cap
         # rows [0, G): the root positions; rows [G, 2G): scratch rows for the leaves
         self.boards = fastgo.new_boards(2 * n_games, n, go_cfg.komi, move_cap, history)
@@ -947,22 +952,8 @@ class Mcts:
         if self.leaf_batch > 1:
             return self._step_leaves(evaluators[0])
         t = self.tree
-        n = _select(
-            t,
-            self.boards,
-            np.float32(self.cfg.c_puct),
-            np.float32(self.cfg.fpu_reduction),
-            self.history,
-            self._planes,
-            self._legal,
-            self._slot_game,
-            self.early_pass,
-            self.is_gumbel,
-            np.float32(self.cfg.gumbel_c_visit),
-            np.float32(self.cfg.gumbel_c_scale),
-            self._minmax,
-            self.cfg.gumbel_max_considered,
-        )
+        n = _select(t, self.boards, self.history, self._planes, self._legal, self._slot_game,
+                    self.early_pass, *self._rules)
         if n == 0:
             return 0
         priors = np.empty((n, self.n_moves), np.float32)
@@ -984,25 +975,8 @@ class Mcts:
     def _step_leaves(self, evaluate: Evaluate) -> int:
         """Up to `leaf_batch` simulations of game 0, their leaves evaluated together."""
         t = self.tree
-        n = _select_leaves(
-            t,
-            self.boards,
-            0,
-            self.leaf_batch,
-            np.float32(self.cfg.c_puct),
-            np.float32(self.cfg.fpu_reduction),
-            self.history,
-            self._planes,
-            self._legal,
-            self._paths,
-            self._depths,
-            self.early_pass,
-            self.is_gumbel,
-            np.float32(self.cfg.gumbel_c_visit),
-            np.float32(self.cfg.gumbel_c_scale),
-            self._minmax,
-            self.cfg.gumbel_max_considered,
-        )
+        n = _select_leaves(t, self.boards, 0, self.leaf_batch, self.history, self._planes,
+                           self._legal, self._paths, self._depths, self.early_pass, *self._rules)
         if n == 0:
             return 0
         priors = np.empty((n, self.n_moves), np.float32)
