@@ -18,9 +18,10 @@ Win rates, score leads and ownership are from black's view (KataGo's example ana
 
 Concurrency: every turn of every query is a game of one batched search (`training.search.mcts.Mcts`
 with `--slots` games, one network call per step for all of them), so queries sent together
-are searched together: many queries cost little more per step than one. A turn is searched in
-chunks and answered when it has `maxVisits` visits (at most `--max-visits`, which sizes the
-tree), with `reportDuringSearchEvery` partial answers meanwhile.
+are searched together: many queries cost little more per step than one. A turn is one search
+of `maxVisits` simulations (at most `--max-visits`, which sizes the tree; with Gumbel one
+sequential halving over all of them), stepped with the others and answered when it is done,
+with `reportDuringSearchEvery` partial answers meanwhile (checked every `chunk` steps).
 
 Bounds: a line is at most `MAX_LINE_BYTES`, a game at most 4 N*N moves, at most
 `MAX_PENDING` turns wait; the rules must be area scoring (the net plays Tromp-Taylor with
@@ -276,26 +277,32 @@ class Analyzer:
             self.active[slot] = job
             if self.mcts.is_over(slot):
                 self._finish(slot)
+            else:  # one search of the whole budget: Gumbel halves over all of it
+                self.mcts.start_search([slot], simulations=job.max_visits)
 
     def step(self) -> None:
-        """One chunk of search for every active job; answers those that are done."""
+        """`chunk` simulations of every active job's search, its leaves batched with the other
+        jobs'; answers the jobs that are done, and reports on the others when they are due."""
         self._fill()
         if not self.active:
             return
-        slots = sorted(self.active)
-        sims = [min(self.chunk, self.active[s].max_visits - self.active[s].done) for s in slots]
-        self.mcts.search(self.evaluate, slots, simulations=sims)
+        for _ in range(self.chunk):
+            if not self.mcts.is_searching():
+                break
+            self.mcts.step([self.evaluate])
         now = time.monotonic()
-        for s, k in zip(slots, sims):
+        searching = self.mcts.searching()
+        for s in sorted(self.active):
             job = self.active[s]
-            job.done += k
-            if job.done >= job.max_visits:
+            job.done = int(self.mcts.tree.sims_done[s])
+            if not searching[s]:
                 self._finish(s)
             elif now >= job.next_report:
                 job.next_report = now + job.report_every
                 self.write(self._answer(job, during=True))
 
     def _finish(self, slot: int) -> None:
+        self.mcts.stop_search([slot])
         job = self.active.pop(slot)
         self.write(self._answer(job, during=False))
 
