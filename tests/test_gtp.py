@@ -283,3 +283,57 @@ def test_mcts_player_timed_search_uses_the_time_in_one_search(tiny_cfg, algorith
     assert fixed.last_simulations == 16
     with pytest.raises(ValueError, match="seconds_per_move"):
         MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, history=2, seconds_per_move=0)
+
+
+def test_live_analysis_reads_the_search_that_genmove_plays(tiny_cfg):
+    """A genmove with analysis (lz-genmove_analyze) runs the search a plain genmove runs and
+    reads it every chunk; open-ended analysis (lz-analyze) runs searches that each double the
+    visits, so they gather on few moves. (Chunks of 16 simulations, each a sequential halving
+    of its own, played another move and left the 16 considered moves with equal visits.)"""
+    import threading
+    from dataclasses import replace
+
+    import numpy as np
+
+    from training.play.players import MctsPlayer
+
+    tiny_cfg = replace(tiny_cfg, mcts=replace(tiny_cfg.mcts, algorithm="gumbel"))
+    history = tiny_cfg.net.history
+
+    def evaluate(planes, legal):  # uneven priors and values, a function of the position
+        priors = np.empty(legal.shape, np.float32)
+        values = np.empty(len(planes), np.float32)
+        for i, x in enumerate(planes):
+            rng = np.random.default_rng(int.from_bytes(np.packbits(x > 0).tobytes()[-8:], "little"))
+            priors[i] = rng.random(legal.shape[1]) ** 4 * legal[i]
+            values[i] = rng.uniform(-0.8, 0.8)
+        return priors / priors.sum(1, keepdims=True), values
+
+    moves = [12, 6]
+    player = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 256, history=history)
+    plain = player.genmove(moves, 0.5)
+    plain_visits = player.mcts.root_visits([0])[0].copy()
+    seen = []
+    move = player.genmove(moves, 0.5, on_chunk=lambda: seen.append(
+        int(player.mcts.root_visits([0])[0].sum())))
+    assert move == plain
+    assert np.array_equal(player.mcts.root_visits([0])[0], plain_visits)
+    assert len(seen) >= 256 // player.chunk - 1 and seen == sorted(seen), seen
+
+    stop = threading.Event()
+    player.analyze(moves, 0.5, stop, lambda: None)  # to a full tree: 256 simulations
+    visits = player.mcts.root_visits([0])[0]
+    assert visits.sum() == player.last_simulations == 256
+    considered = np.sort(visits[visits > 0])
+    assert considered[-1] >= 4 * np.median(considered), considered
+
+    stop_after_three = threading.Event()
+    calls = []
+
+    def on_chunk():  # the GTP engine sets stop when the next command comes
+        calls.append(int(player.mcts.tree.sims_done[0]))
+        if len(calls) == 3:
+            stop_after_three.set()
+
+    player.analyze(moves, 0.5, stop_after_three, on_chunk)
+    assert len(calls) == 3 and player.last_simulations < 256, calls  # stopped where it was

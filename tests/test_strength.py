@@ -79,6 +79,26 @@ def _fake_run(run_dir, cfg, generations, hours=None):
             path.write_text(json.dumps(data))
 
 
+def test_run_hours_leave_out_the_time_a_run_was_stopped(tiny_cfg, run_dir):
+    """Generations 1-3 at 0.5 h steps, a stop of 8 hours, then 4-5 from a resumed coach:
+    the hours come from the coach's elapsed seconds, the stop left out. Generation 3 has no
+    elapsed seconds (its coach stopped before writing them): the manifests give its step."""
+    from training.run import metrics
+    from training.strength import run_hours
+
+    made = {0: 0.0, 1: 0.5, 2: 1.0, 3: 1.5, 4: 9.7, 5: 10.2}
+    _fake_run(run_dir, tiny_cfg, list(made), hours=made)
+    for g, elapsed_h in {1: 0.5, 2: 1.0, 4: 0.2, 5: 0.7}.items():  # 4: 0.2 h after the restart
+        metrics.record_metrics(run_dir, g, elapsed_s=3600 * elapsed_h)
+    metrics.record_metrics(run_dir, 3, loss=1.0)  # the trainer's columns only
+    hours = run_hours(run_dir, [1, 3, 4, 5, 6])
+    assert hours == pytest.approx({1: 0.5, 3: 1.5, 4: 1.7, 5: 2.2}), hours
+    # without metrics: the manifests alone, the stop counted in
+    (run_dir / "metrics.json").unlink()
+    (run_dir / "metrics.csv").unlink(missing_ok=True)
+    assert run_hours(run_dir, [1, 5]) == pytest.approx({1: 0.5, 5: 10.2})
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "training.strength", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=600)

@@ -28,7 +28,7 @@ For every chosen generation and every search budget it plays
   difference and its 95% interval (`training.play.elo`), for simulations budgets.
 
 Budgets: `--simulations 32,128,512` and/or `--seconds-per-move 0.5,1` (a time budget: the
-engine searches in chunks of simulations until the time is used); each is its own player, so
+engine's timed search, `training.play.players.MctsPlayer`); each is its own player, so
 strength against thinking time is one curve. Win rates carry Wilson 95% intervals. The
 **rating** is a joint fit (`training.play.rating`) of every (generation, budget) against the pool:
 the random player, the GNU Go levels and the pool models played, with GNU Go level 1 anchored at
@@ -188,7 +188,7 @@ class Row:
     vs_models: dict[str, dict] = field(default_factory=dict)  # pool model name -> the same
     rating: float | None = None
     rating_ci: tuple[float, float] | None = None
-    hours: float | None = None  # from generation 0's model to this one's (stops included)
+    hours: float | None = None  # of the run when it was published, stops left out (run_hours)
     time_settings: tuple[float, float, int] | None = None
 
     @property
@@ -266,22 +266,47 @@ def default_generations(available: Sequence[int], count: int = 5) -> list[int]:
     return sorted({available[int(round(i))] for i in picks})
 
 
-def run_hours(models: Path, generations: Sequence[int]) -> dict[int, float]:
-    """Hours from the publication of generation 0 to that of each generation (the model
-    manifests' `created`); generations without a readable manifest are left out."""
+def run_hours(run_dir: Path, generations: Sequence[int]) -> dict[int, float]:
+    """Hours of the run at which each generation was published, the time the run was stopped
+    left out.
+
+    The coach's `elapsed_s` in each generation's metrics row counts from the coach's start:
+    where it falls, the run was resumed, and the hours before are added on (up to the last
+    generation before the stop; the minutes from there to the stop are not known). A
+    generation without it (the last one of a stopped coach) gets the time since the generation
+    before from the model manifests' `created`, as does a run without metrics; such a run's
+    stops are counted in. Generations without a readable manifest are left out."""
+    models = RunDir(run_dir).models
     try:
-        start = read_manifest(models / f"{model_stem(0)}.json").created
-    except ModelStoreError:
+        rows = {int(r["generation"]): r.get("elapsed_s") for r in metrics.read_metrics(run_dir)}
+    except (metrics.MetricsError, TypeError, ValueError):
+        rows = {}
+    created: dict[int, float] = {}
+
+    def made(g: int) -> float | None:
+        if g not in created:
+            try:
+                created[g] = read_manifest(models / f"{model_stem(g)}.json").created
+            except ModelStoreError:
+                created[g] = 0.0
+        return created[g] or None
+
+    start = made(0)
+    if start is None:
         return {}
-    out = {}
-    for g in generations:
-        try:
-            created = read_manifest(models / f"{model_stem(g)}.json").created
-        except ModelStoreError:
-            continue
-        if start > 0 and created >= start:
-            out[g] = (created - start) / 3600
-    return out
+    hours: dict[int, float] = {0: 0.0}
+    offset, last_elapsed, last = 0.0, None, 0
+    for g in range(1, max(generations, default=0) + 1):
+        elapsed = rows.get(g)
+        if isinstance(elapsed, (int, float)) and elapsed >= 0:
+            if last_elapsed is not None and elapsed < last_elapsed:
+                offset = hours[last] * 3600  # a new coach: the run was resumed
+            hours[g] = (offset + elapsed) / 3600
+            last_elapsed, last = elapsed, g
+        elif (c := made(g)) is not None and (before := made(last)) is not None and c >= before:
+            hours[g] = hours[last] + (c - before) / 3600
+            last = g
+    return {g: hours[g] for g in generations if g in hours and made(g) is not None}
 
 
 def model_path(run_dir: Path, generation: int) -> Path:
@@ -314,7 +339,7 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
         return evaluators[g]
 
     rows = []
-    hours = run_hours(RunDir(run_dir).models, generations)
+    hours = run_hours(run_dir, generations)
     for g in generations:
         for budget in budgets:
             row = Row(g, None, None, None, (0, 0, 0), budget.simulations,
@@ -551,7 +576,7 @@ def plot(rows: Sequence[Row], path: Path) -> None:
                 ax.annotate(f"gen {r.generation}", (r.hours, r.rating), fontsize="x-small",
                             textcoords="offset points", xytext=(3, 3))
         ax.axhline(ANCHOR_ELO, color="grey", lw=0.8, ls="--")
-        ax.set_xlabel("hours of the run (from generation 0's model)")
+        ax.set_xlabel("hours of the run (stops left out)")
         ax.set_ylabel(f"Elo, {anchor_of(rows)} = {ANCHOR_ELO:g}")
         if len(budgets) > 1:
             ax.legend(fontsize="small")

@@ -49,10 +49,10 @@ class MctsPlayer:
     and followed by another if time is left (at most `max_simulations`, which also sizes the
     tree). So with Gumbel one sequential halving spreads the whole budget, as with a fixed
     number of simulations: the few root moves left at the end get most of the visits. Live
-    analysis (`on_chunk`) searches in chunks of simulations on the same tree instead, each
-    through the public `Mcts.search` (with Gumbel each chunk is a sequential halving of its
-    own, at least `gumbel_max_considered` simulations). `last_simulations` and
-    `last_seconds` tell what the last move used.
+    analysis (`on_chunk`) reads the same searches every `chunk` simulations: a genmove with
+    analysis plays the move a plain genmove plays, and open-ended analysis (`analyze`) runs
+    searches that each double the tree's visits, so the newest halving always holds at least
+    half of them. `last_simulations` and `last_seconds` tell what the last move used.
 
     `early_pass` False (default): never pass first while a real move is left, as in self-play
     (the net never learned what follows its own early pass; against players that never pass
@@ -120,22 +120,19 @@ class MctsPlayer:
         """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
 
         `seconds` replaces the budget for this move with a time (a clock's share, see
-        `training.play.clock`); `on_chunk` is called after every chunk of the search (live
-        analysis), which then runs in chunks whatever the budget. Raises ValueError if `moves`
-        holds an illegal move.
+        `training.play.clock`); `on_chunk` is called every chunk of simulations of the same
+        search (live analysis: the move is the one a plain genmove plays). Raises ValueError if
+        `moves` holds an illegal move.
         """
         start = time.perf_counter()
         self.mcts.reset_game(0, moves, komi=komi)
         if self.mcts.is_over(0):
             return self.size * self.size
         seconds = self.seconds_per_move if seconds is None else seconds
-        if on_chunk is not None:
-            self._chunked_search(None if seconds is None else start + seconds, on_chunk)
-        elif seconds is None:
-            self.mcts.search(self.evaluate, [0])
-            self.last_simulations = self.max_simulations
+        if seconds is None:
+            self.last_simulations = self._search(self.max_simulations, on_chunk=on_chunk)[0]
         else:
-            self._timed_search(start + seconds)
+            self._timed_search(start + seconds, on_chunk)
         self.last_value = float(self.mcts.root_values([0])[0])
         move = int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
         self.last_seconds = time.perf_counter() - start
@@ -143,11 +140,22 @@ class MctsPlayer:
 
     def analyze(self, moves: Sequence[int], komi: float, stop: threading.Event,
                 on_chunk: Callable[[], None]) -> None:
-        """Search the position after `moves` in chunks until `stop` is set or the tree is full
-        (`max_simulations`), calling `on_chunk` after each (GTP's lz-analyze)."""
+        """Search the position after `moves` until `stop` is set or the tree is full
+        (`max_simulations`), calling `on_chunk` every chunk of simulations (GTP's lz-analyze).
+
+        An anytime search: each search is as large as all before it together (the first one
+        chunk), so with Gumbel the newest sequential halving holds at least half the visits
+        and the visits gather on the best moves as the analysis runs, as with one long search.
+        """
         self.mcts.reset_game(0, moves, komi=komi)
-        if not self.mcts.is_over(0):
-            self._chunked_search(None, on_chunk, stop)
+        done = 0
+        while not self.mcts.is_over(0) and done < self.max_simulations and not stop.is_set():
+            n = min(max(self.chunk, done), self.max_simulations - done)
+            ran, _ = self._search(n, on_chunk=on_chunk, stop=stop)
+            done += ran
+            self.last_simulations = done
+            if ran == 0:
+                return
 
     def candidates(self, pv_length: int = 12) -> list[tuple[int, int, float, float, list[int]]]:
         """The searched root moves, the search's choice first, then by visits: (move, visits,
@@ -158,10 +166,10 @@ class MctsPlayer:
         chosen = int(self.mcts.select_moves([0])[0])
         return sorted(found, key=lambda c: c[0] != chosen)  # stable: the rest keep their order
 
-    def _timed_search(self, deadline: float) -> None:
-        """Searches of the simulations the time left allows (see the class) until `deadline`:
-        each step is timed, and the search stops when the next step, as long as the last,
-        would end past it. The first search always gets a chunk done (a move needs one)."""
+    def _timed_search(self, deadline: float,
+                      on_chunk: Callable[[], None] | None = None) -> None:
+        """Searches of the simulations the time left allows (see the class) until `deadline`.
+        The first search always gets a chunk done (a move needs one)."""
         done = 0
         while done < self.max_simulations:
             t0 = time.perf_counter()
@@ -172,17 +180,8 @@ class MctsPlayer:
                 if done and n < max(self.chunk, done // 4):
                     return  # a small last search would choose the move by its own halving
             n = min(max(n, self.chunk), self.max_simulations - done)
-            self.mcts.start_search([0], simulations=n)
-            out_of_time = False
-            while self.mcts.is_searching():
-                s0 = time.perf_counter()
-                self.mcts.step([self.evaluate])
-                s1 = time.perf_counter()
-                if (done + int(self.mcts.tree.sims_done[0]) >= self.chunk
-                        and s1 + (s1 - s0) > deadline):
-                    self.mcts.stop_search([0])
-                    out_of_time = True
-            ran = int(self.mcts.tree.sims_done[0])
+            ran, out_of_time = self._search(n, deadline=deadline, at_least=self.chunk - done,
+                                            on_chunk=on_chunk)
             took = time.perf_counter() - t0
             if ran and took > 0:
                 self.rate = ran / took
@@ -191,27 +190,31 @@ class MctsPlayer:
             if out_of_time or ran == 0:
                 return
 
-    def _chunked_search(self, deadline: float | None, on_chunk: Callable[[], None] | None = None,
-                        stop: threading.Event | None = None) -> None:
-        """Chunks of simulations on one tree until `max_simulations`, `stop`, or the next chunk
-        would end past `deadline`.
-
-        The first chunk always runs (a move needs a search); a later one only when the chunk
-        before it, timed, would still fit in the time left.
-        """
-        done = 0
-        while True:
-            chunk = min(self.chunk, self.max_simulations - done)
-            t0 = time.perf_counter()
-            self.mcts.search(self.evaluate, [0], simulations=chunk)
-            now = time.perf_counter()
-            done += chunk
-            self.last_simulations = done
-            if on_chunk is not None:
+    def _search(self, n: int, *, deadline: float | None = None, at_least: int = 0,
+                on_chunk: Callable[[], None] | None = None,
+                stop: threading.Event | None = None) -> tuple[int, bool]:
+        """One search of `n` simulations on the tree, step by step: stopped when `stop` is
+        set, or (once `at_least` are done) when the next step, as long as the last, would end
+        past `deadline`; `on_chunk` is called every `chunk` simulations. Returns the
+        simulations done and whether the time ran out."""
+        mcts = self.mcts
+        mcts.start_search([0], simulations=n)
+        reported = 0
+        out_of_time = False
+        while mcts.is_searching():
+            s0 = time.perf_counter()
+            mcts.step([self.evaluate])
+            s1 = time.perf_counter()
+            ran = int(mcts.tree.sims_done[0])
+            if deadline is not None and ran >= at_least and s1 + (s1 - s0) > deadline:
+                mcts.stop_search([0])
+                out_of_time = True
+            elif stop is not None and stop.is_set():
+                mcts.stop_search([0])
+            if on_chunk is not None and ran - reported >= self.chunk:
+                reported = ran
                 on_chunk()
-            if (done >= self.max_simulations or (stop is not None and stop.is_set())
-                    or (deadline is not None and now + (now - t0) > deadline)):
-                return
+        return int(mcts.tree.sims_done[0]), out_of_time
 
 
 class NetPlayer:
@@ -331,7 +334,7 @@ class NetPlayer:
     def analyze(self, position: Any, color: int, stop: threading.Event,
                 on_chunk: Callable[[], None]) -> None:
         """Search the position for `color` until `stop` (or a full tree), calling `on_chunk`
-        after each chunk; `move_infos` reads the search meanwhile."""
+        every chunk of simulations; `move_infos` reads the search meanwhile."""
         self.player.analyze(self._moves(position, color), position.komi, stop, on_chunk)
 
     def move_infos(self, position: Any, color: int, pv_length: int = 12) -> list[MoveInfo]:
