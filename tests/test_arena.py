@@ -77,6 +77,24 @@ def test_evaluate_generation_chains_elo_and_writes_the_metrics_row(tiny_cfg, run
     assert row["elo"] == pytest.approx(result.elo) and row["promoted"] == result.promote
 
 
+def test_the_chain_goes_on_past_a_generation_whose_arena_was_stopped(tiny_cfg, run_dir):
+    """Generation 2's coach was stopped during its arena (no Elo in its row); the resumed
+    coach rates generation 3 against it: the chain goes on from generation 1's 500, not 0."""
+    from training.run.metrics import record_metrics
+
+    cfg = override(tiny_cfg, {"evaluation.games": 4, "evaluation.simulations": 4})
+    models = run_dir / "models"
+    for g in range(4):
+        _save_net(cfg, models / f"model_{g:06d}.pt", g, seed=g + 1)
+        model_store.publish_model(models, g)
+    record_metrics(run_dir, 1, elo=500.0, elo_ci_low=450.0, elo_ci_high=550.0)
+    record_metrics(run_dir, 2, loss=1.0)  # the trainer's columns only
+    result = evaluate_generation(cfg, run_dir, 3, device="cpu")
+    assert result.opponent == 2
+    assert result.elo == pytest.approx(500.0 + result.elo_diff)
+    assert result.elo_ci_high - result.elo_ci_low > 100.0  # generation 1's interval carried
+
+
 def test_first_generation_without_an_opponent_is_promoted(tiny_cfg, run_dir):
     _save_net(tiny_cfg, run_dir / "models" / "model_000000.pt", 0, seed=1)
     result = evaluate_generation(tiny_cfg, run_dir, 0, device="cpu")

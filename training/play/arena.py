@@ -136,9 +136,13 @@ def _opponent(models_dir: Path, generation: int) -> int | None:
 
 
 def _rating_of(run_dir: Path, generation: int) -> tuple[float, float]:
-    """(Elo, CI half-width) of a rated generation from metrics.json; generation 0 is 0 +- 0."""
-    for row in metrics.read_metrics(run_dir):
-        if row["generation"] == generation and isinstance(row.get("elo"), (int, float)):
+    """(Elo, CI half-width) of `generation` from metrics.json; generation 0 is 0 +- 0.
+
+    A generation without a rating (its coach was stopped during its arena, and the resumed
+    coach went on with the next) takes the newest rating below it, so the chain goes on where
+    it was instead of starting again at 0."""
+    for row in reversed(metrics.read_metrics(run_dir)):  # newest generation first
+        if row["generation"] <= generation and isinstance(row.get("elo"), (int, float)):
             hi, lo = row.get("elo_ci_high"), row.get("elo_ci_low")
             half = (hi - lo) / 2 if isinstance(hi, (int, float)) and isinstance(
                 lo, (int, float)) else 0.0
