@@ -310,6 +310,11 @@ class TrainingConfig:
     """How lr follows the total batch: linear, sqrt or none."""
     warmup_steps: int = 100
     """Linear LR warmup at the start of a run."""
+    lr_schedule: tuple[tuple[float, ...], ...] = ((12600.0, 0.1),)
+    """LR drops: [[global_step, multiplier], ...], steps ascending; from each step on the LR is
+    lr x its multiplier (minigo's and Leela Zero's piecewise-constant schedule); [] = constant.
+    The default drops to a tenth at step 12,600 (generation 63 at 200 steps a round: 96
+    minutes of the default on 2 CPU cores), measured in docs/PERFORMANCE.md."""
     momentum: float = 0.9
     weight_decay: float = 1e-4
     steps_per_generation: int = 200
@@ -351,6 +356,15 @@ class TrainingConfig:
         _choice(self, "lr_scaling", ("linear", "sqrt", "none"))
         _choice(self, "amp_dtype", ("auto", "bf16", "fp16"))
         _range(self, "warmup_steps", 0, 10**9)
+        last = -1.0
+        for i, entry in enumerate(self.lr_schedule):
+            key = f"lr_schedule[{i}]"
+            _check(len(entry) == 2, key, f"must be [global_step, multiplier], got {list(entry)}")
+            step, factor = entry
+            _check(step == int(step) and step > last, key,
+                   f"step must be a whole number above the entry before it, got {step:g}")
+            _check(0.0 < factor <= 100.0, key, f"multiplier must be in (0, 100], got {factor:g}")
+            last = step
         _range(self, "momentum", 0.0, 1.0)
         _range(self, "weight_decay", 0.0, 1.0)
         _range(self, "steps_per_generation", 1, 10**9)

@@ -119,6 +119,19 @@ def test_choice_lists_options():
     assert "training.lr_scaling must be one of linear, sqrt, none, got 'cubic'" in msg
 
 
+def test_lr_schedule_is_checked_entry_by_entry():
+    ok = load_config_text("training:\n  lr_schedule: [[1000, 0.3], [2000, 0.1]]\n")
+    assert ok.training.lr_schedule == ((1000.0, 0.3), (2000.0, 0.1))
+    assert "training.lr_schedule[1] step must be a whole number above the entry before it" in (
+        _error("training:\n  lr_schedule: [[1000, 0.3], [1000, 0.1]]\n"))
+    assert "training.lr_schedule[0] must be [global_step, multiplier], got [1000.0]" in (
+        _error("training:\n  lr_schedule: [[1000]]\n"))
+    assert "training.lr_schedule[0] multiplier must be in (0, 100], got 0" in (
+        _error("training:\n  lr_schedule: [[10, 0]]\n"))
+    assert "training.lr_schedule[0][1] must be a number" in (
+        _error("training:\n  lr_schedule: [[10, fast]]\n"))
+
+
 def test_missing_required_worker_field():
     msg = _error("distributed:\n  workers:\n    - host: a\n")
     assert "distributed.workers[0].user is required" in msg

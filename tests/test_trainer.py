@@ -120,6 +120,18 @@ def test_checkpoint_resumes_to_the_same_next_step_loss(tiny_cfg, tmp_path, sampl
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
 
 
+def test_the_lr_schedule_drops_at_its_global_step_across_rounds(tiny_cfg, tmp_path, samples):
+    cfg = override(tiny_cfg, {"training.warmup_steps": 0,
+                              "training.lr_schedule": [[6, 0.1]]})
+    first = train_round(cfg, tmp_path, dataset=samples, steps=4, progress=False)
+    # the second round resumes at global step 4 and crosses the drop at step 6
+    second = train_round(cfg, tmp_path, dataset=samples, steps=4, progress=False)
+    assert first.lr == pytest.approx(cfg.training.lr)
+    assert second.global_step == 8 and second.lr == pytest.approx(cfg.training.lr * 0.1)
+    saved = torch.load(tmp_path / "checkpoints" / "checkpoint_000002.pt", weights_only=True)
+    assert [tuple(d) for d in saved["schedule"]["drops"]] == [(6.0, 0.1)]
+
+
 def test_a_round_starts_from_the_newest_model_when_there_is_no_checkpoint(
     tiny_cfg, run_dir, samples
 ):
@@ -254,6 +266,13 @@ def test_lr_scaling_rules_and_warmup():
         lrs.append(sched.lr())
         sched.step += 1
     assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    # drops multiply the LR from their global step on, warmup included
+    sched = WarmupSchedule(peak_lr=1.0, warmup_steps=2, drops=((3, 0.5), (5, 0.1)))
+    lrs = []
+    for _ in range(7):
+        lrs.append(sched.lr())
+        sched.step += 1
+    assert lrs == pytest.approx([0.5, 1.0, 1.0, 0.5, 0.5, 0.1, 0.1])
 
 
 def test_flags_override_the_config_and_are_validated(tmp_path):

@@ -337,7 +337,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
 
     peak = scaled_lr(tcfg.lr, total_batch, tcfg.lr_reference_batch, tcfg.lr_scaling)
-    schedule = WarmupSchedule(peak, tcfg.warmup_steps)
+    schedule = WarmupSchedule(peak, tcfg.warmup_steps, drops=tcfg.lr_schedule)
     optimizer = torch.optim.SGD(net.parameters(), lr=schedule.lr(), momentum=tcfg.momentum,
                                 weight_decay=tcfg.weight_decay)
     epoch = offset = 0

@@ -51,19 +51,26 @@ _NAME_RE = re.compile(r"^(model|checkpoint)_(\d{6,})\.pt$")
 
 @dataclass
 class WarmupSchedule:
-    """LR = peak * min(1, (step + 1) / warmup_steps); peak scaled from the reference batch."""
+    """LR = peak * min(1, (step + 1) / warmup_steps) * the multiplier of the last drop reached:
+    `drops` are (global step, multiplier) pairs, steps ascending (training.lr_schedule); peak
+    is scaled from the reference batch."""
 
     peak_lr: float
     warmup_steps: int
     step: int = 0
+    drops: tuple[tuple[float, float], ...] = ()
 
     def lr(self) -> float:
+        factor = 1.0
+        for at, multiplier in self.drops:
+            if self.step >= at:
+                factor = multiplier
         if self.warmup_steps <= 0:
-            return self.peak_lr
-        return self.peak_lr * min(1.0, (self.step + 1) / self.warmup_steps)
+            return self.peak_lr * factor
+        return self.peak_lr * factor * min(1.0, (self.step + 1) / self.warmup_steps)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"name": "linear_warmup_constant", **asdict(self)}
+        return {"name": "linear_warmup_piecewise_constant", **asdict(self)}
 
 
 def scaled_lr(lr: float, total_batch: int, reference_batch: int, scaling: str) -> float:
