@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from training.run.metrics import MetricsError, plot_progress, read_metrics, record_metrics
+from training.run.metrics import (
+    MetricsError,
+    lr_changes,
+    plot_progress,
+    read_metrics,
+    record_metrics,
+)
 
 
 def test_values_from_several_parts_merge_into_one_row_per_generation(run_dir):
@@ -37,6 +43,14 @@ def test_progress_plot_is_a_png(run_dir):
         record_metrics(run_dir, g, loss=3.0 - g * 0.5, elo=g * 20.0, games_per_s=1.5 * g)
     path = plot_progress(run_dir)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_progress_plot_marks_where_the_lr_changed(run_dir):
+    for g, lr in ((1, 0.02), (2, 0.02), (3, 0.002), (4, 0.002), (5, 0.0002)):
+        record_metrics(run_dir, g, loss=2.0, lr=lr)
+    record_metrics(run_dir, 6, loss=2.0)  # a round without its LR (an older run's row)
+    assert lr_changes(read_metrics(run_dir)) == [(3, 0.002), (5, 0.0002)]
+    assert plot_progress(run_dir).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_of_an_empty_run_still_draws(run_dir):

@@ -122,6 +122,14 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
+def lr_changes(rows: list[dict]) -> list[tuple[int, float]]:
+    """(generation, new LR) wherever a round's LR differs from the round before: a drop of
+    training.lr_schedule, or a run resumed with another --lr."""
+    xs, ys = _series(rows, "lr")
+    return [(g, lr) for g, lr, before in zip(xs[1:], ys[1:], ys)
+            if not math.isclose(lr, before, rel_tol=1e-6)]
+
+
 def pool_ratings(history: Path) -> dict[str, list[tuple[int, float, float, float]]]:
     """budget -> [(generation, rating, ci low, ci high)] by generation: the newest rating of
     each (generation, budget) in the strength tool's history, among the evaluations anchored
@@ -203,6 +211,10 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
         if xs:
             ax.plot(xs, ys, marker=".", label=label)
     ax.set_ylabel("loss")
+    for gen, lr in lr_changes(rows):
+        ax.axvline(gen, color="grey", lw=0.8, ls=":")
+        ax.annotate(f"LR {lr:.3g}", (gen, 1), xycoords=("data", "axes fraction"),
+                    xytext=(3, -12), textcoords="offset points", fontsize="small")
     if ax.lines:
         ax.legend(loc="upper right", fontsize="small")
     ax = axes[1]
