@@ -65,9 +65,8 @@ class WarmupSchedule:
         for at, multiplier in self.drops:
             if self.step >= at:
                 factor = multiplier
-        if self.warmup_steps <= 0:
-            return self.peak_lr * factor
-        return self.peak_lr * factor * min(1.0, (self.step + 1) / self.warmup_steps)
+        warm = 1.0 if self.warmup_steps <= 0 else min(1.0, (self.step + 1) / self.warmup_steps)
+        return self.peak_lr * factor * warm
 
     def state_dict(self) -> dict[str, Any]:
         return {"name": "linear_warmup_piecewise_constant", **asdict(self)}

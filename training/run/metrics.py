@@ -211,12 +211,12 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
         if xs:
             ax.plot(xs, ys, marker=".", label=label)
     ax.set_ylabel("loss")
-    for gen, lr in lr_changes(rows):
+    if ax.lines:
+        ax.legend(loc="upper right", fontsize="small")
+    for gen, lr in lr_changes(rows):  # after the legend: the markers have no label
         ax.axvline(gen, color="grey", lw=0.8, ls=":")
         ax.annotate(f"LR {lr:.3g}", (gen, 1), xycoords=("data", "axes fraction"),
                     xytext=(3, -12), textcoords="offset points", fontsize="small")
-    if ax.lines:
-        ax.legend(loc="upper right", fontsize="small")
     ax = axes[1]
     xs, ys = _series(rows, "elo")
     if xs:
