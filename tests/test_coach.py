@@ -318,23 +318,19 @@ def _round_result(generation: int, loss: float):
 
 def _train_one_round(coach, result_file: str = "") -> bool:
     """Start a round with FAKE_TRAINER and drive it to its end; True when the model went out
-    before its evaluation ended (published and pushed right after training)."""
+    to the workers (published and pushed)."""
     import time
 
     gen = _start_fake_round(coach, result_file)
     coach.start_round()
     assert coach.rounds.current is not None and coach.rounds.current.generation == gen
-    published_early = False
     t0 = time.monotonic()
     while coach.rounds.concluded == 0:
         assert time.monotonic() - t0 < 60, "the round did not end"
         coach._advance_training()
-        rnd = coach.rounds.current
-        if rnd is not None and rnd.evaluation is not None and coach.rounds.generation == gen:
-            published_early = rnd.published and coach.fleet.target.generation == gen
         time.sleep(0.05)
     assert coach.rounds.generation == gen and coach.rounds.current is None
-    return published_early
+    return coach.fleet.target.generation == gen
 
 
 def _start_fake_round(coach, result_file: str = "", source=None) -> int:
@@ -358,14 +354,13 @@ def _round_coach(tiny_cfg, run_dir):
     return coach
 
 
-def test_the_round_result_file_gives_the_loss_and_the_model_goes_out_before_its_arena(
-        tiny_cfg, run_dir):
+def test_the_round_result_file_gives_the_loss_and_the_model_goes_out(tiny_cfg, run_dir):
     from training.learn import round_result
 
     coach = _round_coach(tiny_cfg, run_dir)
     prepared = run_dir.parent / "prepared.json"
     round_result.write(prepared, _round_result(1, 0.75))
-    assert _train_one_round(coach, str(prepared))  # gating none: published before the arena
+    assert _train_one_round(coach, str(prepared))
     assert coach.rounds.last_loss == 0.75 and coach.rounds.concluded == 1
     assert (coach.paths.models / "model_000001.json").exists()
 
@@ -404,6 +399,89 @@ def test_a_round_driven_alone_reports_started_published_concluded(tiny_cfg, run_
         time.sleep(0.05)
     assert seen == [ModelPublished(1), RoundConcluded(1, True, seen[1].train_s, None)]
     assert rounds.generation == 1 and rounds.last_loss == 0.5 and rounds.new_games(12) == 2
+
+
+def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
+        tiny_cfg, run_dir, caplog):
+    """gating none: the round concludes when training ends, the model goes out, and the next
+    round starts while the real arena still rates the last one; a generation trained while
+    that rating runs is published unrated; the rating's Elo lands in its own metrics row."""
+    import logging
+    import sys
+    import threading
+    import time
+
+    from training.learn import round_result
+    from training.rounds import Counts, ModelPublished, RoundConcluded, Rounds, RoundStarted
+    from training.run import metrics
+    from training.run.run_dir import RunDir
+
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(run_dir / "logs"),
+                              "evaluation.games": 2, "evaluation.gnugo_games": 0,
+                              "evaluation.gating": "none", "evaluation.simulations": 4})
+    paths = RunDir(run_dir).create()
+    source = _model_file(run_dir.parent / "source.pt", cfg)
+    release = threading.Event()
+
+    class HeldArena(Rounds):  # the real arena, started only once the test lets it
+        def _evaluate(self, generation):
+            assert release.wait(60)
+            return super()._evaluate(generation)
+
+    rounds = HeldArena(cfg, paths, threading.Event())
+    rounds.ensure_first_model()
+
+    def train(gen: int, total: int) -> list:
+        prepared = run_dir.parent / f"prepared_{gen}.json"
+        round_result.write(prepared, _round_result(gen, 1.0 / gen))
+        rounds.trainer_cmd = [sys.executable, "-c", FAKE_TRAINER, str(source),
+                              str(paths.model(gen)), str(prepared), str(paths.round_result(gen))]
+        seen = rounds.advance(Counts(total_games=total, target=10))
+        assert seen == [RoundStarted(gen)]
+        t0 = time.monotonic()
+        while not any(isinstance(e, RoundConcluded) for e in seen):
+            assert time.monotonic() - t0 < 60, "the round did not end"
+            seen += rounds.advance(Counts(total_games=total, target=10))
+            time.sleep(0.05)
+        return seen
+
+    seen = train(1, 10)
+    assert seen[1:] == [ModelPublished(1), RoundConcluded(1, True, seen[2].train_s, None)]
+    assert rounds.rating is not None and rounds.rating.is_alive()  # generation 1's arena
+    with caplog.at_level(logging.INFO, logger="training.rounds"):
+        seen = train(2, 20)  # the next round starts and ends while generation 1 is rated
+    assert seen[1:] == [ModelPublished(2), RoundConcluded(2, True, seen[2].train_s, None)]
+    assert "generation 2 is not rated" in caplog.text
+    release.set()
+    t0 = time.monotonic()
+    while rounds.rating is not None:
+        assert time.monotonic() - t0 < 120, "the arena did not end"
+        assert rounds.advance(Counts(total_games=20, target=10)) == []
+        time.sleep(0.05)
+    rows = {r["generation"]: r for r in metrics.read_metrics(run_dir)}
+    assert rows[1]["arena_opponent"] == 0 and rows[1]["arena_wins"] + rows[1][
+        "arena_draws"] + rows[1]["arena_losses"] == 2 and isinstance(rows[1]["elo"], float)
+    assert "elo" not in rows.get(2, {}) and rounds.elo == rows[1]["elo"]
+
+
+def test_metrics_columns_merged_by_processes_at_once_are_all_kept(run_dir):
+    """The coach, the trainer and the arena may merge into metrics.json at the same time."""
+    import subprocess
+    import sys
+
+    from training.run.metrics import read_metrics
+
+    code = ("import sys\nfrom training.run.metrics import record_metrics\n"
+            "for g in range(25):\n"
+            "    record_metrics(sys.argv[1], g, **{'w' + sys.argv[2]: g})\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(w)],
+                              cwd=str(Path(__file__).resolve().parent.parent))
+             for w in range(4)]
+    assert [p.wait(120) for p in procs] == [0] * 4
+    rows = read_metrics(run_dir)
+    assert [r["generation"] for r in rows] == list(range(25))
+    for r in rows:
+        assert {f"w{w}" for w in range(4)} <= set(r), r
 
 
 def test_with_logging_tensorboard_each_generation_goes_to_tensorboard_too(tiny_cfg, run_dir):

@@ -296,7 +296,8 @@ class Coach:
 
     def _done(self) -> bool:
         n = self.cfg.run.iterations
-        return n > 0 and self.rounds.concluded >= n and self.rounds.current is None
+        return (n > 0 and self.rounds.concluded >= n and self.rounds.current is None
+                and self.rounds.rating is None)
 
     def _start_fleet(self) -> None:
         self._push(self.rounds.generation)

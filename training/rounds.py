@@ -20,12 +20,15 @@ fleet, the collector or the coach, and nothing waits:
      from `rounds/round_<gen>.json` (`training.learn.round_result`): a missing file leaves the
      round's loss unknown (a warning), an unreadable one is logged as an error, and either way
      the round counts. Then the evaluation starts in a thread (the arena in a child process,
-     stopped with the coach); without gating (`evaluation.gating: none`) the model is
-     published and pushed first, so that the workers need not wait for the arena, which then
-     only rates it (`Round.published`);
+     stopped with the coach). Without gating (`evaluation.gating: none`) the arena only rates:
+     the model is published and pushed at once and the round concludes, so that neither the
+     workers nor the next round wait for the arena (on a GPU box its games take longer than a
+     generation's self-play); the rating goes on beside the next round (`Rounds.rating`, one
+     at a time: a generation trained while the previous one is still being rated is not
+     rated, and the chain takes the newest rating below it);
   5. conclude: a promoted model not yet published is published (`ModelPublished`: the coach
      has the supervisors push it to every worker); `RoundConcluded` (the coach writes the
-     generation's metrics row and the plot).
+     generation's metrics row and the plot; the arena writes its own columns of that row).
 
 Publishing writes `models/model_<gen>.pt.zst` + manifest (`training.run.model_store`); a model
 refused by gating keeps its number and the next round trains one past it.
@@ -133,6 +136,7 @@ class Rounds:
         self.distributed = distributed
         self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
         self.current: Round | None = None
+        self.rating: threading.Thread | None = None  # gating none: a concluded round's arena
         self.generation = -1  # newest published generation
         self.concluded = 0  # rounds concluded since the coach started
         self.last_loss: float | None = None
@@ -218,6 +222,8 @@ class Rounds:
         return events
 
     def _advance(self, counts: Counts) -> None:
+        if self.rating is not None and not self.rating.is_alive():
+            self.rating = None
         if self.node_start is not None:
             self._launch_when_nodes_ready(counts)
             return
@@ -367,13 +373,32 @@ class Rounds:
             self.last_loss = rnd.result.loss
         log.info("trained generation %d in %.1fs: loss=%s", rnd.generation, rnd.train_s,
                  rnd.result.loss if rnd.result is not None else "unknown")
-        if self.cfg.evaluation.gating == "none":  # the arena only rates: workers need not wait
+        if self.cfg.evaluation.gating == "none":  # the arena only rates: nothing waits for it
             self._publish_for_workers(rnd.generation)
             rnd.published = True
+            self._rate(rnd.generation)
+            rnd.promote.append(True)
+            self._conclude()
+            return
         rnd.evaluation = threading.Thread(
             target=lambda: rnd.promote.append(self._evaluate(rnd.generation)),
             name=f"evaluate-{rnd.generation}", daemon=True)
         rnd.evaluation.start()
+
+    def _rate(self, generation: int) -> None:
+        """Without gating: the arena rates `generation` in a thread beside the next round, one
+        rating at a time."""
+        ev = self.cfg.evaluation
+        if ev.games == 0 and ev.gnugo_games == 0:
+            return
+        if self.rating is not None and self.rating.is_alive():
+            log.info("generation %d is not rated: the arena of an earlier generation still "
+                     "runs (evaluation.games=%d, evaluation.gnugo_games=%d)", generation,
+                     ev.games, ev.gnugo_games)
+            return
+        self.rating = threading.Thread(target=self._evaluate, args=(generation,),
+                                       name=f"rate-{generation}", daemon=True)
+        self.rating.start()
 
     def _refuse_model(self, pt: Path) -> bool:
         """True (and the file moved aside as `<name>.refused`) when the trained model does not
@@ -420,8 +445,9 @@ class Rounds:
                  f"generation {self.generation}")
         if promote and not rnd.published:
             self._publish_for_workers(rnd.generation)
+        # a generation still being rated (gating none) has no Elo yet: its arena writes it
         self._events.append(RoundConcluded(rnd.generation, bool(promote), rnd.train_s,
-                                           self.elo))
+                                           None if rnd.published else self.elo))
 
     def _evaluate(self, generation: int) -> bool:
         """Optional arena and gating; True when the new model is promoted."""
@@ -454,6 +480,9 @@ class Rounds:
             if rnd.evaluation is not None:  # its child process stops with `stopping`
                 rnd.evaluation.join(timeout=15)
             self.current = None
+        if self.rating is not None:  # its child process stops with `stopping`
+            self.rating.join(timeout=15)
+            self.rating = None
         if self.training_nodes is not None:
             self.training_nodes.stop_round(wait=True)
 

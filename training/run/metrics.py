@@ -15,13 +15,16 @@ Vocabulary: a **row** is a dict of plain numbers/strings with an int `generation
 parts add columns to the same generation's row (the trainer its losses, the arena its Elo, the
 coach games/s): `record_metrics(run_dir, generation, **values)` merges them.
 
-Writers: only one process at a time (the coach, or rank 0 of the trainer that the coach waits
-for); every file is written to a temp name and renamed. This module must not import torch.
+Writers: the coach, rank 0 of the trainer and the arena's child process, which may rate one
+generation while the next trains; each merges under an exclusive `fcntl.flock` on
+`metrics.lock`, so no column is lost, and every file is written to a temp name and renamed
+(readers never take the lock). This module must not import torch.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import logging
@@ -76,15 +79,17 @@ def record_metrics(run_dir: str | os.PathLike, generation: int, **values: Any) -
     """
     paths = RunDir(run_dir)
     paths.root.mkdir(parents=True, exist_ok=True)
-    rows = read_metrics(paths.root)
-    row = next((r for r in rows if r["generation"] == generation), None)
-    if row is None:
-        row = {"generation": int(generation)}
-        rows.append(row)
-        rows.sort(key=lambda r: r["generation"])
-    row.update({k: _plain(v) for k, v in values.items()})
-    write_json_atomic(paths.metrics_json, rows)
-    write_atomic(paths.metrics_csv, _csv_text(rows))
+    with open(paths.metrics_lock, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        rows = read_metrics(paths.root)
+        row = next((r for r in rows if r["generation"] == generation), None)
+        if row is None:
+            row = {"generation": int(generation)}
+            rows.append(row)
+            rows.sort(key=lambda r: r["generation"])
+        row.update({k: _plain(v) for k, v in values.items()})
+        write_json_atomic(paths.metrics_json, rows)
+        write_atomic(paths.metrics_csv, _csv_text(rows))
     log.info(
         "metrics generation=%d %s",
         generation,

@@ -14,6 +14,7 @@
       workers/                    local workers' folders (training/fleet/local_workers.py)
       ledger.jsonl                one line per ingested batch: exactly once (collector)
       metrics.json, metrics.csv   one row per generation (metrics)
+      metrics.lock                held while a process merges its columns into them (metrics)
       progress.png                the plot of those rows (metrics)
       strength.json, .png         the newest evaluation of training.strength
       strength_history.jsonl      every evaluation it ran, one line each, never rewritten
@@ -43,6 +44,7 @@ LOCK_NAME = "coach.lock"
 LEDGER_NAME = "ledger.jsonl"
 METRICS_JSON = "metrics.json"
 METRICS_CSV = "metrics.csv"
+METRICS_LOCK = "metrics.lock"
 PROGRESS_PNG = "progress.png"
 STRENGTH_JSON = "strength.json"
 STRENGTH_PNG = "strength.png"
@@ -135,6 +137,10 @@ class RunDir:
     @property
     def metrics_csv(self) -> Path:
         return self.root / METRICS_CSV
+
+    @property
+    def metrics_lock(self) -> Path:
+        return self.root / METRICS_LOCK
 
     @property
     def progress_png(self) -> Path:
