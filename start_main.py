@@ -6,7 +6,8 @@
     python start_main.py --distributed                     # the workers in the config, over SSH
 
 A run folder that exists is resumed (`--resume` says so explicitly; `--fresh` moves the old
-one aside first). One coach per run folder: a second one is refused with the running coach's
+one aside first); `--from-run DIR --from-generation N --run-dir NEW` starts a new one that
+goes on from generation N of the run in DIR (`training.branch`). One coach per run folder: a second one is refused with the running coach's
 pid (exit code 2). The coach logs to logs/distributed_training.log and keeps
 distributed/status.txt current (`watch -n 1 cat distributed/status.txt`).
 """
@@ -45,6 +46,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default=None, metavar="FILE",
                    help="a new run starts from this model or trainer checkpoint (its "
                         "generation 0); a run folder that has models resumes as it is")
+    p.add_argument("--from-run", default=None, metavar="DIR",
+                   help="start a new run folder (--run-dir) that goes on from generation "
+                        "--from-generation of the run in DIR: its models, checkpoint, games "
+                        "and metrics up to then (DIR is only read)")
+    p.add_argument("--from-generation", type=int, default=None, metavar="N",
+                   help="the generation of --from-run to go on from")
     p.add_argument("--serve-status", type=int, default=None, metavar="PORT",
                    help="serve the run page, status.json and Prometheus /metrics read-only on "
                         "127.0.0.1:PORT (0: any free port, logged)")
@@ -91,6 +98,22 @@ def check_initial_model(path: str, cfg) -> str | None:
     return None
 
 
+def check_branch(args: argparse.Namespace, run_dir: Path) -> str | None:
+    """Why --from-run/--from-generation cannot start `run_dir` (None when they can or are not
+    given); the source and its generation are checked by `training.branch`."""
+    if args.from_run is None and args.from_generation is None:
+        return None
+    if args.from_run is None or args.from_generation is None:
+        return "--from-run DIR and --from-generation N go together"
+    if args.checkpoint is not None or args.resume or args.fresh:
+        return ("--from-run starts a new run folder from another run's generation: leave out "
+                "--checkpoint, --resume and --fresh")
+    if run_dir.exists():
+        return (f"{run_dir} exists; --from-run starts a new run folder: name another one with "
+                "--run-dir")
+    return None
+
+
 def games_per_worker(games_per_epoch: int, cfg) -> int:
     """--games-per-epoch spread over the workers the run will have (at least 1 each)."""
     if cfg.distributed.enabled:
@@ -119,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     run_dir = Path(cfg.run.dir)
+    problem = check_branch(args, run_dir)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     from training.run.run_lock import RunFolderBusy, RunLock
 
     configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
@@ -163,6 +190,14 @@ def main(argv: list[str] | None = None) -> int:
         problem = check_initial_model(args.checkpoint, cfg)
         if problem:
             print(f"error: {problem}", file=sys.stderr)
+            return 2
+    if args.from_run is not None:
+        from training.branch import BranchError, branch_run
+
+        try:
+            branch_run(args.from_run, run_dir, args.from_generation)
+        except BranchError as e:
+            print(f"error: {e}", file=sys.stderr)
             return 2
     from training.coach import Coach
 

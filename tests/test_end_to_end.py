@@ -99,6 +99,43 @@ def test_local_default_trains_two_generations(setup):
     assert "published generation 2" in (run.parent / "logs" /
                                          "distributed_training.log").read_text()
     assert (run.parent / "logs" / "worker_worker1.log").exists()
+    _branch_goes_on_from_generation_1(cfg, config, run, status)
+
+
+def _branch_goes_on_from_generation_1(cfg, config: Path, run: Path, status: Path) -> None:
+    """`--from-run RUN --from-generation 1 --run-dir NEW`: the new run starts with generation
+    1's models, checkpoint, games and metrics, trains generation 2 from checkpoint 1 (its step
+    goes on), and the source is only read."""
+    from training.learn.train_state import load_checkpoint
+
+    before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    branch = run.parent / "branch"
+    busy = subprocess.run(  # a folder that exists is refused, and nothing is written
+        [sys.executable, "start_main.py", "--config", str(config), "--from-run", str(run),
+         "--from-generation", "1", "--run-dir", str(run)], cwd=REPO, capture_output=True,
+        text=True, timeout=120)
+    assert busy.returncode == 2 and "exists; --from-run starts a new run folder" in busy.stderr
+    kept = [e for e in _ledger(run)
+            if e["status"] == "ingested" and 0 <= e.get("coach_generation", -1) <= 1]
+    proc = _start_main(config, status, "--iterations", "1", "--from-run", str(run),
+                       "--from-generation", "1", "--run-dir", str(branch))
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert "generations=1 last_generation=2" in out
+    assert model_store.list_manifests(branch / "models") == [0, 1, 2]
+    assert (branch / "models" / "model_000001.pt").read_bytes() == (
+        run / "models" / "model_000001.pt").read_bytes()
+    step_1 = load_checkpoint(run / "checkpoints" / "checkpoint_000001.pt")["step"]
+    assert load_checkpoint(branch / "checkpoints" / "checkpoint_000002.pt")["step"] == (
+        step_1 + cfg.training.steps_per_generation)
+    entries = _assert_exactly_once(branch)
+    assert entries[:len(kept)] == kept and len(entries) > len(kept)
+    assert all(e["coach_generation"] >= 1 for e in entries[len(kept):])
+    rows = {r["generation"]: r for r in json.loads((branch / "metrics.json").read_text())}
+    source_rows = {r["generation"]: r for r in json.loads((run / "metrics.json").read_text())}
+    assert rows[1] == source_rows[1] and "loss" in rows[2]
+    after = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    assert after == before, "the source run was changed"
 
 
 def test_killed_worker_is_restarted_and_active_again(setup):

@@ -104,6 +104,46 @@ def test_a_new_run_starts_from_the_checkpoint_as_generation_0(tiny_cfg, tmp_path
     assert (tmp_path / "run" / "models" / "model_000000.json").exists()  # published
 
 
+def test_a_branch_is_refused_with_what_to_do_and_writes_nothing(tiny_cfg, tmp_path, capsys):
+    """--from-run/--from-generation: wrong combinations, a source that is not a run, a
+    generation not published or without its checkpoint; the one that works takes generation
+    0..N only. The whole branch, going on with training, is in tests/test_end_to_end.py."""
+    from training.learn.net import net_from_config, save_model
+    from training.branch import BranchError, branch_run
+    from training.run.model_store import publish_model
+    from training.run.run_dir import RunDir
+
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    new = tmp_path / "new"
+    for args, says in [
+            (["--from-run", str(tmp_path)], "--from-run DIR and --from-generation N go together"),
+            (["--from-run", str(tmp_path), "--from-generation", "1", "--fresh"],
+             "leave out --checkpoint, --resume and --fresh"),
+            (["--from-run", str(tmp_path), "--from-generation", "1", "--run-dir",
+              str(tmp_path)], "exists; --from-run starts a new run folder")]:
+        assert start_main.main(["--config", tiny, *args]) == 2
+        assert says in capsys.readouterr().err
+    src = RunDir(tmp_path / "src").create()
+    with pytest.raises(BranchError, match="not a run folder"):
+        branch_run(src.root, new, 0)
+    src.config.write_text("run: {}\n")
+    with pytest.raises(BranchError, match=r"--from-generation 1: not a published model .*none"):
+        branch_run(src.root, new, 1)
+    net = net_from_config(tiny_cfg.net, tiny_cfg.go.board_size)
+    for g in (0, 1):
+        save_model(src.model(g), net, g)
+        publish_model(src.models, g)
+    with pytest.raises(BranchError, match="checkpoint_000001.pt is missing"):
+        branch_run(src.root, new, 1)
+    assert not new.exists() and not list(tmp_path.glob(".new.branch-*"))
+    done = branch_run(src.root, new, 0)
+    assert sorted(p.name for p in (new / "models").iterdir()) == [
+        "model_000000.json", "model_000000.pt", "model_000000.pt.zst"]
+    assert done.models == 3 and done.batches == 0 and (new / "config.yaml").is_file()
+    with pytest.raises(BranchError, match="exists"):
+        branch_run(src.root, new, 0)
+
+
 def test_training_nodes_without_distributed_self_play_are_refused_by_name(tmp_path, capsys):
     cfg = yaml.safe_load((REPO / "configs" / "tiny.yaml").read_text())
     cfg["run"]["dir"] = str(tmp_path / "run")

@@ -88,14 +88,27 @@ def record_metrics(run_dir: str | os.PathLike, generation: int, **values: Any) -
             rows.append(row)
             rows.sort(key=lambda r: r["generation"])
         row.update({k: _plain(v) for k, v in values.items()})
-        write_json_atomic(paths.metrics_json, rows)
-        write_atomic(paths.metrics_csv, _csv_text(rows))
+        _write(paths, rows)
     log.info(
         "metrics generation=%d %s",
         generation,
         " ".join(f"{k}={_fmt(v)}" for k, v in values.items()),
     )
     return row
+
+
+def write_rows(run_dir: str | os.PathLike, rows: list[dict[str, Any]]) -> None:
+    """Make `rows` the run's metrics.json and metrics.csv (a branched run's rows up to its
+    generation; `training.branch`)."""
+    paths = RunDir(run_dir)
+    with open(paths.metrics_lock, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        _write(paths, sorted(rows, key=lambda r: r["generation"]))
+
+
+def _write(paths: RunDir, rows: list[dict[str, Any]]) -> None:
+    write_json_atomic(paths.metrics_json, rows)
+    write_atomic(paths.metrics_csv, _csv_text(rows))
 
 
 def _fmt(value: Any) -> str:
