@@ -462,6 +462,15 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
     assert rows[1]["arena_opponent"] == 0 and rows[1]["arena_wins"] + rows[1][
         "arena_draws"] + rows[1]["arena_losses"] == 2 and isinstance(rows[1]["elo"], float)
     assert "elo" not in rows.get(2, {}) and rounds.elo == rows[1]["elo"]
+    train(3, 30)  # rated against generation 1: every link of the chain is a measured one
+    t0 = time.monotonic()
+    while rounds.rating is not None:
+        assert time.monotonic() - t0 < 120, "the arena did not end"
+        rounds.advance(Counts(total_games=30, target=10))
+        time.sleep(0.05)
+    row = {r["generation"]: r for r in metrics.read_metrics(run_dir)}[3]
+    assert row["arena_opponent"] == 1 and row["elo"] == pytest.approx(
+        rows[1]["elo"] + row["elo_diff"])
 
 
 def test_metrics_columns_merged_by_processes_at_once_are_all_kept(run_dir):

@@ -25,7 +25,8 @@ fleet, the collector or the coach, and nothing waits:
      workers nor the next round wait for the arena (on a GPU box its games take longer than a
      generation's self-play); the rating goes on beside the next round (`Rounds.rating`, one
      at a time: a generation trained while the previous one is still being rated is not
-     rated, and the chain takes the newest rating below it);
+     rated, and the next rating plays the newest rated generation, so each link of the Elo
+     chain is measured);
   5. conclude: a promoted model not yet published is published (`ModelPublished`: the coach
      has the supervisors push it to every worker); `RoundConcluded` (the coach writes the
      generation's metrics row and the plot; the arena writes its own columns of that row).

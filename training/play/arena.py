@@ -123,16 +123,29 @@ def decide(match: MatchResult, ev_cfg: Any) -> tuple[str, float | None]:
     return verdict, test.llr
 
 
-def _opponent(models_dir: Path, generation: int) -> int | None:
+def _opponent(models_dir: Path, generation: int,
+              rated: set[int] | None = None) -> int | None:
     """The newest promoted generation below `generation` (a manifest marks promotion);
-    without manifests, the newest model file below it."""
+    without manifests, the newest model file below it. With `rated` (gating none, where the
+    arena only rates), the newest promoted one among those, so that every link of the Elo
+    chain is a measured one: a generation published while the arena rated another has no
+    rating of its own."""
     from training.run.model_store import list_manifests, list_models
 
     files = [g for g in list_models(models_dir) if g < generation]
     published = [g for g in list_manifests(models_dir) if g in files]
+    measured = [g for g in published if rated is not None and g in rated]
+    if measured:
+        return measured[-1]
     if published:
         return published[-1]
     return files[-1] if files else None
+
+
+def _rated(run_dir: Path) -> set[int]:
+    """Generation 0 and the generations whose metrics row has an Elo."""
+    return {0} | {row["generation"] for row in metrics.read_metrics(run_dir)
+                  if isinstance(row.get("elo"), (int, float))}
 
 
 def _rating_of(run_dir: Path, generation: int) -> tuple[float, float]:
@@ -162,7 +175,8 @@ def evaluate_generation(cfg: Config, run_dir: str | os.PathLike, generation: int
     t0 = time.monotonic()
     models_dir = run_dir / "models"
     device = device or _device()
-    opponent = _opponent(models_dir, generation)
+    opponent = _opponent(models_dir, generation,
+                         _rated(run_dir) if ev.gating == "none" else None)
     result = ArenaResult(generation=generation, opponent=opponent)
     new_path = models_dir / f"{model_stem(generation)}.pt"
     if opponent is not None and ev.games > 0:
