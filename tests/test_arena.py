@@ -79,7 +79,8 @@ def test_evaluate_generation_chains_elo_and_writes_the_metrics_row(tiny_cfg, run
 
 def test_the_chain_goes_on_past_a_generation_whose_arena_was_stopped(tiny_cfg, run_dir):
     """Generation 2's coach was stopped during its arena (no Elo in its row); the resumed
-    coach rates generation 3 against it: the chain goes on from generation 1's 500, not 0."""
+    coach rates generation 3 against generation 1, the newest rated one (gating none): the
+    chain goes on from its 500, not 0, with a measured link."""
     from training.run.metrics import record_metrics
 
     cfg = override(tiny_cfg, {"evaluation.games": 4, "evaluation.simulations": 4})
@@ -90,7 +91,7 @@ def test_the_chain_goes_on_past_a_generation_whose_arena_was_stopped(tiny_cfg, r
     record_metrics(run_dir, 1, elo=500.0, elo_ci_low=450.0, elo_ci_high=550.0)
     record_metrics(run_dir, 2, loss=1.0)  # the trainer's columns only
     result = evaluate_generation(cfg, run_dir, 3, device="cpu")
-    assert result.opponent == 2
+    assert result.opponent == 1
     assert result.elo == pytest.approx(500.0 + result.elo_diff)
     assert result.elo_ci_high - result.elo_ci_low > 100.0  # generation 1's interval carried
 
