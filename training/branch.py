@@ -101,7 +101,8 @@ def branch_run(source: str | os.PathLike, dest: str | os.PathLike,
                 (part_cache / stem).mkdir(parents=True)
                 for f in (cache / stem).iterdir():
                     _link(f, part_cache / stem / f.name)
-        write_atomic(part.ledger, "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in entries))
+        write_atomic(part.ledger, "".join(json.dumps(e.to_json(), sort_keys=True) + "\n"
+                                          for e in entries))
         rows = [r for r in metrics.read_metrics(src.root) if r["generation"] <= generation]
         metrics.write_rows(part.root, rows)
         os.rename(tmp, dst.root)
