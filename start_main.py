@@ -7,8 +7,8 @@
 
 A run folder that exists is resumed (`--resume` says so explicitly; `--fresh` moves the old
 one aside first); `--from-run DIR --from-generation N --run-dir NEW` starts a new one that
-goes on from generation N of the run in DIR (`training.branch`). One coach per run folder: a second one is refused with the running coach's
-pid (exit code 2). The coach logs to logs/distributed_training.log and keeps
+goes on from generation N of the run in DIR (`training.branch`). One coach per run folder:
+a second one is refused with the running coach's pid (exit code 2). The coach logs to logs/distributed_training.log and keeps
 distributed/status.txt current (`watch -n 1 cat distributed/status.txt`).
 """
 
