@@ -35,7 +35,7 @@ from pathlib import Path
 
 from distributed.transfer import write_atomic
 from training.fleet.ledger import LedgerEntry
-from training.go.records import BATCH_SUFFIX
+from training.go.records import BATCH_SUFFIX, batch_name_or_none
 from training.learn.replay_buffer import sidecar_dir
 from training.run import metrics, model_store
 from training.run.run_dir import RunDir
@@ -100,10 +100,14 @@ def branch_run(source: str | os.PathLike, dest: str | os.PathLike,
             if (cache / stem).is_dir():
                 (part_cache / stem).mkdir(parents=True)
                 for f in (cache / stem).iterdir():
-                    _link(f, part_cache / stem / f.name)
+                    if f.is_file() and not f.is_symlink():
+                        _link(f, part_cache / stem / f.name)
         write_atomic(part.ledger, "".join(json.dumps(e.to_json(), sort_keys=True) + "\n"
                                           for e in entries))
-        rows = [r for r in metrics.read_metrics(src.root) if r["generation"] <= generation]
+        try:
+            rows = [r for r in metrics.read_metrics(src.root) if r["generation"] <= generation]
+        except metrics.MetricsError as e:
+            raise BranchError(f"--from-run: {e}") from e
         metrics.write_rows(part.root, rows)
         os.rename(tmp, dst.root)
     except BaseException:
@@ -135,6 +139,7 @@ def _kept_entries(src: RunDir, generation: int) -> list[LedgerEntry]:
             continue
         when = e.coach_generation if e.coach_generation >= 0 else e.generation
         if (e.ingested and 0 <= when <= generation and e.name not in seen
+                and batch_name_or_none(e.name) is not None
                 and (src.replay / e.name).is_file()):
             kept.append(e)
             seen.add(e.name)
