@@ -412,7 +412,8 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
     import time
 
     from training.learn import round_result
-    from training.rounds import Counts, ModelPublished, RoundConcluded, Rounds, RoundStarted
+    from training.rounds import (Counts, ModelPublished, Rated, RoundConcluded, Rounds,
+                                 RoundStarted)
     from training.run import metrics
     from training.run.run_dir import RunDir
 
@@ -453,11 +454,12 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
     assert seen[1:] == [ModelPublished(2), RoundConcluded(2, True, seen[2].train_s, None)]
     assert "generation 2 is not rated" in caplog.text
     release.set()
-    t0 = time.monotonic()
+    t0, seen = time.monotonic(), []
     while rounds.rating is not None:
         assert time.monotonic() - t0 < 120, "the arena did not end"
-        assert rounds.advance(Counts(total_games=20, target=10)) == []
+        seen += rounds.advance(Counts(total_games=20, target=10))
         time.sleep(0.05)
+    assert seen == [Rated(1)]  # the coach draws the plot again
     rows = {r["generation"]: r for r in metrics.read_metrics(run_dir)}
     assert rows[1]["arena_opponent"] == 0 and rows[1]["arena_wins"] + rows[1][
         "arena_draws"] + rows[1]["arena_losses"] == 2 and isinstance(rows[1]["elo"], float)

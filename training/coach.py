@@ -81,7 +81,7 @@ from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
 from training.fleet.collector import Collector, batch_rules, validate_with_records
 from training.fleet.fleet import Fleet
-from training.rounds import (REPO, Counts, ModelPublished, RoundConcluded, Rounds,
+from training.rounds import (REPO, Counts, ModelPublished, Rated, RoundConcluded, Rounds,
                              RoundStarted)
 from training.run.run_dir import STRENGTH_GAMES, RunDir
 from training.run.run_lock import RunLock
@@ -463,9 +463,11 @@ class Coach:
         for event in self.rounds.start(self.counts()):
             self.on_round_event(event)
 
-    def on_round_event(self, event: RoundStarted | ModelPublished | RoundConcluded) -> None:
+    def on_round_event(self, event: RoundStarted | ModelPublished | RoundConcluded | Rated
+                       ) -> None:
         """The coach's part of a round: load balancing's baselines when one starts, the push
-        of a published model, the metrics row when one concludes."""
+        of a published model, the metrics row when one concludes, the plot again when the
+        arena has rated it after."""
         if isinstance(event, RoundStarted):
             for m in self.fleet.members.values():
                 m.games_baseline = m.games_collected
@@ -473,6 +475,8 @@ class Coach:
             self._push(event.generation)
         elif isinstance(event, RoundConcluded):
             self._record_progress(event)
+        elif isinstance(event, Rated):
+            self._record_rating(event.generation)
 
     def _push(self, generation: int) -> None:
         """Every worker's supervisor pushes this model to it (and retries until it has it)."""
@@ -507,13 +511,41 @@ class Coach:
                 model_sync_s=snap.model_sync_s, net_mb_per_min=snap.network_mb_per_min,
                 elapsed_s=time.monotonic() - self._started,
                 **({"elo": event.elo} if event.elo is not None else {}))
-            metrics.plot_progress(self.paths.root)
+            self._plot()
             if self.cfg.logging.tensorboard:
                 from training.run import tensorboard
 
                 tensorboard.write_row(self.paths.root, row)
         except Exception:  # noqa: BLE001 - metrics and plots must never stop training
             log.exception("metrics or plot for generation %d failed", event.generation)
+
+    def _record_rating(self, generation: int) -> None:
+        """The arena wrote its columns of `generation`'s row after the coach wrote its own:
+        the plot again, and those columns to TensorBoard."""
+        from training.run import metrics
+
+        self._plot()
+        if not self.cfg.logging.tensorboard:
+            return
+        try:
+            row = next((r for r in metrics.read_metrics(self.paths.root)
+                        if r["generation"] == generation), None)
+            if row is not None:
+                from training.run import tensorboard
+
+                tensorboard.write_row(self.paths.root, {
+                    k: v for k, v in row.items()
+                    if k in ("generation", "time") or k.startswith(("arena_", "elo", "gnugo_"))})
+        except Exception:  # noqa: BLE001 - metrics must never stop training
+            log.exception("TensorBoard rating of generation %d failed", generation)
+
+    def _plot(self) -> None:
+        from training.run import metrics
+
+        try:
+            metrics.plot_progress(self.paths.root)
+        except Exception:  # noqa: BLE001 - a plot must never stop training
+            log.exception("progress.png failed")
 
     # ------------------------------------------------------------------ status and progress
 

@@ -4,8 +4,9 @@ coach publishes.
 `Rounds` runs one round at a time. It receives what it needs (the config, the run folder,
 the trainer command, whether training nodes take part) and, on each call of
 `advance(counts)` with what the coach counted this pass (`Counts`), returns what happened
-as events: `RoundStarted`, `ModelPublished`, `RoundConcluded`. The coach reacts to them (load
-balancing's baselines, the push to the workers, the metrics row); nothing here touches the
+as events: `RoundStarted`, `ModelPublished`, `RoundConcluded`, `Rated`. The coach reacts to
+them (load balancing's baselines, the push to the workers, the metrics row, the plot again
+once the arena has rated a concluded round); nothing here touches the
 fleet, the collector or the coach, and nothing waits:
 
   1. due: once the generation's new games (`Counts.target`, see `training.fleet.balance`)
@@ -29,7 +30,8 @@ fleet, the collector or the coach, and nothing waits:
      chain is measured);
   5. conclude: a promoted model not yet published is published (`ModelPublished`: the coach
      has the supervisors push it to every worker); `RoundConcluded` (the coach writes the
-     generation's metrics row and the plot; the arena writes its own columns of that row).
+     generation's metrics row and the plot; the arena writes its own columns of that row,
+     and without gating `Rated` follows when it has).
 
 Publishing writes `models/model_<gen>.pt.zst` + manifest (`training.run.model_store`); a model
 refused by gating keeps its number and the next round trains one past it.
@@ -100,7 +102,15 @@ class RoundConcluded:
     elo: float | None
 
 
-Event = Union[RoundStarted, ModelPublished, RoundConcluded]
+@dataclass(frozen=True)
+class Rated:
+    """Without gating: the arena has rated `generation` (or stopped) after its round
+    concluded; its columns of the metrics row are written."""
+
+    generation: int
+
+
+Event = Union[RoundStarted, ModelPublished, RoundConcluded, Rated]
 
 
 @dataclass
@@ -138,6 +148,7 @@ class Rounds:
         self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
         self.current: Round | None = None
         self.rating: threading.Thread | None = None  # gating none: a concluded round's arena
+        self.rating_generation = -1  # the generation it rates
         self.generation = -1  # newest published generation
         self.concluded = 0  # rounds concluded since the coach started
         self.last_loss: float | None = None
@@ -225,6 +236,7 @@ class Rounds:
     def _advance(self, counts: Counts) -> None:
         if self.rating is not None and not self.rating.is_alive():
             self.rating = None
+            self._events.append(Rated(self.rating_generation))
         if self.node_start is not None:
             self._launch_when_nodes_ready(counts)
             return
@@ -399,6 +411,7 @@ class Rounds:
             return
         self.rating = threading.Thread(target=self._evaluate, args=(generation,),
                                        name=f"rate-{generation}", daemon=True)
+        self.rating_generation = generation
         self.rating.start()
 
     def _refuse_model(self, pt: Path) -> bool:
