@@ -109,7 +109,7 @@ def test_only_rank_0_writes_files(ddp_run, work):
     files = sorted(p.relative_to(ddp_run["run"]).as_posix()
                    for p in ddp_run["run"].rglob("*") if p.is_file())
     assert files == ["checkpoints/checkpoint_000001.pt", "metrics.csv", "metrics.json",
-                     "models/model_000001.pt", "rounds/round_000001.json"]
+                     "metrics.lock", "models/model_000001.pt", "rounds/round_000001.json"]
 
 
 def test_ddp_loss_matches_one_process_on_the_same_total_batch(ddp_run, work, tmp_path):
