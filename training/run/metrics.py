@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,7 @@ def record_metrics(run_dir: str | os.PathLike, generation: int, **values: Any) -
     """
     paths = RunDir(run_dir)
     paths.root.mkdir(parents=True, exist_ok=True)
-    with open(paths.metrics_lock, "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+    with _locked(paths):
         rows = read_metrics(paths.root)
         row = next((r for r in rows if r["generation"] == generation), None)
         if row is None:
@@ -101,9 +101,16 @@ def write_rows(run_dir: str | os.PathLike, rows: list[dict[str, Any]]) -> None:
     """Make `rows` the run's metrics.json and metrics.csv (a branched run's rows up to its
     generation; `training.branch`)."""
     paths = RunDir(run_dir)
+    with _locked(paths):
+        _write(paths, sorted(rows, key=lambda r: r["generation"]))
+
+
+@contextmanager
+def _locked(paths: RunDir):
+    """Hold the run's metrics.lock (released when the file closes)."""
     with open(paths.metrics_lock, "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        _write(paths, sorted(rows, key=lambda r: r["generation"]))
+        yield
 
 
 def _write(paths: RunDir, rows: list[dict[str, Any]]) -> None:
