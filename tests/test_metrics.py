@@ -45,12 +45,23 @@ def test_progress_plot_is_a_png(run_dir):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_progress_plot_marks_where_the_lr_changed(run_dir):
+def test_the_progress_plot_marks_where_the_lr_changed(run_dir, monkeypatch):
     for g, lr in ((1, 0.02), (2, 0.02), (3, 0.002), (4, 0.002), (5, 0.0002)):
         record_metrics(run_dir, g, loss=2.0, lr=lr)
     record_metrics(run_dir, 6, loss=2.0)  # a round without its LR (an older run's row)
     assert lr_changes(read_metrics(run_dir)) == [(3, 0.002), (5, 0.0002)]
+    from matplotlib.figure import Figure
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig",
+                        lambda fig, *a, **kw: (saved.append(fig), real_savefig(fig, *a, **kw)))
     assert plot_progress(run_dir).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    loss_panel = saved[0].axes[0]
+    # the markers are named in the legend, not by text drawn over the lines
+    assert [t.get_text() for t in loss_panel.get_legend().get_texts()] == [
+        "train loss", "LR 0.002 from gen 3", "LR 0.0002 from gen 5"]
+    assert not loss_panel.texts
 
 
 def test_plot_of_an_empty_run_still_draws(run_dir):

@@ -235,13 +235,11 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
         xs, ys = _series(rows, key)
         if xs:
             ax.plot(xs, ys, marker=".", label=label)
+    for gen, lr in lr_changes(rows):  # named in the legend, never a label over the lines
+        ax.axvline(gen, color="grey", lw=0.8, ls=":", label=f"LR {lr:.3g} from gen {gen}")
     ax.set_ylabel("loss")
     if ax.lines:
-        ax.legend(loc="upper right", fontsize="small")
-    for gen, lr in lr_changes(rows):  # after the legend: the markers have no label
-        ax.axvline(gen, color="grey", lw=0.8, ls=":")
-        ax.annotate(f"LR {lr:.3g}", (gen, 1), xycoords=("data", "axes fraction"),
-                    xytext=(3, -12), textcoords="offset points", fontsize="small")
+        ax.legend(loc="best", fontsize="small")
     ax = axes[1]
     xs, ys = _series(rows, "elo")
     if xs:
