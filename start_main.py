@@ -31,8 +31,8 @@ log = logging.getLogger("start_main")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="AZ-Go coach: self-play workers + training")
     p.add_argument("--config", default=None, help="config file (default configs/config.yaml)")
-    add_flags(p, "--distributed", "--accept-new-host-keys", "--iterations", "--workers",
-              "--workers-per-gpu", "--cpu-only", "--run-dir")
+    add_flags(p, "--distributed", "--accept-new-host-keys", "--iterations", "--hours",
+              "--workers", "--workers-per-gpu", "--cpu-only", "--run-dir")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true",
                    help="continue the run folder (the default when it exists)")

@@ -45,6 +45,9 @@ _TABLE = (
     # order: the order of the changes `overrides` returns
     Flag("--iterations", "run.iterations", int,
          "stop after N new generations (run.iterations; 0 = endless)"),
+    Flag("--hours", "run.hours", float,
+         "stop once the run has run H hours, a resume's earlier hours counted; the LR "
+         "drops by then (training.lr_schedule_by_time) (run.hours; 0 = no limit)"),
     Flag("--workers", "self_play.workers", int, "local worker processes"),
     Flag("--workers-per-gpu", "self_play.workers_per_gpu", int, "local workers per GPU"),
     Flag("--cpu-only", "self_play.cpu_only", None, "self-play on the CPU only"),

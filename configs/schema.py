@@ -315,6 +315,12 @@ class TrainingConfig:
     lr x its multiplier (minigo's and Leela Zero's piecewise-constant schedule); [] = constant.
     The default drops to a tenth at step 12,600 (generation 63 at 200 steps a round: 96
     minutes of the default on 2 CPU cores), measured in docs/PERFORMANCE.md."""
+    lr_schedule_by_time: tuple[tuple[float, ...], ...] = ((0.8, 0.1),)
+    """LR drops of a run with a time limit (run.hours), in place of lr_schedule:
+    [[share of run.hours, multiplier], ...], shares ascending in (0, 1); a round that starts
+    after that share of the hours trains at lr x its multiplier. The default: a tenth for the
+    last fifth of the hours, wherever that falls in steps on the machine at hand; [] =
+    lr_schedule applies."""
     momentum: float = 0.9
     weight_decay: float = 1e-4
     steps_per_generation: int = 200
@@ -365,6 +371,16 @@ class TrainingConfig:
                    f"step must be a whole number above the entry before it, got {step:g}")
             _check(0.0 < factor <= 100.0, key, f"multiplier must be in (0, 100], got {factor:g}")
             last = step
+        last = 0.0
+        for i, entry in enumerate(self.lr_schedule_by_time):
+            key = f"lr_schedule_by_time[{i}]"
+            _check(len(entry) == 2, key,
+                   f"must be [share of run.hours, multiplier], got {list(entry)}")
+            share, factor = entry
+            _check(last < share < 1.0, key, "share must be above the entry before it and "
+                   f"below 1 (0.8: from 80% of run.hours on), got {share:g}")
+            _check(0.0 < factor <= 100.0, key, f"multiplier must be in (0, 100], got {factor:g}")
+            last = share
         _range(self, "momentum", 0.0, 1.0)
         _range(self, "weight_decay", 0.0, 1.0)
         _range(self, "steps_per_generation", 1, 10**9)
@@ -556,11 +572,16 @@ class RunConfig:
     """Run folder on the main node: models, games, replay window, metrics, checkpoints."""
     iterations: int = 0
     """Stop after this many new generations (0 = run until stopped; --iterations)."""
+    hours: float = 0.0
+    """Stop once the run has run this many hours (0 = no limit; --hours). The hours of the
+    coaches before a resume count, and those of the run a --from-run run goes on from. With
+    it, training.lr_schedule_by_time places the LR drops."""
     seed: int = 0
     """Base seed; each worker and rank derives its own from it."""
 
     def __post_init__(self) -> None:
         _range(self, "iterations", 0, 10**9)
+        _range(self, "hours", 0.0, 10**6)
         _range(self, "seed", 0, 2**31 - 1)
 
 

@@ -132,6 +132,20 @@ def test_lr_schedule_is_checked_entry_by_entry():
         _error("training:\n  lr_schedule: [[10, fast]]\n"))
 
 
+def test_lr_schedule_by_time_takes_shares_of_the_hours():
+    ok = load_config_text("run:\n  hours: 2\ntraining:\n  lr_schedule_by_time: [[0.5, 0.3], [0.8, 0.1]]\n")
+    assert ok.run.hours == 2.0
+    assert ok.training.lr_schedule_by_time == ((0.5, 0.3), (0.8, 0.1))
+    assert Config().training.lr_schedule_by_time == ((0.8, 0.1),)  # a tenth for the last fifth
+    assert "training.lr_schedule_by_time[1] share must be above the entry before it and below 1" \
+        in _error("training:\n  lr_schedule_by_time: [[0.5, 0.3], [0.4, 0.1]]\n")
+    assert "below 1 (0.8: from 80% of run.hours on), got 80" in (
+        _error("training:\n  lr_schedule_by_time: [[80, 0.1]]\n"))
+    assert "training.lr_schedule_by_time[0] multiplier must be in (0, 100], got 0" in (
+        _error("training:\n  lr_schedule_by_time: [[0.8, 0]]\n"))
+    assert "run.hours must be between" in _error("run:\n  hours: -1\n")
+
+
 def test_missing_required_worker_field():
     msg = _error("distributed:\n  workers:\n    - host: a\n")
     assert "distributed.workers[0].user is required" in msg

@@ -1,8 +1,9 @@
 """End to end on the tiny config: the real coach, real worker daemons, the real trainer.
 
-Local mode (the default a new user runs): two generations through `start_main.py`; a worker
-killed with SIGKILL is restarted and Active again; a coach killed mid-run resumes and counts
-every batch exactly once. Distributed mode against two real loopback sshd hosts lives in
+Local mode (the default a new user runs): two generations through `start_main.py`, a run
+that goes on from the first of them (--from-run) and stops at its --hours; a worker killed
+with SIGKILL is restarted and Active again; a coach killed mid-run resumes and counts every
+batch exactly once. Distributed mode against two real loopback sshd hosts lives in
 tests/test_distributed_e2e.py.
 """
 
@@ -117,8 +118,8 @@ def _branch_goes_on_from_generation_1(cfg, config: Path, run: Path, status: Path
     assert busy.returncode == 2 and "exists; --from-run starts a new run folder" in busy.stderr
     kept = [e for e in _ledger(run)
             if e["status"] == "ingested" and 0 <= e.get("coach_generation", -1) <= 1]
-    proc = _start_main(config, status, "--iterations", "1", "--from-run", str(run),
-                       "--from-generation", "1", "--run-dir", str(branch))
+    proc = _start_main(config, status, "--iterations", "1", "--hours", "10", "--from-run",
+                       str(run), "--from-generation", "1", "--run-dir", str(branch))
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
     assert "generations=1 last_generation=2" in out
@@ -136,6 +137,24 @@ def _branch_goes_on_from_generation_1(cfg, config: Path, run: Path, status: Path
     assert rows[1] == source_rows[1] and "loss" in rows[2]
     after = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
     assert after == before, "the source run was changed"
+    _hours_count_the_run_it_went_on_from(config, branch, status, source_rows[1]["elapsed_s"],
+                                         rows[2]["run_s"])
+
+
+def _hours_count_the_run_it_went_on_from(config: Path, branch: Path, status: Path,
+                                         source_s: float, run_s: float) -> None:
+    """--hours counts the hours of the run a --from-run run went on from: its trainer was
+    told them, its metrics carry them, and a limit already reached stops it at once."""
+    log = (branch.parent / "logs" / "distributed_training.log").read_text()
+    told = [float(ln.split("--run-hours ")[1].split()[0]) for ln in log.splitlines()
+            if "training generation 2 on" in ln and "--run-hours" in ln]
+    assert told and source_s / 3600 <= told[-1] <= run_s / 3600
+    assert run_s > source_s
+    limit = f"{0.5 * run_s / 3600:.6f}"  # already run: the resumed coach stops at once
+    proc = _start_main(config, status, "--hours", limit, "--run-dir", str(branch))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "run.hours reached" in out and "generations=0 last_generation=2" in out
 
 
 def test_killed_worker_is_restarted_and_active_again(setup):

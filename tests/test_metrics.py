@@ -13,6 +13,7 @@ from training.run.metrics import (
     plot_progress,
     read_metrics,
     record_metrics,
+    run_seconds,
 )
 
 
@@ -31,6 +32,20 @@ def test_values_from_several_parts_merge_into_one_row_per_generation(run_dir):
     assert [t["generation"] for t in table] == ["1", "2"]
     assert table[0]["elo"] == "" and float(table[1]["elo"]) == 35.0
     assert not list(run_dir.glob("*.tmp"))
+
+
+def test_run_seconds_chain_the_coaches_of_a_resumed_run():
+    assert run_seconds([]) == 0.0
+    # two coaches (elapsed_s falls at generation 3), then a third that writes run_s
+    rows = [{"generation": 1, "elapsed_s": 100.0}, {"generation": 2, "elapsed_s": 250.0},
+            {"generation": 3, "elapsed_s": 40.0}, {"generation": 4, "elapsed_s": 90.0}]
+    assert run_seconds(rows) == pytest.approx(340.0)
+    assert run_seconds(list(reversed(rows))) == pytest.approx(340.0)  # by generation
+    rows += [{"generation": 5, "elapsed_s": 10.0, "run_s": 400.0},
+             {"generation": 6, "elapsed_s": 30.0}]  # the same coach, no run_s
+    assert run_seconds(rows) == pytest.approx(420.0)
+    rows.append({"generation": 7, "loss": 1.0})  # a row without times changes nothing
+    assert run_seconds(rows) == pytest.approx(420.0)
 
 
 def test_non_finite_numbers_are_stored_as_null(run_dir):

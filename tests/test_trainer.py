@@ -23,6 +23,7 @@ from training.learn.train_state import (
     WarmupSchedule,
     load_checkpoint,
     scaled_lr,
+    time_multiplier,
     write_initial_model,
 )
 from training.trainer import (
@@ -130,6 +131,26 @@ def test_the_lr_schedule_drops_at_its_global_step_across_rounds(tiny_cfg, tmp_pa
     assert second.global_step == 8 and second.lr == pytest.approx(cfg.training.lr * 0.1)
     saved = torch.load(tmp_path / "checkpoints" / "checkpoint_000002.pt", weights_only=True)
     assert [tuple(d) for d in saved["schedule"]["drops"]] == [(6.0, 0.1)]
+
+
+def test_a_run_with_hours_drops_the_lr_by_the_share_of_its_hours(tiny_cfg, tmp_path, samples):
+    cfg = override(tiny_cfg, {"training.warmup_steps": 0, "training.lr_schedule": [[2, 0.5]],
+                              "training.lr_schedule_by_time": [[0.8, 0.1]], "run.hours": 2.0})
+    # before 80% of the 2 hours: the full LR, the step schedule not applied (step 4 > 2)
+    early = train_round(cfg, tmp_path, dataset=samples, steps=4, progress=False, run_hours=1.5)
+    late = train_round(cfg, tmp_path, dataset=samples, steps=4, progress=False, run_hours=1.6)
+    assert early.lr == pytest.approx(cfg.training.lr)
+    assert late.lr == pytest.approx(cfg.training.lr * 0.1)
+    # without the hours (a trainer run by hand) the step schedule applies
+    alone = train_round(cfg, tmp_path, dataset=samples, steps=1, progress=False)
+    assert alone.lr == pytest.approx(cfg.training.lr * 0.5)
+
+
+def test_time_multiplier_is_the_last_share_reached():
+    drops = ((0.5, 0.3), (0.8, 0.1))
+    assert [time_multiplier(drops, s) for s in (0.0, 0.49, 0.5, 0.79, 0.8, 1.3)] == \
+        [1.0, 1.0, 0.3, 0.3, 0.1, 0.1]
+    assert time_multiplier((), 0.9) == 1.0
 
 
 def test_a_round_starts_from_the_newest_model_when_there_is_no_checkpoint(

@@ -153,10 +153,12 @@ class Coach:
         self.collector: Collector | None = None
         # training rounds and published models; the coach reacts to their events
         self.rounds = Rounds(self.cfg, self.paths, self._stop, trainer_cmd=trainer_cmd,
-                             distributed=self.distributed, initial_model=initial_model)
+                             distributed=self.distributed, initial_model=initial_model,
+                             run_hours=self.run_hours)
         self.model_sync_s: float | None = None  # push to every active worker running it
         self._push_started: dict[int, float] = {}
         self._started = time.monotonic()
+        self._run_before_s = 0.0  # the run's seconds before this coach (`setup`)
         self._lock: RunLock | None = None
         self._watching = False  # a watchdog observer watches the config file
         self._config_mtime: int | None = None
@@ -222,6 +224,7 @@ class Coach:
         """Run folder, collector, generation 0, the fleet and the training nodes: everything
         `run` needs before it starts workers (no process is started, no host contacted)."""
         self._prepare_run_dir()
+        self._run_before_s = self._seconds_before()
         from training.learn.replay_buffer import sidecar_dir
 
         self.collector = Collector(self.run_dir, validate_with_records(
@@ -236,7 +239,8 @@ class Coach:
         self.rounds.sync_training_nodes()
 
     def run(self) -> CoachSummary:
-        """Run until `run.iterations` new generations are published, or until stopped."""
+        """Run until `run.iterations` new generations are published, the run has run
+        `run.hours`, or until stopped."""
         t0 = time.monotonic()
         observer = None
         try:
@@ -251,6 +255,9 @@ class Coach:
                      self.run_dir, "distributed" if self.distributed else "local",
                      ",".join(self.fleet.names()) or "(none)",
                      self.cfg.run.iterations or "endless")
+            if self.cfg.run.hours > 0:
+                log.info("coach: the run stops at %g hours; %.2f run before this start",
+                         self.cfg.run.hours, self._run_before_s / 3600)
             self._start_fleet()
             while not self._stop.is_set():
                 self._step()
@@ -295,9 +302,29 @@ class Coach:
         return summary
 
     def _done(self) -> bool:
+        limit = self.cfg.run.hours
+        if limit > 0 and self.run_hours() >= limit:
+            log.info("run.hours reached: the run has run %.2f hours (limit %g); stopping",
+                     self.run_hours(), limit)
+            return True
         n = self.cfg.run.iterations
         return (n > 0 and self.rounds.concluded >= n and self.rounds.current is None
                 and self.rounds.rating is None)
+
+    def run_hours(self) -> float:
+        """The hours the run has run: this coach's and, for a resumed run (or one that goes
+        on from another with --from-run), those before it (`metrics.run_seconds`)."""
+        return (self._run_before_s + time.monotonic() - self._started) / 3600
+
+    def _seconds_before(self) -> float:
+        from training.run import metrics
+
+        try:
+            return metrics.run_seconds(metrics.read_metrics(self.paths.root))
+        except metrics.MetricsError as e:
+            log.warning("the run's earlier hours are not known (%s): run.hours counts from "
+                        "this start", e)
+            return 0.0
 
     def _start_fleet(self) -> None:
         self._push(self.rounds.generation)
@@ -510,6 +537,7 @@ class Coach:
                 staleness=snap.staleness_generations, workers_active=snap.workers_active,
                 model_sync_s=snap.model_sync_s, net_mb_per_min=snap.network_mb_per_min,
                 elapsed_s=time.monotonic() - self._started,
+                run_s=self.run_hours() * 3600,
                 **({"elo": event.elo} if event.elo is not None else {}))
             self._plot()
             if self.cfg.logging.tensorboard:

@@ -139,13 +139,16 @@ class Rounds:
 
     def __init__(self, cfg: Config, paths: RunDir, stop: threading.Event, *,
                  trainer_cmd: Sequence[str] | None = None, distributed: bool = False,
-                 initial_model: str | os.PathLike | None = None):
+                 initial_model: str | os.PathLike | None = None,
+                 run_hours: Callable[[], float] | None = None):
         self.cfg = cfg
         self.paths = paths
         self.stopping = stop  # set when the coach stops: an evaluation in progress ends too
         self.trainer_cmd = list(trainer_cmd) if trainer_cmd else None
         self.distributed = distributed
         self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
+        self.run_hours = run_hours  # the run's hours so far, read once a round (`_start`)
+        self.round_hours: float | None = None  # what this round's ranks all get
         self.current: Round | None = None
         self.rating: threading.Thread | None = None  # gating none: a concluded round's arena
         self.rating_generation = -1  # the generation it rates
@@ -275,11 +278,19 @@ class Rounds:
                         master_addr: str = "") -> list[str]:
         """The trainer re-launches itself under torchrun when several GPUs/nodes train;
         with `nodes` extra training nodes it is node rank 0 of nodes + 1."""
+        hours = self.round_hours
         if self.trainer_cmd:
-            return list(self.trainer_cmd) + ["--generation", str(generation)]
+            extra = [] if hours is None else ["--run-hours", f"{hours:.6f}"]
+            return list(self.trainer_cmd) + ["--generation", str(generation), *extra]
         return trainer_command(sys.executable, str(self.paths.config), str(self.paths.root),
                                generation, nodes=nodes + 1, master_addr=master_addr,
-                               master_port=self.cfg.training.master_port)
+                               master_port=self.cfg.training.master_port, run_hours=hours)
+
+    def _hours(self) -> float | None:
+        """The run's hours so far when it has a time limit (run.hours), else None."""
+        if self.run_hours is None or self.cfg.run.hours <= 0:
+            return None
+        return self.run_hours()
 
     def next_generation(self) -> int:
         """One past the newest trained model (a model refused by gating keeps its number)."""
@@ -309,13 +320,14 @@ class Rounds:
         start runs as a job (network work) and `advance` launches the round when it is done."""
         self.sync_training_nodes()
         gen = self.next_generation()
+        self.round_hours = hours = self._hours()  # one value for every rank of the round
         if self.training_nodes is None:
             self._launch(gen, 0, "", counts)
             return
         nodes, d = self.training_nodes, self.cfg.distributed
         deadline = (d.retries + 1) * (d.connect_timeout_s + 4 * max(d.command_timeout_s, 300.0))
         self.node_start = Job(f"start-nodes-{gen}", lambda: (gen, *nodes.start_round(
-            gen, self.cfg.training.master_port)), deadline)
+            gen, self.cfg.training.master_port, hours)), deadline)
 
     def _launch_when_nodes_ready(self, counts: Counts) -> None:
         from training.fleet.remote_training import NodeStartError

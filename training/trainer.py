@@ -98,6 +98,7 @@ from training.learn.train_state import (
     scaled_lr,
     seed_everything,
     set_rng_state,
+    time_multiplier,
 )
 from training.learn.training_error import TrainingError
 
@@ -258,6 +259,7 @@ def train_round(
     progress: bool = True,
     hooks: FaultHooks | None = None,
     cache_dir: str | os.PathLike | None = None,
+    run_hours: float | None = None,
 ) -> RoundResult:
     """Train one round and write the next generation's model and checkpoint.
 
@@ -267,6 +269,8 @@ def train_round(
     replay window over run_dir/replay. `steps` overrides the config's round length.
     `cache_dir`: this rank's node does not share rank 0's run folder; rank 0 sends the window's
     batch files and the starting checkpoint there, and run_dir is never read.
+    `run_hours`: the hours the run had run when the round started (the coach's), which place
+    the LR drops of a run with run.hours (training.lr_schedule_by_time).
     """
     run_dir = Path(run_dir)
     hooks = hooks or FaultHooks()
@@ -277,14 +281,15 @@ def train_round(
         raise TrainingError(str(e)) from e
     try:
         return _train(cfg, run_dir, ctx, dataset, checkpoint, steps, generation, progress, hooks,
-                      None if cache_dir is None else Path(cache_dir))
+                      None if cache_dir is None else Path(cache_dir), run_hours)
     finally:
         shutdown(ctx)
 
 
 def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset | None,
            checkpoint: str | os.PathLike | None, steps: int | None, generation: int | None,
-           progress: bool, hooks: FaultHooks, cache_dir: Path | None = None) -> RoundResult:
+           progress: bool, hooks: FaultHooks, cache_dir: Path | None = None,
+           run_hours: float | None = None) -> RoundResult:
     tcfg = cfg.training
     if cache_dir is not None and ctx.is_main:
         raise TrainingError("--cache-dir is for the other training nodes; rank 0 reads run_dir")
@@ -337,7 +342,11 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     scaler = torch.amp.GradScaler("cuda") if use_scaler else None
 
     peak = scaled_lr(tcfg.lr, total_batch, tcfg.lr_reference_batch, tcfg.lr_scaling)
-    schedule = WarmupSchedule(peak, tcfg.warmup_steps, drops=tcfg.lr_schedule)
+    time_factor = None
+    if cfg.run.hours > 0 and tcfg.lr_schedule_by_time and run_hours is not None:
+        time_factor = time_multiplier(tcfg.lr_schedule_by_time, run_hours / cfg.run.hours)
+    schedule = WarmupSchedule(peak, tcfg.warmup_steps, drops=tcfg.lr_schedule,
+                              time_factor=time_factor)
     optimizer = torch.optim.SGD(net.parameters(), lr=schedule.lr(), momentum=tcfg.momentum,
                                 weight_decay=tcfg.weight_decay)
     epoch = offset = 0
@@ -598,6 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="this node does not see rank 0's run folder: receive the window and "
                          "the starting checkpoint from rank 0 into this folder")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--run-hours", type=float, default=None,
+                    help="hours the run has run (the coach's): with run.hours, places the LR "
+                         "drops of training.lr_schedule_by_time")
     ap.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default config)")
     # Fault injection for tests/test_ddp.py and tests/test_trainer.py.
     ap.add_argument("--test-fake-oom-at", type=int, default=None, help=argparse.SUPPRESS)
@@ -708,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         result = train_round(cfg, run_dir, dataset=dataset, checkpoint=args.checkpoint,
                              steps=args.steps, generation=args.generation,
                              progress=not args.no_progress, hooks=hooks,
-                             cache_dir=args.cache_dir)
+                             cache_dir=args.cache_dir, run_hours=args.run_hours)
     except (TrainingError, ConfigError) as e:
         log.error("%s", e)
         return 1

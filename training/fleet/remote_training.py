@@ -61,11 +61,12 @@ class NodeStartError(Exception):
 
 
 def trainer_argv(generation: int, nodes: int, node_rank: int, master_addr: str,
-                 master_port: int) -> tuple[str, ...]:
+                 master_port: int, run_hours: float | None = None) -> tuple[str, ...]:
     """The node's trainer argv template (SSHConnector fills {python}, {config}, {dir})."""
     return tuple(trainer_command("{python}", "{config}", "{dir}", generation, nodes=nodes,
                                  node_rank=node_rank, master_addr=master_addr,
-                                 master_port=master_port, cache_dir="{dir}/cache"))
+                                 master_port=master_port, cache_dir="{dir}/cache",
+                                 run_hours=run_hours))
 
 
 class TrainingNodes:
@@ -122,8 +123,11 @@ class TrainingNodes:
         prepare_host(self.connector, name, self.config_file, self.cfg.distributed.deploy)
         self.nodes[name].prepared = True
 
-    def start_round(self, generation: int, master_port: int) -> tuple[int, str]:
+    def start_round(self, generation: int, master_port: int,
+                    run_hours: float | None = None) -> tuple[int, str]:
         """Start node ranks 1..K of generation G's round; returns (K, master address).
+        `run_hours` goes to every rank's trainer, as to rank 0's (the LR drops of a run with
+        a time limit).
 
         Nodes that cannot be brought up are benched first; (0, "") when none is left. A node
         that fails to start stops the others and raises NodeStartError (retry next pass).
@@ -146,7 +150,7 @@ class TrainingNodes:
         self.in_round, self.dead = [], set()
         for rank, name in enumerate(ready, 1):
             self.connector.start_command = trainer_argv(generation, len(ready) + 1, rank, addr,
-                                                        master_port)
+                                                        master_port, run_hours)
             try:
                 self.connector.stop(name)  # a trainer left from an abandoned round
                 pid = self.connector.start(name)

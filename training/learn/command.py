@@ -1,8 +1,9 @@
 """The trainer's command line, spelled once for everyone who starts a training round.
 
 `trainer_command(...)` is `python -m training.trainer` with the flags a round needs: the
-config, the run folder, the generation to write, no progress bar, and for multi-node rounds
-the node count, this node's rank and the rendezvous address (the coach's rank 0 with
+config, the run folder, the generation to write, no progress bar, the hours the run has run
+(for a run with a time limit, whose LR drops they place), and for multi-node rounds the node
+count, this node's rank and the rendezvous address (the coach's rank 0 with
 `training.rounds`, every other node over SSH with `training.fleet.remote_training`, whose
 connector fills the `{python}`, `{config}` and `{dir}` placeholders on each host).
 
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 def trainer_command(python: str, config: str, run_dir: str, generation: int, *,
                     nodes: int = 1, node_rank: int = 0, master_addr: str = "",
-                    master_port: int | None = None, cache_dir: str | None = None) -> list[str]:
+                    master_port: int | None = None, cache_dir: str | None = None,
+                    run_hours: float | None = None) -> list[str]:
     """The argv of one training round (see the module docstring)."""
     cmd = [python, "-m", "training.trainer", "--config", config, "--run-dir", run_dir]
     if cache_dir is not None:
         cmd += ["--cache-dir", cache_dir]
     cmd += ["--generation", str(generation), "--no-progress"]
+    if run_hours is not None:
+        cmd += ["--run-hours", f"{run_hours:.6f}"]
     if nodes > 1:
         cmd += ["--nodes", str(nodes), "--node-rank", str(node_rank), "--master-addr",
                 master_addr, "--master-port", str(master_port)]

@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -53,23 +53,38 @@ _NAME_RE = re.compile(r"^(model|checkpoint)_(\d{6,})\.pt$")
 class WarmupSchedule:
     """LR = peak * min(1, (step + 1) / warmup_steps) * the multiplier of the last drop reached:
     `drops` are (global step, multiplier) pairs, steps ascending (training.lr_schedule); peak
-    is scaled from the reference batch."""
+    is scaled from the reference batch. `time_factor`, when set, is the multiplier instead
+    (a run with a time limit: `time_multiplier`)."""
 
     peak_lr: float
     warmup_steps: int
     step: int = 0
     drops: tuple[tuple[float, float], ...] = ()
+    time_factor: float | None = None
 
     def lr(self) -> float:
         factor = 1.0
         for at, multiplier in self.drops:
             if self.step >= at:
                 factor = multiplier
+        if self.time_factor is not None:
+            factor = self.time_factor
         warm = 1.0 if self.warmup_steps <= 0 else min(1.0, (self.step + 1) / self.warmup_steps)
         return self.peak_lr * factor * warm
 
     def state_dict(self) -> dict[str, Any]:
         return {"name": "linear_warmup_piecewise_constant", **asdict(self)}
+
+
+def time_multiplier(drops: Sequence[Sequence[float]], share: float) -> float:
+    """The multiplier of the last (share of run.hours, multiplier) pair of `drops`
+    (training.lr_schedule_by_time) that `share`, the part of the hours already run, has
+    reached; 1 before the first."""
+    factor = 1.0
+    for at, multiplier in drops:
+        if share >= at:
+            factor = multiplier
+    return factor
 
 
 def scaled_lr(lr: float, total_batch: int, reference_batch: int, scaling: str) -> float:

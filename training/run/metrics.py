@@ -73,6 +73,30 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["generation"])
 
 
+def run_seconds(rows: list[dict[str, Any]]) -> float:
+    """The seconds a run had run by its newest row, the time it was stopped left out.
+
+    A row's `run_s` (the coach's count, resumes included) is taken as it is; without one, the
+    coaches' `elapsed_s` (from each coach's start) are chained: where it falls, the run was
+    resumed, and the seconds before are added on. 0 for a run without rows."""
+    total = base = 0.0
+    last_elapsed = None
+    for row in sorted(rows, key=lambda r: int(r.get("generation", 0))):
+        elapsed, run_s = row.get("elapsed_s"), row.get("run_s")
+        if not isinstance(elapsed, (int, float)) or elapsed < 0:
+            elapsed = None
+        if isinstance(run_s, (int, float)) and run_s >= 0:
+            total = float(run_s)
+            base = total - elapsed if elapsed is not None else total
+        elif elapsed is not None:
+            if last_elapsed is not None and elapsed < last_elapsed:
+                base = total  # a new coach: the run was resumed
+            total = base + elapsed
+        if elapsed is not None:
+            last_elapsed = elapsed
+    return total
+
+
 def record_metrics(run_dir: str | os.PathLike, generation: int, **values: Any) -> dict:
     """Merge `values` into the row of `generation`; rewrite metrics.json and metrics.csv.
 
