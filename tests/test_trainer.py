@@ -21,9 +21,9 @@ from training.learn.samples import SampleArrays, config_samples, synthetic_sampl
 from training.run.run_dir import RunDir
 from training.learn.train_state import (
     WarmupSchedule,
+    drop_multiplier,
     load_checkpoint,
     scaled_lr,
-    time_multiplier,
     write_initial_model,
 )
 from training.trainer import (
@@ -146,11 +146,11 @@ def test_a_run_with_hours_drops_the_lr_by_the_share_of_its_hours(tiny_cfg, tmp_p
     assert alone.lr == pytest.approx(cfg.training.lr * 0.5)
 
 
-def test_time_multiplier_is_the_last_share_reached():
+def test_drop_multiplier_is_the_last_share_reached():
     drops = ((0.5, 0.3), (0.8, 0.1))
-    assert [time_multiplier(drops, s) for s in (0.0, 0.49, 0.5, 0.79, 0.8, 1.3)] == \
+    assert [drop_multiplier(drops, s) for s in (0.0, 0.49, 0.5, 0.79, 0.8, 1.3)] == \
         [1.0, 1.0, 0.3, 0.3, 0.1, 0.1]
-    assert time_multiplier((), 0.9) == 1.0
+    assert drop_multiplier((), 0.9) == 1.0
 
 
 def test_a_round_starts_from_the_newest_model_when_there_is_no_checkpoint(

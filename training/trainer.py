@@ -91,6 +91,7 @@ from training.run.run_dir import RunDir
 from training.run.signals import die_with_parent
 from training.learn.train_state import (
     WarmupSchedule,
+    drop_multiplier,
     rng_from_json,
     rng_json,
     rng_state,
@@ -98,7 +99,6 @@ from training.learn.train_state import (
     scaled_lr,
     seed_everything,
     set_rng_state,
-    time_multiplier,
 )
 from training.learn.training_error import TrainingError
 
@@ -344,7 +344,7 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     peak = scaled_lr(tcfg.lr, total_batch, tcfg.lr_reference_batch, tcfg.lr_scaling)
     time_factor = None
     if cfg.run.hours > 0 and tcfg.lr_schedule_by_time and run_hours is not None:
-        time_factor = time_multiplier(tcfg.lr_schedule_by_time, run_hours / cfg.run.hours)
+        time_factor = drop_multiplier(tcfg.lr_schedule_by_time, run_hours / cfg.run.hours)
     schedule = WarmupSchedule(peak, tcfg.warmup_steps, drops=tcfg.lr_schedule,
                               time_factor=time_factor)
     optimizer = torch.optim.SGD(net.parameters(), lr=schedule.lr(), momentum=tcfg.momentum,

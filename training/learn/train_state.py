@@ -54,7 +54,7 @@ class WarmupSchedule:
     """LR = peak * min(1, (step + 1) / warmup_steps) * the multiplier of the last drop reached:
     `drops` are (global step, multiplier) pairs, steps ascending (training.lr_schedule); peak
     is scaled from the reference batch. `time_factor`, when set, is the multiplier instead
-    (a run with a time limit: `time_multiplier`)."""
+    (a run with a time limit: `drop_multiplier` of the share of its hours)."""
 
     peak_lr: float
     warmup_steps: int
@@ -63,12 +63,9 @@ class WarmupSchedule:
     time_factor: float | None = None
 
     def lr(self) -> float:
-        factor = 1.0
-        for at, multiplier in self.drops:
-            if self.step >= at:
-                factor = multiplier
-        if self.time_factor is not None:
-            factor = self.time_factor
+        factor = self.time_factor
+        if factor is None:
+            factor = drop_multiplier(self.drops, self.step)
         warm = 1.0 if self.warmup_steps <= 0 else min(1.0, (self.step + 1) / self.warmup_steps)
         return self.peak_lr * factor * warm
 
@@ -76,13 +73,13 @@ class WarmupSchedule:
         return {"name": "linear_warmup_piecewise_constant", **asdict(self)}
 
 
-def time_multiplier(drops: Sequence[Sequence[float]], share: float) -> float:
-    """The multiplier of the last (share of run.hours, multiplier) pair of `drops`
-    (training.lr_schedule_by_time) that `share`, the part of the hours already run, has
-    reached; 1 before the first."""
+def drop_multiplier(drops: Sequence[Sequence[float]], where: float) -> float:
+    """The multiplier of the last (from, multiplier) pair of `drops` that `where` has
+    reached, 1 before the first: a global step for training.lr_schedule, the share of
+    run.hours already run for training.lr_schedule_by_time."""
     factor = 1.0
     for at, multiplier in drops:
-        if share >= at:
+        if where >= at:
             factor = multiplier
     return factor
 
