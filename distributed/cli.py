@@ -28,7 +28,7 @@ from distributed.ssh_connector import (
     SSHError,
     UnknownWorkerError,
 )
-from distributed.status import DEFAULT_STATUS_PATH, read_status
+from distributed.status import DEFAULT_STATUS_PATH, read_status, run_time
 from distributed.transfer import TransferError
 
 
@@ -100,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          else f"{snap.model_sync_s:.1f}s"))
             print(f"Network usage: {snap.network_mb_per_min:.1f} MB/min")
             print(f"Generation: {'-' if snap.generation is None else snap.generation}")
+            print(f"Run time: {run_time(snap)}")
             rows = [["NAME", "HOST", "STATE", "GEN", "GAMES", "PLAYED", "GAMES/S", "HEARTBEAT",
                      "LAST ERROR"]]
             for w in snap.workers:

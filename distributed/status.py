@@ -236,6 +236,8 @@ class StatusSnapshot:
     last_loss: float | None = None
     elo: float | None = None
     training_nodes: str = ""  # "node1 Training; node2 Benched 60s: why" (empty: none set up)
+    run_hours: float | None = None  # hours the run has run, resumes included
+    hours_limit: float = 0.0  # run.hours: the run stops there (0: no limit)
     updated: str = ""  # UTC time of writing, "YYYY-MM-DD HH:MM:SS"
     workers: list[WorkerRow] = field(default_factory=list)
 
@@ -298,6 +300,17 @@ def _cell(row: WorkerRow, attr: str) -> str:
     return text or "-"
 
 
+def run_time(snap: StatusSnapshot) -> str:
+    """`1.23 h of 2 h` (with a limit), `1.23 h`, or `-` before the coach has counted."""
+    if snap.run_hours is None:
+        return "-"
+    return f"{snap.run_hours:.2f} h" + (f" of {snap.hours_limit:g} h" if snap.hours_limit > 0
+                                        else "")
+
+
+_RUN_TIME_RE = re.compile(r"^(-|([0-9.]+) h( of ([0-9.e+]+) h)?)$")
+
+
 def render_status(snap: StatusSnapshot) -> str:
     """The text of status.txt for `snap`."""
     updated = snap.updated or time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
@@ -313,6 +326,7 @@ def render_status(snap: StatusSnapshot) -> str:
         f"Data staleness: {_opt(snap.staleness_generations, '.2f')} generations",
         f"Last loss: {_opt(snap.last_loss, '.4f')}",
         f"Elo: {_opt(snap.elo, '.1f')}",
+        f"Run time: {run_time(snap)}",
     ]
     if snap.training_nodes:
         lines.append("Training nodes: " + " ".join(snap.training_nodes.split()))
@@ -380,6 +394,12 @@ def parse_status_text(text: str) -> StatusSnapshot:
                 snap.elo = _num(value, float)
             elif key == "Training nodes":
                 snap.training_nodes = value
+            elif key == "Run time":
+                m = _RUN_TIME_RE.match(value.strip())
+                if not m:
+                    raise ValueError("not 'H h', 'H h of LIMIT h' or '-'")
+                snap.run_hours = None if m.group(2) is None else float(m.group(2))
+                snap.hours_limit = float(m.group(4)) if m.group(4) else 0.0
             # unknown header keys are skipped: newer writers may add lines
             i += 1
     except ValueError as e:

@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Sequence
 
-from distributed.status import StatusSnapshot, WorkerState, printable
+from distributed.status import StatusSnapshot, WorkerState, printable, run_time
 
 REFRESH_S = 10
 
@@ -55,6 +55,7 @@ def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
         ("Data staleness", _num(snap.staleness_generations, ".2f") + " generations"),
         ("Last loss", _num(snap.last_loss, ".4f")),
         ("Elo", _num(snap.elo, ".1f")),
+        ("Run time", run_time(snap)),
     ]
     rows = "\n".join(
         "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
@@ -147,6 +148,10 @@ def render_prometheus(snap: StatusSnapshot) -> str:
     family("azgo_last_loss", "gauge", "Training loss of the newest round.",
            [("", snap.last_loss)])
     family("azgo_elo", "gauge", "Chained arena Elo of the newest generation.", [("", snap.elo)])
+    family("azgo_run_hours", "gauge", "Hours the run has run, resumes included.",
+           [("", snap.run_hours)])
+    family("azgo_run_hours_limit", "gauge", "run.hours: where the run stops (0: no limit).",
+           [("", snap.hours_limit)])
     states = [(f'{{worker="{_label(w.name)}",state="{s.value}"}}', int(w.state == s))
               for w in snap.workers for s in WorkerState]
     family("azgo_worker_state", "gauge", "1 for the worker's current state.", states)

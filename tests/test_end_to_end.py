@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from configs import dump_config, override
-from distributed.status import WorkerState, parse_status_text
+from distributed.status import WorkerState, parse_status_text, read_status
 from tests.conftest import REPO, wait_until
 from training.run import model_store
 
@@ -135,6 +135,8 @@ def _branch_goes_on_from_generation_1(cfg, config: Path, run: Path, status: Path
     rows = {r["generation"]: r for r in json.loads((branch / "metrics.json").read_text())}
     source_rows = {r["generation"]: r for r in json.loads((run / "metrics.json").read_text())}
     assert rows[1] == source_rows[1] and "loss" in rows[2]
+    shown = read_status(status)  # the status file shows the hours against the limit
+    assert shown.hours_limit == 10 and shown.run_hours >= source_rows[1]["elapsed_s"] / 3600 - 0.01
     after = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
     assert after == before, "the source run was changed"
     _hours_count_the_run_it_went_on_from(config, branch, status, source_rows[1]["elapsed_s"],

@@ -38,6 +38,8 @@ def _snapshot() -> StatusSnapshot:
         staleness_generations=1.25,
         last_loss=1.2345,
         elo=345.5,
+        run_hours=1.2345,
+        hours_limit=2.0,
         updated="2026-11-21 20:30:01",
         workers=[
             WorkerRow("worker1", "gpu1.example.com", WorkerState.ACTIVE, "0", 13, 1200, 40.5,
@@ -70,6 +72,7 @@ def test_status_text_parses_back():
     assert back.generation == 13 and back.window_games == 50000
     assert back.window_positions == 3_000_000 and back.staleness_generations == 1.25
     assert back.last_loss == 1.2345 and back.elo == 345.5
+    assert back.run_hours == 1.23 and back.hours_limit == 2.0
     assert back.updated == "2026-11-21 20:30:01"
     assert [r.name for r in back.workers] == [r.name for r in snap.workers]
     for a, b in zip(back.workers[:2], snap.workers[:2]):
@@ -93,6 +96,21 @@ def test_training_nodes_line_shows_only_when_there_are_nodes():
     assert len(back.workers) == 4  # the table still parses below the extra line
 
 
+def test_run_time_shows_the_hours_against_the_limit():
+    snap = _snapshot()
+    assert "Run time: 1.23 h of 2 h" in render_status(snap).splitlines()
+    snap.hours_limit = 0.0  # no --hours: no limit to show
+    text = render_status(snap)
+    assert "Run time: 1.23 h" in text.splitlines()
+    back = parse_status_text(text)
+    assert back.run_hours == 1.23 and back.hours_limit == 0.0
+    snap.run_hours, snap.hours_limit = 0.5, 1.5
+    assert parse_status_text(render_status(snap)).hours_limit == 1.5
+    bad = render_status(_snapshot()).replace("Run time: 1.23 h of 2 h", "Run time: soon")
+    with pytest.raises(StatusFormatError, match="Run time: soon"):
+        parse_status_text(bad)
+
+
 def test_status_table_is_fixed_width():
     lines = render_status(_snapshot()).splitlines()
     table = lines[lines.index("") + 1 :]
@@ -110,6 +128,7 @@ def test_empty_status_round_trips():
     snap = StatusSnapshot(updated="2026-01-01 00:00:00")
     back = parse_status_text(render_status(snap))
     assert back.model_sync_s is None and back.last_loss is None and back.elo is None
+    assert back.run_hours is None and "Run time: -" in render_status(snap)
     assert back.workers == []
     assert "Model sync time: -" in render_status(snap)
 

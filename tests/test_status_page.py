@@ -21,7 +21,8 @@ def _snapshot() -> StatusSnapshot:
     return StatusSnapshot(
         games_per_s=3.5, workers_active=1, workers_total=2, model_sync_s=1.25,
         network_mb_per_min=0.5, generation=7, window_games=300, window_positions=12000,
-        staleness_generations=1.5, last_loss=2.25, elo=None, updated="2026-01-01 00:00:00",
+        staleness_generations=1.5, last_loss=2.25, elo=None, run_hours=0.75, hours_limit=2.0,
+        updated="2026-01-01 00:00:00",
         workers=[
             WorkerRow("worker1", "localhost", WorkerState.ACTIVE, "cpu", 7, 250, 1.5, 1.0, 0.6,
                       0.4, 0, "", 260),
@@ -37,6 +38,7 @@ def test_the_page_shows_the_run_and_escapes_what_a_worker_sent():
     assert "\U0001F7E2 Active" in page and "\U0001F534 Error" in page
     assert "<script>" not in page and "&lt;script&gt;" in page and "\x1b" not in page
     assert '<img src="progress.png"' in page
+    assert "<td>0.75 h of 2 h</td>" in page  # run time against --hours
     assert '<a href="strength_games/x/gen7_vs.sgf">gen7_vs.sgf</a>' in page
 
 
@@ -47,6 +49,8 @@ def test_metrics_parse_with_prometheus_own_parser():
     assert families["azgo_games_per_second"].samples[0].value == 3.5
     elo = families["azgo_elo"].samples[0].value
     assert elo != elo  # unknown: NaN
+    assert families["azgo_run_hours"].samples[0].value == 0.75
+    assert families["azgo_run_hours_limit"].samples[0].value == 2.0
     states = {(s.labels["worker"], s.labels["state"]): s.value
               for s in families["azgo_worker_state"].samples}
     assert states[("worker1", "Active")] == 1 and states[("worker1", "Error")] == 0

@@ -638,7 +638,8 @@ class Coach:
             staleness_generations=(gen - mean_gen) if mean_gen is not None
             else None,
             last_loss=self.rounds.last_loss, elo=self.rounds.elo, workers=rows,
-            training_nodes=nodes.describe() if (nodes := self.rounds.training_nodes) else "")
+            training_nodes=nodes.describe() if (nodes := self.rounds.training_nodes) else "",
+            run_hours=self.run_hours(), hours_limit=self.cfg.run.hours)
 
     def _write_status(self) -> None:
         snap = self.snapshot()
