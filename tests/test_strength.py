@@ -93,6 +93,10 @@ def test_run_hours_leave_out_the_time_a_run_was_stopped(tiny_cfg, run_dir):
     metrics.record_metrics(run_dir, 3, loss=1.0)  # the trainer's columns only
     hours = run_hours(run_dir, [1, 3, 4, 5, 6])
     assert hours == pytest.approx({1: 0.5, 3: 1.5, 4: 1.7, 5: 2.2}), hours
+    # the coach's own count (`run_s`) wins where a row has it: a run that went on from
+    # another (--from-run) starts its first coach with the source's hours already run
+    metrics.record_metrics(run_dir, 4, run_s=3600 * 5.2)
+    assert run_hours(run_dir, [3, 4, 5]) == pytest.approx({3: 1.5, 4: 5.2, 5: 5.7})
     # without metrics: the manifests alone, the stop counted in
     (run_dir / "metrics.json").unlink()
     (run_dir / "metrics.csv").unlink(missing_ok=True)

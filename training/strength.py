@@ -270,15 +270,18 @@ def run_hours(run_dir: Path, generations: Sequence[int]) -> dict[int, float]:
     """Hours of the run at which each generation was published, the time the run was stopped
     left out.
 
-    The coach's `elapsed_s` in each generation's metrics row counts from the coach's start:
-    where it falls, the run was resumed, and the hours before are added on (up to the last
-    generation before the stop; the minutes from there to the stop are not known). A
+    A generation's metrics row with `run_s` (the coach's own count, resumes and a --from-run
+    source included) gives its hours as they are. Without it, the coach's `elapsed_s` counts
+    from the coach's start: where it falls, the run was resumed, and the hours before are
+    added on (up to the last generation before the stop; the minutes from there to the stop
+    are not known). A
     generation without it (the last one of a stopped coach) gets the time since the generation
     before from the model manifests' `created`, as does a run without metrics; such a run's
     stops are counted in. Generations without a readable manifest are left out."""
     models = RunDir(run_dir).models
     try:
-        rows = {int(r["generation"]): r.get("elapsed_s") for r in metrics.read_metrics(run_dir)}
+        rows = {int(r["generation"]): (_seconds(r.get("elapsed_s")), _seconds(r.get("run_s")))
+                for r in metrics.read_metrics(run_dir)}
     except (metrics.MetricsError, TypeError, ValueError):
         rows = {}
     created: dict[int, float] = {}
@@ -297,8 +300,12 @@ def run_hours(run_dir: Path, generations: Sequence[int]) -> dict[int, float]:
     hours: dict[int, float] = {0: 0.0}
     offset, last_elapsed, last = 0.0, None, 0
     for g in range(1, max(generations, default=0) + 1):
-        elapsed = rows.get(g)
-        if isinstance(elapsed, (int, float)) and elapsed >= 0:
+        elapsed, run_s = rows.get(g, (None, None))
+        if run_s is not None:
+            hours[g] = run_s / 3600
+            offset = run_s - elapsed if elapsed is not None else offset
+            last_elapsed, last = elapsed if elapsed is not None else last_elapsed, g
+        elif elapsed is not None:
             if last_elapsed is not None and elapsed < last_elapsed:
                 offset = hours[last] * 3600  # a new coach: the run was resumed
             hours[g] = (offset + elapsed) / 3600
@@ -307,6 +314,10 @@ def run_hours(run_dir: Path, generations: Sequence[int]) -> dict[int, float]:
             hours[g] = hours[last] + (c - before) / 3600
             last = g
     return {g: hours[g] for g in generations if g in hours and made(g) is not None}
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
 def model_path(run_dir: Path, generation: int) -> Path:
