@@ -14,6 +14,7 @@ from training.run.metrics import (
     read_metrics,
     record_metrics,
     run_seconds,
+    seconds,
 )
 
 
@@ -46,6 +47,14 @@ def test_run_seconds_chain_the_coaches_of_a_resumed_run():
     assert run_seconds(rows) == pytest.approx(420.0)
     rows.append({"generation": 7, "loss": 1.0})  # a row without times changes nothing
     assert run_seconds(rows) == pytest.approx(420.0)
+
+
+@pytest.mark.parametrize("bad", ["90", -5.0, True, None, float("nan")])
+def test_a_garbled_time_cell_is_skipped_not_counted(bad):
+    assert seconds(bad) is None
+    rows = [{"generation": 1, "elapsed_s": 100.0}, {"generation": 2, "elapsed_s": bad},
+            {"generation": 3, "elapsed_s": 150.0, "run_s": bad}]
+    assert run_seconds(rows) == pytest.approx(150.0)
 
 
 def test_non_finite_numbers_are_stored_as_null(run_dir):

@@ -57,7 +57,7 @@ from typing import Any, Callable, Sequence, Union
 from configs import Config
 from training.fleet.fleet import Job
 from training.learn import round_result
-from training.learn.command import trainer_command
+from training.learn.command import run_hours_flag, trainer_command
 from training.learn.round_result import RoundResult, RoundResultError
 from training.run import model_store
 from training.run.run_dir import RunDir
@@ -280,8 +280,8 @@ class Rounds:
         with `nodes` extra training nodes it is node rank 0 of nodes + 1."""
         hours = self.round_hours
         if self.trainer_cmd:
-            extra = [] if hours is None else ["--run-hours", f"{hours:.6f}"]
-            return list(self.trainer_cmd) + ["--generation", str(generation), *extra]
+            return [*self.trainer_cmd, "--generation", str(generation),
+                    *run_hours_flag(hours)]
         return trainer_command(sys.executable, str(self.paths.config), str(self.paths.root),
                                generation, nodes=nodes + 1, master_addr=master_addr,
                                master_port=self.cfg.training.master_port, run_hours=hours)

@@ -280,7 +280,8 @@ def run_hours(run_dir: Path, generations: Sequence[int]) -> dict[int, float]:
     stops are counted in. Generations without a readable manifest are left out."""
     models = RunDir(run_dir).models
     try:
-        rows = {int(r["generation"]): (_seconds(r.get("elapsed_s")), _seconds(r.get("run_s")))
+        rows = {int(r["generation"]): (metrics.seconds(r.get("elapsed_s")),
+                                         metrics.seconds(r.get("run_s")))
                 for r in metrics.read_metrics(run_dir)}
     except (metrics.MetricsError, TypeError, ValueError):
         rows = {}
@@ -314,10 +315,6 @@ def run_hours(run_dir: Path, generations: Sequence[int]) -> dict[int, float]:
             hours[g] = hours[last] + (c - before) / 3600
             last = g
     return {g: hours[g] for g in generations if g in hours and made(g) is not None}
-
-
-def _seconds(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
 def model_path(run_dir: Path, generation: int) -> Path:

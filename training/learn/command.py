@@ -13,6 +13,11 @@ It must not import torch (the coach and the fleet build commands; the trainer ru
 from __future__ import annotations
 
 
+def run_hours_flag(hours: float | None) -> list[str]:
+    """`--run-hours H` for a run with a time limit, nothing for one without."""
+    return [] if hours is None else ["--run-hours", f"{hours:.6f}"]
+
+
 def trainer_command(python: str, config: str, run_dir: str, generation: int, *,
                     nodes: int = 1, node_rank: int = 0, master_addr: str = "",
                     master_port: int | None = None, cache_dir: str | None = None,
@@ -22,8 +27,7 @@ def trainer_command(python: str, config: str, run_dir: str, generation: int, *,
     if cache_dir is not None:
         cmd += ["--cache-dir", cache_dir]
     cmd += ["--generation", str(generation), "--no-progress"]
-    if run_hours is not None:
-        cmd += ["--run-hours", f"{run_hours:.6f}"]
+    cmd += run_hours_flag(run_hours)
     if nodes > 1:
         cmd += ["--nodes", str(nodes), "--node-rank", str(node_rank), "--master-addr",
                 master_addr, "--master-port", str(master_port)]

@@ -73,6 +73,13 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["generation"])
 
 
+def seconds(value: object) -> float | None:
+    """A metrics cell as seconds: a number >= 0, else None (missing, garbled or negative)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        return None
+    return float(value)
+
+
 def run_seconds(rows: list[dict[str, Any]]) -> float:
     """The seconds a run had run by its newest row, the time it was stopped left out.
 
@@ -82,11 +89,9 @@ def run_seconds(rows: list[dict[str, Any]]) -> float:
     total = base = 0.0
     last_elapsed = None
     for row in sorted(rows, key=lambda r: int(r.get("generation", 0))):
-        elapsed, run_s = row.get("elapsed_s"), row.get("run_s")
-        if not isinstance(elapsed, (int, float)) or elapsed < 0:
-            elapsed = None
-        if isinstance(run_s, (int, float)) and run_s >= 0:
-            total = float(run_s)
+        elapsed, run_s = seconds(row.get("elapsed_s")), seconds(row.get("run_s"))
+        if run_s is not None:
+            total = run_s
             base = total - elapsed if elapsed is not None else total
         elif elapsed is not None:
             if last_elapsed is not None and elapsed < last_elapsed:
