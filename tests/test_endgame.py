@@ -166,6 +166,33 @@ def test_net_player_passes_after_a_pass_when_the_judged_board_is_won(tmp_path):
             pos.board, N, move, BLACK, lost)
 
 
+def test_cleanup_answers_a_stone_with_the_search_and_a_pass_with_a_capture(tmp_path):
+    """In a dispute played out, the opponent cleans up too, or attacks: its stone gets the
+    search's answer (a capture of a dead stone first could let a living group die); a pass
+    gets the capture. A capture stands in for a search move that passes or fills our area."""
+    from training.play.players import NetPlayer
+
+    player = NetPlayer(model_file(tmp_path, 0.0), simulations=8)
+    player.ownership = lambda position, color=None: OWNERSHIP  # B3 is dead: A3, B2, B4 take it
+    captures = {from_gtp(p, N) for p in ("A3", "B2", "B4")}
+    answer = []  # the search's choice, set per case (the search itself: test_mcts)
+    player.player.genmove = lambda moves, komi, **kw: answer[0]
+    attacked = Position(N, komi=0.5, max_moves=10_000)
+    for move in intruded_position().moves[:-1]:
+        attacked.play(move)
+    attacked.play(from_gtp("E1", N))  # white's last move is a stone, not a pass
+    assert attacked.to_play == BLACK
+    answer[:] = [from_gtp("E2", N)]
+    assert player.genmove_cleanup(attacked, BLACK) == from_gtp("E2", N)
+    answer[:] = [attacked.pass_move]
+    assert player.genmove_cleanup(attacked, BLACK) in captures
+    answer[:] = [from_gtp("A1", N)]  # inside our own area: worth nothing
+    assert endgame.fills_own_area(attacked.board, N, answer[0], BLACK, OWNERSHIP)
+    assert player.genmove_cleanup(attacked, BLACK) in captures
+    answer[:] = [from_gtp("E2", N)]
+    assert player.genmove_cleanup(intruded_position(), BLACK) in captures  # after a pass
+
+
 def test_net_player_ownership_is_blacks_view_whoever_is_to_move(tmp_path):
     from training.play.players import NetPlayer
 

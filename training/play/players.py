@@ -231,7 +231,7 @@ class NetPlayer:
     colours' living stones, or a pass when none is left (self-play never sees
     an opponent pass before the board is settled, so the search does not know these moves are
     worthless, and Tromp-Taylor calls every dead stone alive). `genmove_cleanup` captures the
-    dead opponent stones first (`kgs-genmove_cleanup`). Without an ownership head every stone
+    dead opponent stones (`kgs-genmove_cleanup`), answering the opponent's moves first. Without an ownership head every stone
     counts as alive.
     """
 
@@ -307,18 +307,26 @@ class NetPlayer:
 
     def genmove_cleanup(self, position: Any, color: int, *,
                         seconds: float | None = None) -> int | None:
-        """`kgs-genmove_cleanup`: capture the dead opponent stones before anything else, so
-        that the Tromp-Taylor count of the final board is the judged one; then `genmove`."""
+        """`kgs-genmove_cleanup`: capture the dead opponent stones, so that the Tromp-Taylor
+        count of the final board is the judged one. After the opponent's pass the capture
+        comes first; after a stone (the opponent cleans up too, or attacks) the search answers
+        it, and a capture stands in only for a pass or a move inside our own area."""
         self._moves(position, color)  # the size check
         own = self.ownership(position, color)
-        if own is not None:
-            board, n = position.board, position.size
-            dead = {p for p in endgame.dead_stones(board, n, own) if board[p] == -color}
-            move = endgame.cleanup_move(board, n, color, dead,
-                                        lambda p: position.is_legal(p, color))
-            if move is not None:
-                return move
-        return self.genmove(position, color, seconds=seconds)
+        if own is None:
+            return self.genmove(position, color, seconds=seconds)
+        board, n = position.board, position.size
+        dead = {p for p in endgame.dead_stones(board, n, own) if board[p] == -color}
+        capture = endgame.cleanup_move(board, n, color, dead,
+                                       lambda p: position.is_legal(p, color))
+        if position.alternating_moves(color)[-1:] == [position.pass_move]:
+            return capture if capture is not None else self.genmove(position, color,
+                                                                    seconds=seconds)
+        move = self.genmove(position, color, seconds=seconds)
+        if capture is not None and (move == position.pass_move or endgame.fills_own_area(
+                board, n, move, color, own)):
+            return capture
+        return move
 
     def _moves(self, position: Any, color: int) -> list[int]:
         """The moves the search replays: the game's as alternating turns, a pass wherever a
