@@ -231,8 +231,8 @@ class NetPlayer:
     colours' living stones, or a pass when none is left (self-play never sees
     an opponent pass before the board is settled, so the search does not know these moves are
     worthless, and Tromp-Taylor calls every dead stone alive). `genmove_cleanup` captures the
-    dead opponent stones (`kgs-genmove_cleanup`), answering the opponent's moves first. Without an ownership head every stone
-    counts as alive.
+    dead opponent stones (`kgs-genmove_cleanup`), answering the opponent's moves first.
+    Without an ownership head every stone counts as alive.
     """
 
     def __init__(self, model_path: str | os.PathLike, simulations: int, cfg: Config | None = None,
