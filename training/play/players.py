@@ -290,7 +290,7 @@ class NetPlayer:
         `seconds` and `on_chunk` as in `MctsPlayer.genmove` (a clock's share, live analysis)."""
         moves = self._moves(position, color)
         search = dict(seconds=seconds, on_chunk=on_chunk)
-        if position.alternating_moves(color)[-1:] != [position.pass_move]:
+        if not _after_pass(position, color):
             return self.player.genmove(moves, position.komi, **search)
         board, n = position.board, position.size
         own = self.ownership(position, color)
@@ -319,7 +319,7 @@ class NetPlayer:
         dead = {p for p in endgame.dead_stones(board, n, own) if board[p] == -color}
         capture = endgame.cleanup_move(board, n, color, dead,
                                        lambda p: position.is_legal(p, color))
-        if position.alternating_moves(color)[-1:] == [position.pass_move]:
+        if _after_pass(position, color):
             return capture if capture is not None else self.genmove(position, color,
                                                                     seconds=seconds)
         move = self.genmove(position, color, seconds=seconds)
@@ -411,6 +411,11 @@ class NetPlayer:
             out = self._net(torch.from_numpy(np.stack(planes)).to(self._device), heads=True)
         score = out["score"].float().cpu().numpy() * position.size
         return [float(s) * sign for s, sign in zip(score, signs)]
+
+
+def _after_pass(position: Any, color: int) -> bool:
+    """Whether `color` moves right after the opponent's pass (as the search replays the game)."""
+    return position.alternating_moves(color)[-1:] == [position.pass_move]
 
 
 @dataclass
