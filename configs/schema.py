@@ -518,6 +518,10 @@ class DistributedConfig:
     """Seconds between SIGTERM and SIGKILL when stopping a worker."""
     max_outbox_batches: int = 50
     """A worker pauses self-play when this many batches wait uncollected."""
+    partial_batch_interval_s: float = 5.0
+    """After a batch of fewer than batch_size games, the coach takes that worker's next batch
+    no sooner than this (at most batch_max_wait_s, so an honest worker never waits); the
+    rest wait in its outbox. Bounds what one-game batches sent as fast as possible cost."""
     max_rejected_batches: int = 20
     """Files the coach may reject from one worker (bad batches, junk, links, foreign names)
     before it stops collecting from it and shows it as Error with the reason."""
@@ -545,6 +549,7 @@ class DistributedConfig:
         _range(self, "retries", 0, 100)
         _range(self, "max_outbox_batches", 1, 10**6)
         _range(self, "max_rejected_batches", 1, 10**6)
+        _range(self, "partial_batch_interval_s", 0.0, 3600.0)
         for name, weight in self.worker_weights.items():
             _check(
                 isinstance(weight, (int, float)) and weight > 0 and math.isfinite(weight),

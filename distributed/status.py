@@ -238,6 +238,7 @@ class StatusSnapshot:
     training_nodes: str = ""  # "node1 Training; node2 Benched 60s: why" (empty: none set up)
     run_hours: float | None = None  # hours the run has run, resumes included
     hours_limit: float = 0.0  # run.hours: the run stops there (0: no limit)
+    batches_deferred: int = 0  # batches left in outboxes at the last listing (paced, per pass)
     updated: str = ""  # UTC time of writing, "YYYY-MM-DD HH:MM:SS"
     workers: list[WorkerRow] = field(default_factory=list)
 
@@ -327,6 +328,7 @@ def render_status(snap: StatusSnapshot) -> str:
         f"Last loss: {_opt(snap.last_loss, '.4f')}",
         f"Elo: {_opt(snap.elo, '.1f')}",
         f"Run time: {run_time(snap)}",
+        f"Batches deferred: {snap.batches_deferred}",
     ]
     if snap.training_nodes:
         lines.append("Training nodes: " + " ".join(snap.training_nodes.split()))
@@ -392,6 +394,8 @@ def parse_status_text(text: str) -> StatusSnapshot:
                 snap.last_loss = _num(value, float)
             elif key == "Elo":
                 snap.elo = _num(value, float)
+            elif key == "Batches deferred":
+                snap.batches_deferred = int(value)
             elif key == "Training nodes":
                 snap.training_nodes = value
             elif key == "Run time":

@@ -517,6 +517,79 @@ def test_a_game_ingested_before_is_refused_in_a_new_batch(run_dir, outbox):
                      "repeats game 0 of the same batch", ingested=1)
 
 
+def test_the_same_moves_under_a_new_seed_are_refused(run_dir, outbox):
+    """A game's key is its moves: the seed a worker writes does not make a game new."""
+    games = _games(2, seed=6)
+    first = _write(outbox, 0, games)
+    col = _collector(run_dir)
+    assert col.collect(WORKER, LocalSource(outbox)).ingested == [first]
+    reseeded = _write(outbox, 1, [dataclasses.replace(games[1], seed=games[1].seed + 12345)])
+    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), reseeded,
+                     "repeats a game of " + first, ingested=1)
+    twice = _write(outbox, 2, [games[0], dataclasses.replace(games[0], seed=99)])
+    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), twice,
+                     "repeats game 0 of the same batch", ingested=1)
+
+
+def test_games_per_batch_is_checked_before_the_arrays_are_decoded(tmp_path):
+    """A batch of 100,000 games (the run holds 5 a batch) is refused from its arrays'
+    headers: the decoded arrays never sit in memory beside the decompressed bytes."""
+    arrays = _arrays(_games(1, seed=3))
+    g = 100_000
+    arrays["offsets"] = np.arange(g + 1, dtype=np.int64)
+    for key in ("moves", "values", "full_search", "surprise"):
+        arrays[key] = np.resize(arrays[key], g)
+    arrays["visits"] = np.resize(arrays["visits"], (g, arrays["visits"].shape[1]))
+    for key in ("result", "score", "resigned", "resign_disabled", "would_resign_as",
+                "board_size", "komi", "generation", "seed", "simulations"):
+        arrays[key] = np.resize(arrays[key], g)
+    path = tmp_path / records.batch_name(WORKER, 0, 0)
+    _write_arrays(path, arrays)
+    raw = path.read_bytes()
+    with _peak_python_memory() as unpacked:  # the zstd layer alone: the floor
+        size = len(records.decompress_bytes(raw, records.DEFAULT_MAX_BYTES))
+    with _peak_python_memory() as peak:
+        with pytest.raises(records.BatchError, match="100000 games, more than") as err:
+            records.decode_batch(raw, path, rules=RULES)
+    assert err.value.kind == "too_many_games"
+    print(f"games check: decompressed={size / 1e6:.1f} MB, peak of the zstd layer "
+          f"{unpacked['mb']:.1f} MB, of the refusal {peak['mb']:.1f} MB")
+    assert peak["mb"] < 1.1 * unpacked["mb"], (peak["mb"], unpacked["mb"])
+    long = _arrays(_games(1, seed=3))  # 5 games' worth of offsets, 10^5 moves
+    long["offsets"] = np.array([0, 1, 2, 3, 4, g], np.int64)
+    for key in ("moves", "values", "full_search", "surprise"):
+        long[key] = np.resize(long[key], g)
+    long["visits"] = np.resize(long["visits"], (g, long["visits"].shape[1]))
+    _write_arrays(path, long)
+    with pytest.raises(records.BatchError, match="moves in moves, more than 5 games"):
+        records.decode_batch(path.read_bytes(), path, rules=RULES)
+
+
+def test_one_game_batches_sent_fast_are_paced_and_the_rest_wait(run_dir, tmp_path):
+    """After a partial batch, the worker's next batch waits `partial_interval_s`: 20
+    one-game batches sent at once cost one ingest per interval, the rest wait in the outbox
+    (counted as deferred), and another worker is collected meanwhile as usual."""
+    flood, honest = tmp_path / "flood", tmp_path / "honest"
+    flood.mkdir()
+    honest.mkdir()
+    games = _games(20, seed=11)
+    for seq, game in enumerate(games):
+        records.write_batch(flood / records.batch_name("w9", 0, seq), [game],
+                            records.BatchMeta.from_records("w9", [game]))
+    full = _good(honest, 0, worker="w2", seed=12)
+    col = Collector(run_dir, validate_with_records(N, KOMI), partial_interval_s=60.0,
+                    full_batch_games=3)
+    res = col.collect("w9", LocalSource(flood))
+    assert len(res.ingested) == 1 and res.paced == res.deferred == 19
+    assert col.deferred["w9"] == 19 and len(os.listdir(flood)) == 19
+    again = col.collect("w9", LocalSource(flood))
+    assert again.ingested == [] and again.deferred == 19
+    assert col.collect("w2", LocalSource(honest)).ingested == [full]
+    assert col.deferred["w2"] == 0
+    last = col.collect("w9", LocalSource(flood), paced=False)  # a stopped worker's last
+    assert len(last.ingested) == 19 and col.deferred["w9"] == 0
+
+
 @pytest.mark.parametrize("case, word", [
     ("move_cap", "move cap of 500"),
     ("games", "more than this run's batches hold (5)"),
@@ -580,18 +653,74 @@ def test_no_worker_owns_the_window_by_sending_more(tmp_path):
           f"{share(capped):.2f} capped")
 
 
-def test_window_shares_count_only_workers_of_the_recent_generations():
-    """Six workers of an earlier machine (generations 0-1) do not shrink the two current
-    workers' shares (generation 30) to 1.5/8 each; they hold none of the window."""
-    from training.learn.replay_buffer import share_caps
+def _flood_replay(replay: Path, *, honest_generation: int = 0, flood_generation: int = 0,
+                  flood_factor: int = 50, honest_fast: bool = False) -> None:
+    """An honest worker's batch of 4 games beside a flooding worker's 50 times as many
+    positions (the same 4 games again under new names: the window itself does not dedupe)."""
+    recs = _games(4, seed=7, generation=honest_generation)
+    if honest_fast:  # playout cap randomization: every other move a fast search
+        recs = [dataclasses.replace(r, full_search=np.arange(r.num_moves) % 2 == 0)
+                for r in recs]
+    records.write_batch(replay / records.batch_name("honest", honest_generation, 0), recs,
+                        records.BatchMeta.from_records("honest", recs))
+    flood = _games(4, seed=8, generation=flood_generation)
+    for seq in range(flood_factor):
+        records.write_batch(replay / records.batch_name("flood", flood_generation, seq), flood,
+                            records.BatchMeta.from_records("flood", flood))
 
-    owners = [f"old{i}" for i in range(6)] + ["worker1", "worker2"] * 3
-    gens = [0, 1, 0, 1, 0, 1] + [30, 30, 29, 29, 25, 25]
-    caps = share_caps(owners, {}, 1.5, 1000, gens)
-    assert caps["worker1"] == caps["worker2"] == 750
-    assert all(caps[f"old{i}"] == 0 for i in range(6))
-    assert share_caps(owners, {}, None, 1000, gens)["old0"] == float("inf")  # no cap asked
-    assert share_caps(owners, {"worker2": 3.0}, 1.5, 1000, gens)["worker2"] == 1000
+
+def _row_shares(window) -> dict[str, float]:
+    """Each worker's share of the rows the window samples (what training draws)."""
+    _, files, _ = window._locate(np.arange(len(window)))
+    owners = np.array([records.parse_batch_name(window._sidecars[int(f)].name).worker
+                       for f in files])
+    return {w: float((owners == w).mean()) for w in sorted(set(owners))}
+
+
+@pytest.mark.parametrize("case", ["fresh", "stale", "fast_rows"])
+def test_a_50x_flood_holds_at_most_its_share_of_the_rows_the_window_holds(case, tmp_path):
+    """Shares are measured on what the window holds, in sampled rows: a worker with 50x the
+    other's data holds at most 1.5 x its equal share (75%) of the window trained on, also when
+    the other's newest batch is 11 generations old (it keeps its share of older data; the
+    flood, alone among the recent workers, is not uncapped) and when the other's fast
+    searches are sampled half as often (the flood marks every move a full search)."""
+    from training.learn.replay_buffer import ReplayWindow
+
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    _flood_replay(replay, flood_generation=11 if case == "stale" else 0,
+                  honest_fast=case == "fast_rows")
+    cfg = dataclasses.replace(Config().replay, min_positions=1000, max_positions=10**6,
+                              validation_fraction=0.0,
+                              fast_search_weight=0.5 if case == "fast_rows" else 1.0)
+    plain = ReplayWindow(replay, cfg, 1, N)
+    capped = ReplayWindow(replay, cfg, 1, N, worker_weights={}, share_slack=1.5)
+    before, after = _row_shares(plain)["flood"], _row_shares(capped)["flood"]
+    print(f"window share case={case} flood 50x: {before:.3f} uncapped, {after:.3f} capped")
+    longest = max(r.num_moves for r in _games(4, seed=8))
+    assert after <= 0.75 + longest / len(capped), _row_shares(capped)
+    assert _row_shares(capped)["honest"] >= 0.2, "the honest worker keeps its share"
+
+
+def test_a_lone_worker_takes_the_whole_window_and_a_weight_moves_the_share(tmp_path):
+    """Alone on disk, a worker's games fill the window (nobody else has data); with
+    `worker_weights` {flood: 3.0} its share is 1.5 x 3/4 = capped at 1 (all it can take)."""
+    from training.learn.replay_buffer import ReplayWindow, select_newest
+
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    flood = _games(4, seed=8)
+    for seq in range(5):
+        records.write_batch(replay / records.batch_name("flood", 0, seq), flood,
+                            records.BatchMeta.from_records("flood", flood))
+    cfg = dataclasses.replace(Config().replay, min_positions=1000, max_positions=10**6)
+    alone = ReplayWindow(replay, cfg, 1, N, worker_weights={}, share_slack=1.5)
+    assert alone.stats().positions == alone.total_positions
+    units = [("a", 10)] * 5 + [("b", 10)] * 100
+    held = select_newest(units, 10**6, {"b": 3.0}, 1.5)
+    assert len(held) == 105  # b's fraction is min(1, 1.5 * 3/4): no cap
+    held = select_newest(units, 10**6, {}, 1.5)
+    assert sum(1 for i in held if units[i][0] == "b") == 15  # 3 x a's 50 positions
 
 
 def test_window_order_is_the_coachs_ingest_order_not_the_batchs_clock(tmp_path):

@@ -79,7 +79,8 @@ from distributed.status import (
 from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
-from training.fleet.collector import Collector, batch_rules, validate_with_records
+from training.fleet.collector import (Collector, batch_rules, partial_batch_pace,
+                                      validate_with_records)
 from training.fleet.fleet import Fleet
 from training.rounds import (REPO, Counts, ModelPublished, Rated, RoundConcluded, Rounds,
                              RoundStarted)
@@ -233,10 +234,16 @@ class Coach:
             max_generation=lambda: self.rounds.generation,
             rules=lambda: batch_rules(self.cfg)),
             max_rejected=self.cfg.distributed.max_rejected_batches)
+        self._pace_collector()
         self.rounds.ensure_first_model()
         self.rounds.games_at_gen = self.total_games()
         self.fleet = self._make_fleet()
         self.rounds.sync_training_nodes()
+
+    def _pace_collector(self) -> None:
+        """The collector's pace for partial batches, from the config (`partial_batch_pace`)."""
+        self.collector.partial_interval_s = partial_batch_pace(self.cfg)
+        self.collector.full_batch_games = self.cfg.distributed.batch_size
 
     def run(self) -> CoachSummary:
         """Run until `run.iterations` new generations are published, the run has run
@@ -460,6 +467,8 @@ class Coach:
                       "; ".join(f"{k} {a!r} -> {b!r}" for k, a, b in fixed))
             new = _with_fixed_keys(new, self.cfg)
         self.cfg = self.rounds.cfg = new
+        if self.collector is not None:
+            self._pace_collector()
         write_atomic(self.run_config_path, f"# git commit: {_git_commit()}\n" + dump_config(new))
         self.tracker.offline_after_s = new.distributed.offline_after_s
         added, removed = self.fleet.set_workers(new)  # added ones start in their supervisors
@@ -579,19 +588,16 @@ class Coach:
 
     def window(self) -> tuple[int, int, float | None]:
         """(games, positions, mean generation) of the replay window: the trainer's rule
-        (`replay_buffer.take_newest`, the same order, size and shares) over whole batches."""
-        from training.learn.replay_buffer import (WINDOW_SHARE_SLACK, share_caps, take_newest,
-                                                  window_size)
+        (`replay_buffer.select_newest`, the same order, size and shares) over whole batches."""
+        from training.learn.replay_buffer import WINDOW_SHARE_SLACK, select_newest, window_size
 
         r = self.cfg.replay
-        entries = sorted(self.collector.ingested_entries(),
-                         key=lambda e: (e.generation, e.time, e.name))
+        entries = self.collector.window_entries()  # kept in the window's order as they come
         size = window_size(sum(e.positions for e in entries), r.min_positions,
                            r.max_positions, r.growth)
-        caps = share_caps([e.worker for e in entries], self.cfg.distributed.worker_weights,
-                          WINDOW_SHARE_SLACK, size, [e.generation for e in entries])
-        chosen = [entries[i] for i in take_newest(
-            [(e.worker, e.positions) for e in entries], size, caps)]
+        chosen = [entries[i] for i in select_newest(
+            [(e.worker, e.positions) for e in entries], size,
+            self.cfg.distributed.worker_weights, WINDOW_SHARE_SLACK)]
         games = sum(e.games for e in chosen)
         gen_sum = sum((e.generation if e.generation_mean is None else e.generation_mean)
                       * e.games for e in chosen)
@@ -611,6 +617,9 @@ class Coach:
                      or (m.error if state != WorkerState.ACTIVE else ""))
             if hb is not None and hb.paused:
                 error = (f"outbox full ({hb.outbox_backlog}), paused; " + error).rstrip("; ")
+            waiting = self.collector.deferred.get(name, 0)
+            if waiting:
+                error = (f"{waiting} batches deferred; " + error).rstrip("; ")
             tally = self.collector.tally.get(name)
             if tally is not None and tally.rejected:
                 error = (f"{tally.rejected} batches rejected (quarantine/); " + error).rstrip("; ")
@@ -639,7 +648,8 @@ class Coach:
             else None,
             last_loss=self.rounds.last_loss, elo=self.rounds.elo, workers=rows,
             training_nodes=nodes.describe() if (nodes := self.rounds.training_nodes) else "",
-            run_hours=self.run_hours(), hours_limit=self.cfg.run.hours)
+            run_hours=self.run_hours(), hours_limit=self.cfg.run.hours,
+            batches_deferred=sum(self.collector.deferred.get(n, 0) for n in members))
 
     def _write_status(self) -> None:
         snap = self.snapshot()

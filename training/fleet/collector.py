@@ -38,7 +38,11 @@ get their ledger line, a torn last ledger line is closed with a newline (so it n
 with the next), and `incoming/` leftovers are removed: nothing is lost or counted twice.
 
 Bounds: at most `names_per_pass` names are handled per `collect` call (the rest wait for the
-next pass), at most `max_parallel_validations` batches are validated at once (memory), and
+next pass); after a partial batch (fewer than `full_batch_games` games) a worker's next batch
+is taken no sooner than `partial_interval_s` later (`distributed.partial_batch_interval_s`:
+a worker sending one-game batches as fast as it can gets one in per interval, the rest wait in
+its outbox, counted in `deferred` and status.txt); at most `max_parallel_validations`
+batches are validated at once (memory), and
 rejected files' bytes are kept in `quarantine/` only while it holds less than
 `quarantine_max_bytes` (the reason file is always kept).
 
@@ -54,6 +58,7 @@ It must not: train, talk SSH itself (a source does), or trust a batch before rep
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import json
@@ -64,6 +69,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import numpy as np
 
 from distributed.transfer import fsync_dir
 from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, BatchName, OutboxOverflow,
@@ -163,15 +170,18 @@ class CollectResult:
     games: int = 0
     positions: int = 0
     bytes: int = 0
-    deferred: int = 0  # names left for a later pass (names_per_pass reached)
+    deferred: int = 0  # names left for a later pass (names_per_pass reached, or paced)
+    paced: int = 0  # of those, the worker's batches waiting for its partial-batch pace
     over_budget: str = ""  # non-empty: this worker's collection is stopped, and why
 
 
-def game_key(seed: int, moves: Any) -> str:
-    """A game's identity for duplicate detection: a hash of its seed and its moves."""
-    digest = hashlib.blake2b(digest_size=10)
-    digest.update(int(seed).to_bytes(8, "little", signed=True))
-    digest.update(memoryview(moves).cast("B"))
+def game_key(moves: Any) -> str:
+    """A game's identity for duplicate detection: a hash of its moves alone (int16 points).
+    The seed a worker writes is not part of it: the same moves under another seed are the
+    same game. (Ledger lines written before hashed the seed too; they still count as the
+    games they were.)"""
+    digest = hashlib.blake2b(b"moves", digest_size=10)
+    digest.update(memoryview(np.ascontiguousarray(moves, np.int16)).cast("B"))
     return digest.hexdigest()
 
 
@@ -188,6 +198,17 @@ def batch_rules(cfg: Any) -> "BatchRules":
         early_pass=cfg.self_play.early_pass,
         cpu_budget_s=VALIDATE_CPU_S,
     )
+
+
+def partial_batch_pace(cfg: Any) -> float:
+    """Seconds between two partial batches taken from one worker: the config's
+    `distributed.partial_batch_interval_s`, but never more than the `batch_max_wait_s` after
+    which an honest worker sends a partial batch (so an honest one never waits for it)."""
+    dist = cfg.distributed
+    pace = float(dist.partial_batch_interval_s)
+    if dist.batch_max_wait_s > 0:
+        pace = min(pace, float(dist.batch_max_wait_s))
+    return pace
 
 
 def validate_with_records(board_size: int, komi: float, *,
@@ -223,11 +244,11 @@ def validate_with_records(board_size: int, komi: float, *,
         games = batch.records
         if not games:
             raise BatchRejected(f"{path.name}: holds no games")
-        keys = tuple(game_key(g.seed, g.moves) for g in games)
+        keys = tuple(game_key(g.moves) for g in games)
         if len(set(keys)) < len(keys):
             first = next(i for i, k in enumerate(keys) if keys.index(k) != i)
             raise BatchRejected(f"{path.name}: game {first} repeats game {keys.index(keys[first])} "
-                                "of the same batch (same seed and moves)")
+                                "of the same batch (the same moves)")
         for i, g in enumerate(games):
             if g.board_size != board_size or float(g.komi) != float(komi):
                 raise BatchRejected(
@@ -255,7 +276,8 @@ class Collector:
                  max_rejected: int = DEFAULT_MAX_REJECTED,
                  names_per_pass: int = DEFAULT_NAMES_PER_PASS,
                  quarantine_max_bytes: int = DEFAULT_QUARANTINE_MAX_BYTES,
-                 max_parallel_validations: int = 2):
+                 max_parallel_validations: int = 2,
+                 partial_interval_s: float = 0.0, full_batch_games: int | None = None):
         paths = RunDir(run_dir)
         self.run_dir = paths.root
         self.replay_dir = paths.replay
@@ -268,7 +290,18 @@ class Collector:
         self.max_rejected = max_rejected
         self.names_per_pass = names_per_pass
         self.quarantine_max_bytes = quarantine_max_bytes
+        self.partial_interval_s = partial_interval_s
+        """Seconds after a partial batch before a worker's next batch is taken (0: none)."""
+        self.full_batch_games = full_batch_games
+        """Games of a full batch (`distributed.batch_size`); None: every batch is full."""
+        self._paced_until: dict[str, float] = {}  # worker -> time.monotonic() of its next take
+        self.deferred: dict[str, int] = {}
+        """Per worker, the batches its last listing left waiting (pace or names_per_pass)."""
         self.entries: dict[str, LedgerEntry] = {}
+        """Every ledger entry by key; changed in place under the lock (read it under the
+        lock, or through `ingested_entries` / `window_entries`)."""
+        self._window: list[LedgerEntry] = []  # ingested entries, in the window's order
+        self._window_keys: list[tuple] = []  # their (generation, time, name), for bisect
         self.tally: dict[str, WorkerTally] = {}
         self.over_budget: dict[str, str] = {}  # worker -> why its collection stopped
         self._contents: dict[str, str] = {}  # sha256 of an ingested file -> its name
@@ -341,16 +374,19 @@ class Collector:
         return [ln for ln in text.splitlines() if ln.strip()]
 
     def _count(self, entry: LedgerEntry, *, in_place: bool = False) -> None:
-        """Add a ledger entry to `entries` and `tally`. Outside start-up the dicts are
-        replaced, not changed (copy on write): another thread iterating `entries` or `tally`
-        (the coach's status table) holds a dict that never changes under it."""
+        """Add a ledger entry to `entries`, `tally` and the window's order (under the lock,
+        in place: no copy per entry). `tally` gains a worker by copy on write (rare), so a
+        thread iterating it (the coach's status table) holds a dict that never changes
+        size under it."""
         name = entry.name
         if name in self.entries:
             return
-        if in_place:
-            self.entries[name] = entry
-        else:
-            self.entries = {**self.entries, name: entry}
+        self.entries[name] = entry
+        if entry.ingested:
+            key = (entry.generation, entry.time, entry.name)
+            at = bisect.bisect(self._window_keys, key)
+            self._window_keys.insert(at, key)
+            self._window.insert(at, entry)
         if entry.worker not in self.tally:
             new = WorkerTally()
             if in_place:
@@ -409,8 +445,12 @@ class Collector:
         return max(seqs, default=-1) + 1
 
     def ingested_entries(self) -> list[LedgerEntry]:
+        """The ingested batches' entries, in the replay window's order (oldest first: by
+        generation, ingest time, name); a copy of a list kept sorted as batches come in."""
         with self._lock:
-            return [e for e in self.entries.values() if e.ingested]
+            return list(self._window)
+
+    window_entries = ingested_entries
 
     def resume(self, worker: str) -> None:
         """Give a worker stopped over its rejection budget a fresh budget (it was fixed)."""
@@ -435,14 +475,16 @@ class Collector:
     # ------------------------------------------------------------------ collecting
 
     def collect(self, worker: str, source: BatchSource, *, max_games: int | None = None,
-                current_generation: int = 0) -> CollectResult:
+                current_generation: int = 0, paced: bool = True) -> CollectResult:
         """Ingest the batches waiting in one worker's outbox (oldest first).
 
         `max_games` stops after that many games were ingested (load balancing leaves the rest
         in the worker's outbox for the next generation). At most `names_per_pass` names are
-        handled (`deferred` counts the rest). A worker over its rejection budget is not
-        listed at all (`over_budget` says why). Raises SourceError when the source fails;
-        what was ingested before stays ingested.
+        handled, and with `paced` a worker's batches wait while its partial-batch pace runs
+        (`deferred` and `paced` count the rest; `paced=False` for the last collection of a
+        stopped worker). A worker over its rejection budget is not listed at all
+        (`over_budget` says why). Raises SourceError when the source fails; what was
+        ingested before stays ingested.
         """
         result = CollectResult()
         with self._worker_lock(worker):
@@ -474,38 +516,50 @@ class Collector:
                     result.deferred = len(todo) - i
                     break
                 if i < len(owned):
+                    if result.paced or (paced and time.monotonic()
+                                        < self._paced_until.get(worker, 0.0)):
+                        result.paced = result.paced or len(owned) - i  # wait in the outbox
+                        continue
                     handled += 1
-                    self._collect_owned(worker, name, owned[i][2], source, result,
-                                        current_generation)
+                    games = self._collect_owned(worker, name, owned[i][2], source, result,
+                                                current_generation)
+                    if games and self.partial_interval_s > 0 and self.full_batch_games and \
+                            games < self.full_batch_games:
+                        self._paced_until[worker] = time.monotonic() + self.partial_interval_s
                 elif self._collect_foreign(worker, name, source, result):
                     handled += 1
+            result.deferred = max(result.deferred, result.paced)
+            with self._lock:
+                self.deferred[worker] = result.deferred
             result.over_budget = self.over_budget.get(worker, "")
         return result
 
     def _collect_owned(self, worker: str, name: str, parsed: BatchName, source: BatchSource,
-                       result: CollectResult, current_generation: int) -> None:
+                       result: CollectResult, current_generation: int) -> int:
+        """Fetch, validate and ingest one owned batch; returns its games (0 when it was not
+        ingested)."""
         if self.is_known(name, parsed):
             self._collect_known(worker, name, source, result)
-            return
+            return 0
         incoming = self.incoming_dir / name
         try:
             nbytes = source.fetch(name, incoming)
         except BatchRefused as e:
             self._reject(worker, name, name, None, f"{name}: refused: {e}", source, result)
-            return
+            return 0
         except FetchTooSlow as e:
             if not self._too_slow(worker, name, e):
                 raise
             self._reject(worker, name, name, None, f"{name}: not fetched in "
                          f"{SLOW_FETCH_TRIES} tries: {e}", source, result)
-            return
+            return 0
         result.bytes += nbytes
         try:
             with self._validations:  # bounds the memory of concurrent replays
                 info = self.validate(incoming)
         except BatchRejected as e:
             self._reject(worker, name, name, incoming, str(e), source, result)
-            return
+            return 0
         except Exception as e:  # noqa: BLE001 - untrusted input: any failure is a rejection
             # RecursionError (nested JSON), MemoryError (a huge declared shape),
             # NotImplementedError (an unknown zip method), OSError, ...: the batch is bad,
@@ -514,7 +568,7 @@ class Collector:
                         exc_info=not isinstance(e, (RecursionError, MemoryError)))
             self._reject(worker, name, name, incoming,
                          f"{name}: validation failed: {type(e).__name__}: {e}", source, result)
-            return
+            return 0
         with self._lock:
             entry = self._entry(name, incoming, "ingested", None, parsed)
             repeated = self._repeats(entry.sha256, info.game_keys)
@@ -528,13 +582,14 @@ class Collector:
                     coach_generation=current_generation, game_keys=info.game_keys))
         if repeated:
             self._reject(worker, name, name, incoming, f"{name}: {repeated}", source, result)
-            return
+            return 0
         source.delete(name)
         result.ingested.append(name)
         result.games += info.games
         result.positions += info.positions
         log.info("ingested %s from %s: games=%d positions=%d bytes=%d", name, worker,
                  info.games, info.positions, nbytes)
+        return info.games
 
     def _collect_known(self, worker: str, name: str, source: BatchSource,
                        result: CollectResult) -> None:
@@ -607,7 +662,7 @@ class Collector:
 
     def _repeats(self, sha256: str, game_keys: tuple[str, ...]) -> str:
         """Why a validated batch repeats what was ingested before ("" if it does not): the
-        same file under a new name, or a game (seed and moves) already in the run."""
+        same file under a new name, or a game (its moves) already in the run."""
         if sha256 in self._contents:
             return f"the same bytes as {self._contents[sha256]}, ingested before"
         for i, key in enumerate(game_keys):

@@ -391,7 +391,8 @@ class Supervisor:
         try:
             source = _DeadlineSource(self, self.backend.source())
             res = self.fleet.collector.collect(m.name, source, max_games=quota,
-                                               current_generation=self.fleet.generation)
+                                               current_generation=self.fleet.generation,
+                                               paced=not everything)
         except (SourceError, Unreachable) as e:
             if self.abandoned:
                 return
@@ -497,7 +498,7 @@ class Fleet:
             return
         for _ in range(passes):
             res = self.collector.collect(name, backend.source(),
-                                         current_generation=self.generation)
+                                         current_generation=self.generation, paced=False)
             if res.ingested:
                 log.info("worker %s (removed): collected its last %d games", name, res.games)
             if not res.deferred or res.over_budget:

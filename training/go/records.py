@@ -389,7 +389,7 @@ def decode_batch(
         raise BatchError(
             path, f"not a valid zstd file (truncated or corrupt): {e}", kind="corrupt_zstd"
         ) from e
-    arrays = _load_npz(data, path, max_bytes)
+    arrays = _load_npz(data, path, max_bytes, rules)
     meta = _parse_meta(arrays.pop("meta"), path)
     _check_name(path, meta)
     if max_generation is not None and meta.generation > max_generation:
@@ -434,7 +434,41 @@ def decode_batch(
     return Batch(meta, records, boards)
 
 
-def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.ndarray]:
+def _check_counts(zf: zipfile.ZipFile, path: str | Path, rules: BatchRules) -> None:
+    """The run's games-per-batch and move cap, checked on the arrays' headers before any
+    array is decoded: a batch of too many games or moves costs no more than its headers."""
+    if rules.max_games is None:
+        return
+    limits = {"offsets.npy": rules.max_games + 1}
+    if rules.move_cap is not None:
+        for key in _MOVE_DTYPES:
+            limits[f"{key}.npy"] = rules.max_games * rules.move_cap
+    for member, most in limits.items():
+        try:
+            with zf.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                read = {(1, 0): np.lib.format.read_array_header_1_0,
+                        (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                if read is None:
+                    raise ValueError(f"npy format version {version} (1.0 and 2.0 are read)")
+                shape, _, _ = read(f)
+        except KeyError:
+            continue  # a missing array is named by the full read
+        except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile,
+                NotImplementedError) as e:
+            raise BatchError(path, f"unreadable npz archive: {member}: {e}",
+                             kind="not_npz") from e
+        count = shape[0] if isinstance(shape, tuple) and shape else 0
+        if isinstance(count, int) and count > most:
+            what = (f"{count - 1} games, more than this run's batches hold ({rules.max_games})"
+                    if member == "offsets.npy" else
+                    f"{count} moves in {member[:-4]}, more than {rules.max_games} games of "
+                    f"at most {rules.move_cap} moves")
+            raise BatchError(path, what, kind="too_many_games")
+
+
+def _load_npz(data: bytes, path: str | Path, max_bytes: int,
+              rules: BatchRules | None = None) -> dict[str, np.ndarray]:
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:
@@ -447,6 +481,8 @@ def _load_npz(data: bytes, path: str | Path, max_bytes: int) -> dict[str, np.nda
             from None
     with zf:
         declared = sum(i.file_size for i in zf.infolist())
+        if rules is not None and declared <= max_bytes:
+            _check_counts(zf, path, rules)
     if declared > max_bytes:  # members compressed inside the zip: a second bomb layer
         raise BatchError(
             path,

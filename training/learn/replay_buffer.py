@@ -31,8 +31,10 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   newest first until the window holds `size` positions, where (KataGo's growing window)
   size = min_positions * (total / min_positions) ** growth, clamped to
   [min_positions, max_positions] and to the positions on disk. With `share_slack`, one
-  worker's games fill at most `share_caps` of it (its weight's share times the slack), so
-  a worker that sends more than its share cannot own the window. Given `files` are taken in
+  worker's games fill at most `share_fractions` of the rows the window holds (its weight's
+  share among the workers with games on disk, times the slack; `select_newest`), so a
+  worker that sends more than its share cannot own the window: when the others have fewer
+  games, the window holds less of its. Given `files` are taken in
   their order (the rank that chose them sends them oldest first). With
   `replay.policy_surprise_weight` > 0 (KataGo's policy surprise weighting) or
   `replay.fast_search_weight` other than 1, a sample index maps to a position through
@@ -122,46 +124,52 @@ def symmetry_permutations(n: int) -> np.ndarray:
 
 
 WINDOW_SHARE_SLACK = 1.5
-"""A worker's games may fill up to 1.5 times its weight's share of the window (2 equal
+"""A worker's games may fill up to 1.5 times its weight's share of the window held (2 equal
 workers: 75% each; 4: 37.5%)."""
 
 
 RECENT_GENERATIONS = 10
-"""A worker shares the window while it delivered games of the newest this many generations; an
-older one (removed, renamed, a machine since replaced) no longer dilutes the others' shares."""
+"""Kept for callers of earlier versions: shares no longer lapse with age (a worker whose newest
+games are old keeps its share of the older games it holds, `share_fractions`)."""
+
+_SOLVE_ROUNDS = 40
+
+
+def share_fractions(owners: Sequence[str], weights: Mapping[str, float],
+                    slack: float | None) -> dict[str, float]:
+    """Most of the window each worker's games may hold, as a fraction of the rows held: its
+    weight's share (`distributed.worker_weights`, 1.0 when unlisted) among every worker with
+    games in `owners`, times `slack`, at most 1. 1.0 for everyone without `slack` or with a
+    single worker. A worker whose newest games are old still counts: a flood from another
+    cannot push its older games out of their share, and a worker alone among the recent ones
+    never holds more than its share while others have games in the window."""
+    names = sorted(set(owners))
+    if slack is None or len(names) < 2:
+        return {n: 1.0 for n in names}
+    w = {n: max(float(weights.get(n, 1.0)), 0.0) for n in names}
+    total = sum(w.values()) or 1.0
+    return {n: min(1.0, slack * w[n] / total) for n in names}
 
 
 def share_caps(owners: Sequence[str], weights: Mapping[str, float], slack: float | None,
                target: int, generations: Sequence[int] | None = None) -> dict[str, float]:
-    """Most positions each worker's games may hold in a window of `target` positions: its
-    weight's share (`distributed.worker_weights`, 1.0 when unlisted) among the workers that
-    delivered games of the newest `RECENT_GENERATIONS` generations (`generations[i]` is the
-    generation of `owners[i]`'s batch i; all of them without it) times `slack`, and 0 for the
-    others; no cap (infinity) without `slack` or with a single recent worker. No worker can
-    own the window by sending more games than its share, while honest workers at uneven
-    speeds keep theirs."""
-    names = sorted(set(owners))
-    recent = set(names)
-    if generations is not None and len(generations):
-        newest = max(generations)
-        recent = {o for o, g in zip(owners, generations) if g >= newest - RECENT_GENERATIONS}
-    if slack is None or len(recent) < 2:
-        return {n: math.inf if (slack is None or n in recent) else 0.0 for n in names}
-    w = {n: max(float(weights.get(n, 1.0)), 0.0) for n in recent}
-    total = sum(w.values()) or 1.0
-    return {n: min(1.0, slack * w[n] / total) * target if n in recent else 0.0
-            for n in names}
+    """`share_fractions` times `target`: the most positions each worker may hold in a window
+    of `target` positions when every worker has its share to give (infinity with no cap).
+    The window itself measures shares on what it holds (`select_newest`); `generations` is
+    accepted for earlier callers and unused."""
+    return {n: math.inf if f >= 1.0 else f * target
+            for n, f in share_fractions(owners, weights, slack).items()}
 
 
 def take_newest(units: Sequence[tuple[str, int]], target: int,
-                caps: Mapping[str, float]) -> list[int]:
-    """The window's rule, shared by the trainer (units = games) and status.txt (units =
-    batches, `training.coach`): of `units` (owner, positions), ordered oldest first, the
+                caps: Mapping[str, float], rows: Sequence[float] | None = None) -> list[int]:
+    """The window's greedy pass: of `units` (owner, positions), ordered oldest first, the
     indices taken newest first until `target` positions are held, skipping an owner once it
-    holds its cap (`share_caps`); returned oldest first."""
+    holds its cap, counted in `rows` (the sampled rows of each unit; its positions without
+    them); returned oldest first. `select_newest` chooses the caps."""
     chosen: list[int] = []
     held = 0
-    held_by: dict[str, int] = {}
+    held_by: dict[str, float] = {}
     for i in range(len(units) - 1, -1, -1):
         if held >= target:
             break
@@ -170,8 +178,44 @@ def take_newest(units: Sequence[tuple[str, int]], target: int,
             continue
         chosen.append(i)
         held += n
-        held_by[owner] = held_by.get(owner, 0) + n
+        held_by[owner] = held_by.get(owner, 0) + (n if rows is None else rows[i])
     chosen.reverse()
+    return chosen
+
+
+def select_newest(units: Sequence[tuple[str, int]], target: int,
+                  weights: Mapping[str, float], slack: float | None,
+                  rows: Sequence[float] | None = None) -> list[int]:
+    """The window's rule, shared by the trainer (units = games) and status.txt (units =
+    batches, `training.coach`): of `units` (owner, positions), ordered oldest first, the
+    newest up to `target` positions, where no owner holds more than its `share_fractions`
+    of the rows held (`rows[i]`: the sampled rows of unit i, `sample_rows`' expectation; its
+    positions without them). Returned oldest first.
+
+    Shares are measured on what is held, not on the target: an owner whose share is f holds
+    at most f * R rows, where R is the largest total the others can match (R <= the rows
+    held). Found by a few greedy passes (`take_newest`), each with R from the last one's
+    counts (the owners at their cap hold f * R, the others what they had)."""
+    fractions = share_fractions([o for o, _ in units], weights, slack)
+    if all(f >= 1.0 for f in fractions.values()):
+        return take_newest(units, target, {}, rows)
+    weight = [n for _, n in units] if rows is None else rows
+    bound = math.inf
+    chosen: list[int] = []
+    for _ in range(_SOLVE_ROUNDS):
+        caps = {o: f * bound for o, f in fractions.items()}
+        chosen = take_newest(units, target, caps, weight)
+        held_by: dict[str, float] = {}
+        for i in chosen:
+            held_by[units[i][0]] = held_by.get(units[i][0], 0.0) + weight[i]
+        held = sum(held_by.values())
+        if held <= 0 or held >= bound * (1 - 1e-9):
+            break  # every owner holds at most f * bound <= f * held
+        capped = {o for o, h in held_by.items() if h >= caps[o]}
+        free = held - sum(held_by[o] for o in capped)
+        share = sum(fractions[o] for o in capped)
+        root = free / (1.0 - share) if share < 1.0 else held
+        bound = min(held, root) if root > 0 else held * 0.5
     return chosen
 
 
@@ -349,6 +393,16 @@ class _Sidecar:
             arr = mapped.view(np.ndarray)  # same pages, without np.memmap's per-index overhead
             self._arrays[key] = arr
         return arr
+
+    def full_counts(self) -> np.ndarray:
+        """int64 [G]: the full-search positions of each game (a fast search's position is
+        sampled `fast_search_weight` times as often)."""
+        counts = self._arrays.get("_full_counts")
+        if counts is None:
+            full = np.asarray(self.array("full_search"), np.int64)
+            counts = np.array([int(full[s:e].sum()) for s, e in self.games[:, :2]], np.int64)
+            self._arrays["_full_counts"] = counts
+        return counts
 
     def __getstate__(self) -> dict:
         # DataLoader workers started with spawn get the paths, not copies of the mmaps
@@ -697,13 +751,16 @@ class ReplayWindow(WindowView):
         target = window_size(self.total_positions, self.min_positions, self.max_positions,
                              self.growth)
         owners = [parse_batch_name(c.name).worker for c in cars]
-        caps = share_caps(owners, self.worker_weights, self.share_slack, target,
-                          [int(c.info["generation"]) for c in cars])
         games = [(ci, g) for ci, car in enumerate(cars) for g in range(len(car.games))]
         units = [(owners[ci], int(cars[ci].games[g, 1] - cars[ci].games[g, 0]))
                  for ci, g in games]
+        rows = None
+        if self.fast_weight != 1.0:  # shares count the rows sampled, not the positions
+            rows = [self.fast_weight * n + (1.0 - self.fast_weight)
+                    * float(cars[ci].full_counts()[g]) for (ci, g), (_, n) in zip(games, units)]
         train, val = [], []
-        for ci, g in (games[i] for i in take_newest(units, target, caps)):
+        for ci, g in (games[i] for i in select_newest(units, target, self.worker_weights,
+                                                       self.share_slack, rows)):
             start, end, gen, result = (int(x) for x in cars[ci].games[g])
             if end == start:
                 continue
