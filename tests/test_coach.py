@@ -19,9 +19,11 @@ N, KOMI = 5, 0.5
 
 
 def _batch(outbox: Path, worker: str, seq: int, games: int = 3, *, size: int = N,
-           generation: int = 0) -> str:
+           generation: int = 0, honest: bool = False) -> str:
+    """A batch of random games (`honest`: passing as the run's self-play does)."""
     rng = np.random.default_rng(seq)
-    records = [random_record(size, KOMI, rng, generation=generation, seed=seq * 100 + i)
+    records = [random_record(size, KOMI, rng, generation=generation, seed=seq * 100 + i,
+                             honest_passes=honest)
                for i in range(games)]
     name = f"{worker}_{generation:06d}_{seq:08d}.npz.zst"
     outbox.mkdir(parents=True, exist_ok=True)
@@ -589,3 +591,86 @@ def test_a_resumed_run_keeps_the_board_and_net_it_was_started_with(tiny_cfg, run
     fresh._prepare_run_dir()
     fresh._lock.release()
     assert fresh.cfg.net.liberties is True
+
+
+# ------------------------------------------------------------------ floods through the real path
+
+
+def _set_up_coach(tiny_cfg, run_dir, **overrides):
+    """A coach built as a run builds it (`setup`: its collector, rules and pace from the
+    config); no worker is started."""
+    from training.coach import Coach
+
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), **overrides})
+    coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
+    coach.setup()
+    return coach
+
+
+def test_the_coach_holds_every_batch_to_the_runs_rules(tiny_cfg, run_dir, tmp_path):
+    """The collector the coach builds refuses a batch of more games than the run's batches
+    hold (distributed.batch_size 10 + parallel_games 16), though the batch's own meta is
+    consistent: the rules come from the run's config, not from the batch."""
+    coach = _set_up_coach(tiny_cfg, run_dir)
+    outbox = tmp_path / "outbox"
+    big = _batch(outbox, "worker1", 0, games=27, honest=True)
+    ok = _batch(outbox, "worker1", 1, games=3, honest=True)
+    res = coach.collector.collect("worker1", LocalSource(outbox), paced=False)
+    assert res.rejected == [big] and res.ingested == [ok]
+    reason = (run_dir / "quarantine" / f"{big}.reason.txt").read_text()
+    assert "27 games, more than this run's batches hold (26)" in reason
+
+
+def _row_shares(window) -> dict[str, float]:
+    _, files, _ = window._locate(np.arange(len(window)))
+    owners = np.array([window._sidecars[int(f)].name.split("_")[0] for f in files])
+    return {w: float((owners == w).mean()) for w in sorted(set(owners))}
+
+
+def test_a_flood_through_the_coach_holds_its_share_of_the_trainers_window(
+        tiny_cfg, run_dir, tmp_path):
+    """A worker sending 50x the other's games, ingested by the coach's collector, holds at
+    most 1.5 x its equal share of the window the trainer opens (`open_replay_window`, the
+    real path with the run's share slack), and status.txt counts the same window."""
+    from training.learn.ddp import DistContext
+    from training.learn.node_relay import open_replay_window
+
+    coach = _set_up_coach(tiny_cfg, run_dir, **{"replay.min_positions": 10**5,
+                                                  "replay.max_positions": 10**5,
+                                                  "replay.validation_fraction": 0.0})
+    honest, flood = tmp_path / "honest", tmp_path / "flood"
+    _batch(honest, "worker1", 0, games=2, honest=True)
+    for seq in range(1, 51):
+        _batch(flood, "worker2", seq, games=2, honest=True)
+    assert len(coach.collector.collect("worker1", LocalSource(honest)).ingested) == 1
+    assert len(coach.collector.collect("worker2", LocalSource(flood), paced=False,
+                                       ).ingested) == 50
+    window = open_replay_window(coach.cfg, run_dir, DistContext())
+    shares = _row_shares(window)
+    longest = max(int(e - s) for _, s, e, *_ in window._segments.tolist())
+    print(f"coach flood 50x: the flood's share of the trainer's window {shares['worker2']:.3f}")
+    assert shares["worker2"] <= 0.75 + longest / len(window), shares
+    honest_positions = next(e.positions for e in coach.collector.window_entries()
+                            if e.worker == "worker1")
+    games, positions, _ = coach.window()
+    assert positions <= 4 * honest_positions + 2 * longest  # the status figure: same rule
+    assert window.stats().positions <= 4 * honest_positions + 2 * longest
+
+
+def test_one_game_batches_wait_in_the_outbox_and_status_counts_them(tiny_cfg, run_dir,
+                                                                     tmp_path):
+    """With the run's pace (distributed.partial_batch_interval_s), one-game batches from a
+    worker are taken one per interval; the rest wait in its outbox and status.txt counts
+    them, in its header and the worker's row."""
+    coach = _set_up_coach(tiny_cfg, run_dir, **{"distributed.partial_batch_interval_s": 60})
+    assert coach.collector.partial_interval_s == 60 and coach.collector.full_batch_games == 10
+    outbox = tmp_path / "outbox"
+    for seq in range(12):
+        _batch(outbox, "worker1", seq, games=1, honest=True)
+    res = coach.collector.collect("worker1", LocalSource(outbox))
+    assert len(res.ingested) == 1 and res.deferred == 11 and len(list(outbox.iterdir())) == 11
+    coach._write_status()
+    snap = parse_status_text((run_dir / "status.txt").read_text())
+    assert snap.batches_deferred == 11
+    row = next(r for r in snap.workers if r.name == "worker1")
+    assert "11 batches deferred" in row.last_error
