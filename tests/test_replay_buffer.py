@@ -294,7 +294,7 @@ def test_a_sidecar_from_before_the_auxiliary_targets_is_rebuilt(replay):
     from the batches and gets every target."""
     _fill(replay, 1)
     w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), H)
-    folder = next(sidecar_dir(replay).iterdir())
+    folder = next(p for p in sidecar_dir(replay).iterdir() if p.is_dir())
     info = json.loads((folder / "info.json").read_text())
     info["version"] = SIDECAR_VERSION - 1
     (folder / "info.json").write_text(json.dumps(info))
@@ -367,7 +367,7 @@ def test_sidecars_are_memory_mapped_and_survive_a_restart(replay):
     cfg = _cfg(min_positions=10**6, max_positions=10**6)
     w = ReplayWindow(replay, cfg, history=H)
     cache = replay / ".window"
-    folders = sorted(p for p in cache.iterdir())
+    folders = sorted(p for p in cache.iterdir() if p.is_dir())
     assert len(folders) == 2 and not list(cache.glob(".*tmp"))
     mtimes = {p: (p / "boards.npy").stat().st_mtime_ns for p in folders}
     w[0]
@@ -476,3 +476,37 @@ def test_cli_prints_the_window(replay):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "files=2" in proc.stdout and "generation_max=1" in proc.stdout
+
+
+def _chosen(window) -> set[tuple[str, int]]:
+    segs = np.concatenate([window._segments, window.validation._segments])
+    return {(window._sidecars[int(c)].name, int(g)) for c, _, _, _, _, g in segs.tolist()}
+
+
+def test_a_round_opens_only_the_batches_that_can_enter_the_window(replay):
+    """80 batches on disk, a window of about 60 positions: a new window (the next round)
+    reads the cache folder's index and opens the sidecars of each worker's newest batches
+    only, and chooses exactly what a window over every batch chooses."""
+    from training.learn.replay_buffer import select_newest
+
+    rng = np.random.default_rng(4)
+    for seq in range(80):
+        worker = ("w1", "w2", "w3")[seq % 3 if seq < 60 else 1]  # w2 floods at the end
+        _write(replay, [random_record(N, KOMI, rng, generation=seq // 10, seed=seq)],
+               worker=worker, seq=seq)
+    cfg = _cfg(min_positions=60, max_positions=60, validation_fraction=0.2)
+    first = ReplayWindow(replay, cfg, history=H, worker_weights={"w3": 2.0}, share_slack=1.5)
+    again = ReplayWindow(replay, cfg, history=H, worker_weights={"w3": 2.0}, share_slack=1.5)
+    assert len(again.names()) == 80 and again.total_positions == first.total_positions
+    assert len(again._all) < 20, f"opened {len(again._all)} of 80 batches"
+    # every batch opened, the rule applied over all their games: the same choice
+    names = again.names()
+    units, keys = [], []
+    for name in names:
+        batch = load_batch(replay / name)
+        for g, rec in enumerate(batch.records):
+            units.append((name.split("_")[0], rec.num_moves))
+            keys.append((name, g))
+    target = window_size(again.total_positions, 60, 60, cfg.growth)
+    expected = {keys[i] for i in select_newest(units, target, {"w3": 2.0}, 1.5)}
+    assert _chosen(again) == _chosen(first) == expected

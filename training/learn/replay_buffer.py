@@ -94,6 +94,9 @@ log = logging.getLogger(__name__)
 
 SIDECAR_VERSION = 4
 CACHE_DIR_NAME = ".window"
+INDEX_NAME = "index.jsonl"
+"""One JSON line per sidecar built (name, generation, positions, games, board size, version),
+appended in the cache folder: the window reads it instead of opening every batch's sidecar."""
 _ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
 _OPTIONAL = {"surprise": np.float16}
 """Sidecar arrays that sidecars written before them lack (read as zeros: no rebuild)."""
@@ -350,7 +353,41 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
             return final
         _remove_tree(tmp)
         raise
+    _append_index(cache_dir, info)
     return final
+
+
+_INDEX_KEYS = ("generation", "positions", "games", "board_size")
+
+
+def _append_index(cache_dir: Path, info: dict) -> None:
+    """Add a sidecar's line to the cache folder's index (one short O_APPEND write, so lines
+    of processes appending at once never interleave). A failure only costs a later read of
+    the sidecar's info.json."""
+    line = json.dumps({"name": info["name"], "version": info["version"],
+                       **{k: int(info[k]) for k in _INDEX_KEYS}}, sort_keys=True) + "\n"
+    try:
+        fd = os.open(cache_dir / INDEX_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        log.debug("%s: index line not written: %s", cache_dir, e)
+
+
+def _index_entry(line: bytes) -> dict | None:
+    """A parsed index line of the current sidecar version, or None."""
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(entry, dict) or entry.get("version") != SIDECAR_VERSION \
+            or not isinstance(entry.get("name"), str):
+        return None
+    if not all(type(entry.get(k)) is int for k in _INDEX_KEYS):
+        return None
+    return entry
 
 
 def _remove_tree(path: Path) -> None:
@@ -656,7 +693,13 @@ class ReplayWindow(WindowView):
         self._fixed_files = None if files is None else list(dict.fromkeys(files))
         self.worker_weights = dict(worker_weights or {})
         self.share_slack = share_slack
-        self._all: dict[str, _Sidecar] = {}
+        self._all: dict[str, _Sidecar] = {}  # sidecars opened (the window's candidates)
+        self._known: dict[str, tuple[int, int, int, str]] = {}
+        """Every batch seen: (generation, ingest time ns, positions, worker), from the
+        cache folder's index (or a sidecar's info.json), without opening its arrays."""
+        self._index: dict[str, dict] = {}
+        self._index_at = 0  # bytes of the index read so far
+        self._names: list[str] = []
         self._board_size = board_size
         super().__init__([], np.zeros((0, 6), np.int64), history=history, liberties=liberties,
                          board_size=board_size or 5, seed=seed, augment=augment)
@@ -711,7 +754,60 @@ class ReplayWindow(WindowView):
             ingested_ns = 0  # gone meanwhile: _select leaves it out
         car = _Sidecar(folder, info, ingested_ns)
         self._all[name] = car
+        if name not in self._index:  # a sidecar from before the index: found next time
+            self._index[name] = info
+            _append_index(self.cache_dir, info)
         return car
+
+    def _read_index(self) -> None:
+        """Take in the index lines appended since the last read (complete lines only)."""
+        try:
+            with open(self.cache_dir / INDEX_NAME, "rb") as f:
+                f.seek(self._index_at)
+                data = f.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n") + 1
+        self._index_at += end
+        for line in data[:end].splitlines():
+            entry = _index_entry(line)
+            if entry is not None:
+                self._index[entry["name"]] = entry
+
+    def _meta(self, name: str, build: bool) -> tuple[int, int, int, str] | None:
+        """(generation, ingest time ns, positions, worker) of batch `name`: from the index,
+        else from its sidecar (built if missing and `build`); None if it is skipped."""
+        meta = self._known.get(name)
+        if meta is not None or name in self.skipped:
+            return meta
+        info = self._index.get(name)
+        if info is None or name in self._all:
+            car = self._open(name, build)
+            if car is None:
+                return None
+            info = car.info
+        try:
+            worker = parse_batch_name(name).worker
+        except ValueError as e:
+            self._skip(name, str(e))
+            return None
+        if self._board_size is None:
+            self._board_size = int(info["board_size"])
+        if int(info["board_size"]) != self._board_size:
+            self._skip(name, f"board size {info['board_size']}, the window is "
+                       f"{self._board_size}x{self._board_size}")
+            return None
+        car = self._all.get(name)
+        if car is not None:
+            ingested_ns = car.ingested_ns
+        else:
+            try:
+                ingested_ns = os.stat(self.replay_dir / name).st_mtime_ns
+            except OSError:
+                ingested_ns = 0
+        meta = (int(info["generation"]), ingested_ns, int(info["positions"]), worker)
+        self._known[name] = meta
+        return meta
 
     def _skip(self, name: str, reason: str) -> None:
         log.warning("replay window skips %s: %s", name, reason)
@@ -726,30 +822,49 @@ class ReplayWindow(WindowView):
             raise ValueError(f"{path}: not in the replay folder {self.replay_dir}")
         if self._fixed_files is not None and path.name not in self._fixed_files:
             self._fixed_files = [*self._fixed_files, path.name]
-        ok = self._open(path.name, build=True) is not None
+        ok = self._open(path.name, build=True) is not None and \
+            self._meta(path.name, build=True) is not None
         self._select()
         return ok
 
     def refresh(self) -> int:
-        """Scan the replay folder, build missing sidecars, reselect; returns new files seen."""
-        before = len(self._all)
+        """Scan the replay folder, build missing sidecars, reselect; returns new files seen.
+
+        A batch already indexed is not opened: only the window's candidates are (each
+        worker's newest batches up to the window's size), so a round's start-up grows with
+        the window, not with every batch ever ingested."""
+        before = len(self._known)
+        self._read_index()
         for name in self._batch_names():
-            self._open(name, build=True)
+            self._meta(name, build=True)
         self._select()
-        return len(self._all) - before
+        return len(self._known) - before
 
     # -- selection ----------------------------------------------------------------------
 
     def _select(self) -> None:
         listed = self._batch_names()  # a batch deleted from the folder leaves the window
+        known = self._known
         if self._fixed_files is not None:
-            cars = [self._all[n] for n in listed if n in self._all]
+            names = [n for n in listed if n in known]
         else:
-            cars = sorted((self._all[n] for n in set(listed) if n in self._all),
-                          key=lambda c: c.sort_key)
-        self.total_positions = int(sum(c.info["positions"] for c in cars))
+            names = sorted((n for n in set(listed) if n in known),
+                           key=lambda n: (known[n][0], known[n][1], n))
+        self._names = names
+        self.total_positions = int(sum(known[n][2] for n in names))
         target = window_size(self.total_positions, self.min_positions, self.max_positions,
                              self.growth)
+        # the candidates: each worker's newest batches until they hold `target` positions
+        # (no worker's games can fill more of the window); only these are opened
+        gathered: dict[str, int] = {}
+        candidates = []
+        for n in reversed(names):
+            worker, positions = known[n][3], known[n][2]
+            if gathered.get(worker, 0) < target:
+                candidates.append(n)
+                gathered[worker] = gathered.get(worker, 0) + positions
+        cars = [car for n in reversed(candidates)
+                if (car := self._open(n, build=True)) is not None]
         owners = [parse_batch_name(c.name).worker for c in cars]
         games = [(ci, g) for ci, car in enumerate(cars) for g in range(len(car.games))]
         units = [(owners[ci], int(cars[ci].games[g, 1] - cars[ci].games[g, 0]))
@@ -783,7 +898,7 @@ class ReplayWindow(WindowView):
 
     def names(self) -> list[str]:
         """Batch names the window currently knows, oldest first (pass as `files` to match)."""
-        return [c.name for c in self._sidecars]
+        return list(self._names)
 
     def stats(self, current_generation: int | None = None) -> WindowStats:
         """Games, positions and the generations in the window; staleness is measured from
