@@ -150,6 +150,7 @@ class Coach:
         self._hb_seen: dict[str, float] = {}  # heartbeat time last used for its speed
         self._last_progress = 0.0
         self._snap: StatusSnapshot | None = None  # the snapshot status.txt last showed
+        self._window_figure: tuple | None = None  # (ledger size and settings, window())
         self.fleet: Fleet | None = None
         self.collector: Collector | None = None
         # training rounds and published models; the coach reacts to their events
@@ -593,6 +594,9 @@ class Coach:
 
         r = self.cfg.replay
         entries = self.collector.window_entries()  # kept in the window's order as they come
+        key = (len(entries), r, tuple(sorted(self.cfg.distributed.worker_weights.items())))
+        if self._window_figure is not None and self._window_figure[0] == key:
+            return self._window_figure[1]  # nothing ingested since the last pass
         size = window_size(sum(e.positions for e in entries), r.min_positions,
                            r.max_positions, r.growth)
         chosen = [entries[i] for i in select_newest(
@@ -601,7 +605,9 @@ class Coach:
         games = sum(e.games for e in chosen)
         gen_sum = sum((e.generation if e.generation_mean is None else e.generation_mean)
                       * e.games for e in chosen)
-        return games, sum(e.positions for e in chosen), (gen_sum / games if games else None)
+        figure = games, sum(e.positions for e in chosen), (gen_sum / games if games else None)
+        self._window_figure = (key, figure)
+        return figure
 
     def snapshot(self) -> StatusSnapshot:
         weights = self.weights()
