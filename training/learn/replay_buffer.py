@@ -865,6 +865,7 @@ class ReplayWindow(WindowView):
                 gathered[worker] = gathered.get(worker, 0) + positions
         cars = [car for n in reversed(candidates)
                 if (car := self._open(n, build=True)) is not None]
+        self._all = {c.name: c for c in cars}  # a batch that left the candidates is closed
         owners = [parse_batch_name(c.name).worker for c in cars]
         games = [(ci, g) for ci, car in enumerate(cars) for g in range(len(car.games))]
         units = [(owners[ci], int(cars[ci].games[g, 1] - cars[ci].games[g, 0]))
