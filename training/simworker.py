@@ -7,8 +7,11 @@ refused, the previous one kept and Error reported), writes `distributed.batch_si
 batch to `outbox/` atomically, rewrites its `status.json` heartbeat, pauses when the outbox is
 full, and stops on SIGTERM. What it does not do is search with a net: its games are
 `records.random_record` games (legal, replayable, with visit counts), drawn from a small pool
-made at start and re-stamped with the model generation and a fresh seed, so one core can feed
-the coach hundreds of games per second. The coach validates them by replay like any other.
+made at start and handed out under each of the board's 8 symmetries, each (game, symmetry)
+once, re-stamped with the model generation and a fresh seed (the pool grows by another
+`pool_size` games once every one was used), so one core can feed the coach hundreds of games
+per second, and no two games repeat their moves (the coach refuses a game it has seen). The
+coach validates them by replay like any other.
 
 Vocabulary:
   - pool: `pool_size` random legal games made once at start (the slow part, ~ms per 5x5 game);
@@ -61,12 +64,47 @@ SIM_START_COMMAND = remote.daemon_start_command("training.simworker")
 flags); the pace comes from `$AZGO_SIM_GAMES_PER_S` or a `--games-per-s` appended to it."""
 
 
+class _GameDraw:
+    """The pool's games under each of the 8 symmetries, each (game, symmetry) handed out once
+    in a random order; once all were, `grow(k)` adds games (k: the pool's size so far)."""
+
+    def __init__(self, pool: list[Any], rng: np.random.Generator,
+                 grow: Callable[[int], list[Any]] | None = None):
+        self.pool = pool
+        self.rng = rng
+        self.grow = grow
+        self._order: list[tuple[int, int]] = []
+        self._used = 0  # pool games already put in an order
+        self._seen: set[bytes] = set()  # the moves handed out (a game may be its own mirror)
+
+    def next(self) -> Any:
+        while True:
+            rec = self._next()
+            key = np.asarray(rec.moves, np.int16).tobytes()
+            if key not in self._seen or self.grow is None:
+                self._seen.add(key)
+                return rec
+
+    def _next(self) -> Any:
+        if not self._order:
+            if self._used >= len(self.pool):
+                if self.grow is not None:
+                    self.pool.extend(self.grow(len(self.pool)))
+                else:
+                    self._used = 0  # no way to grow: the pool again
+            pairs = [(i, s) for i in range(self._used, len(self.pool)) for s in range(8)]
+            self._used = len(self.pool)
+            self._order = [pairs[i] for i in self.rng.permutation(len(pairs))]
+        index, symmetry = self._order.pop()
+        return _symmetric(self.pool[index], symmetry)
+
+
 class _SimSelfPlay:
     """Stands in for `selfplay.SelfPlay`: `.step()` returns finished games at a set pace."""
 
-    def __init__(self, pool: list[Any], generation: int, rng: np.random.Generator,
+    def __init__(self, draw: _GameDraw, generation: int, rng: np.random.Generator,
                  games_per_s: float, games_per_step: int):
-        self.pool = pool
+        self.draw = draw
         self.generation = generation
         self.rng = rng
         self.games_per_s = games_per_s
@@ -88,18 +126,29 @@ class _SimSelfPlay:
             self._next_t = max(now, self._next_t) + self.games_per_step / self.games_per_s
         out = []
         for _ in range(self.games_per_step):
-            base = self.pool[int(self.rng.integers(len(self.pool)))]
-            rec = _copy_record(base)
+            rec = self.draw.next()
             rec.generation = int(self.generation)
             rec.seed = int(self.rng.integers(1 << 62))
             out.append(rec)
         return out
 
 
-def _copy_record(rec: Any) -> Any:
+def _symmetric(rec: Any, symmetry: int) -> Any:
+    """A copy of game `rec` under one of the board's 8 symmetries (0: as it is): its moves
+    and visit counts move with the board; a legal game stays legal with the same result."""
     import dataclasses
 
-    return dataclasses.replace(rec)
+    n = rec.board_size
+    a = n * n
+    grid = np.arange(a).reshape(n, n)
+    moved = np.rot90(grid.T if symmetry >= 4 else grid, symmetry % 4).ravel()  # new q <- old
+    where = np.argsort(moved)  # old point p -> its new point
+    moves = np.asarray(rec.moves)
+    visits = np.asarray(rec.visits)
+    new_visits = visits.copy()
+    new_visits[:, :a] = visits[:, moved]
+    new_moves = np.where(moves >= a, moves, where[np.minimum(moves, a - 1)]).astype(moves.dtype)
+    return dataclasses.replace(rec, moves=new_moves, visits=new_visits)
 
 
 def make_pool(cfg: Config, n: int, seed: int) -> list[Any]:
@@ -151,9 +200,12 @@ class SimWorker(Worker):
             self._pool = make_pool(self.cfg, self.pool_size, self.seed)
             log.info("simulated game pool: %d games in %.2fs", len(self._pool),
                      time.perf_counter() - t0)
+            self._draw = _GameDraw(self._pool, np.random.default_rng(self.seed),
+                                   lambda k: make_pool(self.cfg, self.pool_size, self.seed + k))
         per_step = max(1, min(self.cfg.distributed.batch_size,
                               int(self.games_per_s // 4) if self.games_per_s else 1 << 30))
-        return _SimSelfPlay(self._pool, generation, np.random.default_rng(self.seed),
+        return _SimSelfPlay(self._draw, generation,
+                            np.random.default_rng([self.seed, generation]),
                             self.games_per_s, per_step)
 
     def write_batch(self, records: Sequence[Any], path: Path) -> None:
