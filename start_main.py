@@ -41,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--status-file", default=None,
                    help="where to write the status table (default distributed/status.txt)")
     p.add_argument("--worker-class", default=None,
-                   help="module:Class, a training.worker.Worker subclass for local workers")
+                   help="module:Class, a training.worker.Worker subclass every worker runs, "
+                        "local or over SSH (its module goes to each worker host)")
     p.add_argument("--no-watch", action="store_true", help="do not watch the config file")
     p.add_argument("--checkpoint", default=None, metavar="FILE",
                    help="a new run starts from this model or trainer checkpoint (its "

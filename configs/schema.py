@@ -5,7 +5,7 @@ Every section of `config.yaml` is a dataclass here; the defaults live here and t
 (listing the valid ones), wrong types and out-of-range values, and raises `ConfigError` with the
 file, the dotted key and what was expected, e.g.
 
-    configs/config.yaml: distributed.workers[1].gpu_id must be >= -1, got -5
+    configs/config.yaml: distributed.workers[1].gpu_id must be between -1 and 1024, got -5
 
 Parse once at an entry point and pass each part only its section (`cfg.mcts`, `cfg.distributed`).
 This module imports only the standard library and yaml.

@@ -61,6 +61,15 @@ def test_games_per_epoch_is_spread_over_the_workers_that_will_run():
     assert start_main.games_per_worker(1, cfg) == 1
 
 
+def test_help_says_the_worker_class_reaches_ssh_workers_too(capsys):
+    with pytest.raises(SystemExit):
+        start_main.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    help_text = text[text.index("--worker-class WORKER_CLASS module"):text.rindex("--no-watch")]
+    assert "for local workers" not in help_text
+    assert "over SSH" in help_text
+
+
 def test_bad_flag_value_is_a_one_line_error_with_exit_code_2(capsys):
     rc = start_main.main(["--config", str(REPO / "configs" / "tiny.yaml"), "--simulations", "0"])
     err = capsys.readouterr().err.strip().splitlines()
