@@ -7,7 +7,7 @@ name is checked against the code itself.
   exist, or a value of the wrong type, fails. Placeholders are allowed: `[...]` around an
   optional part, `...` for "and so on", `<...>` for one value.
 - A repository file a doc names (`training/fleet/collector.py`, `docs/img/load.png`, a
-  markdown link) exists.
+  markdown link) exists, and a link to a heading (`USAGE.md#files-of-a-run`) finds it.
 - A config key a doc names (`training.lr_schedule`, `distributed.workers[1].gpu_id`) exists
   in configs/schema.py, and every ```yaml block loads with the schema.
 
@@ -167,6 +167,7 @@ _TRACKED_TOP = ("configs", "training", "distributed", "tests", "benchmarks", "do
 _FILE_EXT = ("py", "yaml", "md", "png", "sh", "toml", "cfg", "js", "svg")
 _PATH = re.compile(r"(?<![\w./<$~-])((?:\.ci|[A-Za-z_][\w-]*)(?:/[\w.-]+)+/?)(?![\w/<*-])")
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+_ANCHOR_LINK = re.compile(r"\]\(([^)\s#]*)#([^)\s]+)\)")
 
 
 def paths_in(text: str) -> list[str]:
@@ -180,6 +181,29 @@ def paths_in(text: str) -> list[str]:
                 found.append(p)
     found += [p for p in _LINK.findall(text) if "://" not in p]
     return found
+
+
+def anchors_in(text: str) -> list[tuple[str, str]]:
+    """(file, anchor) of every link to a heading: `[x](USAGE.md#files-of-a-run)`; file "" for
+    a heading of the same page."""
+    return _ANCHOR_LINK.findall(text)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but '-' and '_' dropped, spaces
+    to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def check_anchor(path: str, anchor: str, doc: Path) -> str | None:
+    target = doc if not path else next(
+        (p for p in (REPO / path, doc.parent / path) if p.is_file()), None)
+    if target is None:
+        return None  # the missing file is check_path's
+    headings = re.findall(r"^#+ (.+)$", _FENCE.sub("", target.read_text()), re.M)
+    if anchor in {_slug(h) for h in headings}:
+        return None
+    return f"no heading #{anchor} in {target.relative_to(REPO)}"
 
 
 def check_path(path: str, doc: Path) -> str | None:
@@ -244,6 +268,10 @@ def _problems(doc: Path) -> list[str]:
             problems.append(f"{command}\n    {why}")
     for path in paths_in(text):
         why = check_path(path, doc)
+        if why:
+            problems.append(why)
+    for path, anchor in anchors_in(text):
+        why = check_anchor(path, anchor, doc)
         if why:
             problems.append(why)
     for key in keys_in(text):
@@ -320,6 +348,15 @@ def test_made_up_paths_fail_and_real_ones_pass():
         "no such file in the repository: docs/NOPE.md",
         "no such file in the repository: img/nothing.png",
     ]
+
+
+def test_a_link_to_a_made_up_heading_fails():
+    doc = REPO / "README.md"
+    text = ("[flags](docs/USAGE.md#the-coach-start_mainpy), [runs](docs/USAGE.md#files-of-a-run), "
+            "[nope](docs/USAGE.md#the-turbo-mode), [here](#two-commands), [there](#nowhere)")
+    problems = [why for why in (check_anchor(p, a, doc) for p, a in anchors_in(text)) if why]
+    assert problems == ["no heading #the-turbo-mode in docs/USAGE.md",
+                        "no heading #nowhere in README.md"]
 
 
 def test_made_up_config_keys_fail_and_real_ones_pass():
