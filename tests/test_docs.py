@@ -39,7 +39,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 
 # where a command the check parses starts, within a line of code
 _START = re.compile(
-    r"(?:(?<=^)|(?<=[\s(]))(?:python3? +start_main\.py(?=\s|$)|python3? +-m +training\.[\w.]+(?=\s|$)"
+    r"(?:(?<=^)|(?<=[\s(]))(?:python3? +start_main\.py(?=\s|$)"
+    r"|python3? +-m +training\.[\w.]+(?=\s|$)"
     r"|python3? +distributed/ssh_connector\.py(?=\s|$)"
     r"|(?:distributed/ssh_connector\.py|torchrun)(?=\s+-))")  # bare: only with a flag after
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
