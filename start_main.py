@@ -24,6 +24,7 @@ from pathlib import Path
 from configs import DEFAULT_CONFIG_PATH, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
 from training.run.logsetup import configure_logging
+from training.run.run_dir import absolute_paths
 
 log = logging.getLogger("start_main")
 
@@ -139,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                                   f"got {args.games_per_epoch}")
             overrides["self_play.games_per_worker"] = games_per_worker(args.games_per_epoch, cfg)
             cfg = override(cfg, overrides)
+        # one meaning for a relative run.dir and logging.dir: this working directory's
+        cfg = absolute_paths(cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """The run at a glance for people and for monitoring: an HTML page, JSON and Prometheus text.
 
 - `render_html(snap, images, games)`: a self-contained page (inline CSS, no script, refreshing
-  itself every 10 s) with the header figures, the worker table with each state's indicator,
+  itself every 10 s) with the time it was written, the header figures (a finished run says
+  when it finished, after what, and its newest generation; its workers read "Stopped with
+  the run"), the worker table with each state's indicator,
   the plots of the run folder (`images`: file names relative to the page) and links to the
   last games' SGF files. The coach writes it as `index.html` in the run folder; a browser opens
   the file directly, with no server.
@@ -31,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Sequence
 
-from distributed.status import StatusSnapshot, WorkerState, printable, run_time
+from distributed.status import StatusSnapshot, WorkerState, finish_line, printable, run_time
 
 REFRESH_S = 10
 
@@ -44,9 +46,10 @@ def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
                 games: Sequence[str] = ()) -> str:
     """The page (see the module docstring); `images` and `games` are relative links."""
     e = html.escape
+    done = bool(snap.finished)
     header = [
         ("Generation", _num(snap.generation, "d")),
-        ("Games/second", f"{snap.games_per_s:.1f}"),
+        ("Games/second", "- (finished)" if done else f"{snap.games_per_s:.1f}"),
         ("Workers active", f"{snap.workers_active}/{snap.workers_total}"),
         ("Model sync time", "-" if snap.model_sync_s is None else f"{snap.model_sync_s:.1f} s"),
         ("Network usage", f"{snap.network_mb_per_min:.1f} MB/min"),
@@ -60,8 +63,10 @@ def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
     rows = "\n".join(
         "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
             printable(w.name, 80), printable(w.host, 80),
-            f"{w.state.indicator} {w.state.value}", printable(w.gpu, 40),
-            _num(w.generation, "d"), w.games, _num(w.played, "d"), f"{w.games_per_s:.2f}",
+            "Stopped with the run" if done and w.state == WorkerState.OFFLINE
+            else f"{w.state.indicator} {w.state.value}", printable(w.gpu, 40),
+            _num(w.generation, "d"), w.games, _num(w.played, "d"),
+            "-" if done else f"{w.games_per_s:.2f}",
             f"{w.weight:.2f}", f"{100 * w.share:.1f}%",
             "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f} s", w.restarts,
             printable(w.last_error, 200) or "-")) + "</tr>"
@@ -73,7 +78,7 @@ def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_S}">
-<title>azgo run: generation {e(_num(snap.generation, "d"))}</title>
+<title>azgo run{": finished" if done else ""}: generation {e(_num(snap.generation, "d"))}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
@@ -82,7 +87,8 @@ th {{ background: #f0f0f0; }}
 .figures {{ display: flex; flex-wrap: wrap; gap: 1em; }}
 img {{ max-width: 640px; }}
 </style></head><body>
-<h1>azgo run</h1>
+<h1>azgo run{" (finished)" if done else ""}</h1>
+{f'<p id="finished"><strong>Finished</strong> {e(finish_line(snap))}.</p>' if done else ""}
 <p>Updated {e(snap.updated or "-")} UTC; this page reloads every {REFRESH_S} s.</p>
 <table id="header">
 {"".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in header)}

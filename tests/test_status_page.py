@@ -120,19 +120,25 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
-def test_the_run_page_renders_in_a_real_headless_browser(tmp_path):
-    """Chromium (headless) loads the page from the run folder with no server: the table and
-    the plot are drawn (a screenshot with many colours), and a worker's text stays text."""
+def _browser() -> str:
     import shutil
-    import subprocess
-
-    from training.run import metrics
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed; .ci/install.sh installs it")
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    return browser
+
+
+def test_the_run_page_renders_in_a_real_headless_browser(tmp_path):
+    """Chromium (headless) loads the page from the run folder with no server: the table and
+    the plot are drawn (a screenshot with many colours), and a worker's text stays text."""
+    import subprocess
+
+    from training.run import metrics
+
+    browser = _browser()
     for g in range(1, 6):
         metrics.record_metrics(tmp_path, g, loss=3.0 - 0.2 * g, games_per_s=2.0 + 0.1 * g,
                                elo=40.0 * g)
@@ -158,3 +164,63 @@ def test_the_run_page_renders_in_a_real_headless_browser(tmp_path):
     assert "worker1" in dom and "\U0001F534 Error" in dom and "&lt;script&gt;" in dom
     assert '<img src="progress.png"' in dom
     print(f"headless chromium: screenshot 1100x1300, {colours} colours in a sample")
+
+
+def _finished_run(tiny_cfg, tmp_path, **values):
+    """A coach that runs (no workers) until it stops; returns its run folder."""
+    from configs import override
+    from training.coach import Coach
+    from training.fleet.local_workers import LocalFleet
+
+    run_dir = tmp_path / "run"
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(tmp_path / "logs"),
+                              "distributed.poll_interval_s": 0.1, **values})
+    coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
+    coach._make_fleet = lambda: LocalFleet(coach.cfg, run_dir, coach.run_config_path,
+                                           lambda c: [])
+    return coach
+
+
+def test_a_finished_run_says_so_in_status_txt_and_on_the_page_in_a_browser(tiny_cfg,
+                                                                          tmp_path):
+    """A run that reached its hours limit: status.txt and the run page (read by headless
+    Chromium) say it finished, when, after what and its newest generation, with the time
+    they were written; a run stopped by Ctrl-C says that."""
+    import re
+    import signal
+    import subprocess
+
+    from distributed.status import parse_status_text
+
+    browser = _browser()
+    coach = _finished_run(tiny_cfg, tmp_path, **{"run.hours": 0.0002})  # 0.72 s
+    coach.run()
+    run_dir = tmp_path / "run"
+    snap = parse_status_text((run_dir / "status.txt").read_text())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", snap.finished), snap.finished
+    assert snap.finished_after == "the hours limit (run.hours 0.0002)"
+    assert snap.updated >= snap.finished
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          (run_dir / "index.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    text = " ".join(re.sub(r"<[^>]+>", " ", dom).split())
+    assert (f"Finished {snap.finished} UTC after the hours limit (run.hours 0.0002); "
+            "newest generation 0.") in text, text[:600]
+    assert f"Updated {snap.updated} UTC" in text and "Updated - UTC" not in text
+
+    coach = _finished_run(tiny_cfg, tmp_path)
+    coach._on_signal(signal.SIGINT)  # as Ctrl-C does: the loop ends at once
+    coach.run()
+    snap = parse_status_text((run_dir / "status.txt").read_text())
+    assert snap.finished_after == "Ctrl-C (SIGINT)" and snap.generation == 0
+
+
+def test_a_finished_runs_workers_read_stopped_not_offline_at_no_speed():
+    snap = _snapshot()
+    snap.finished, snap.finished_after = "2026-01-01 01:00:00", "2 iterations (run.iterations)"
+    snap.workers[0].state = WorkerState.OFFLINE
+    page = render_html(snap)
+    assert "<td>Stopped with the run</td>" in page and "\u26AA Offline" not in page
+    assert "Finished</strong> 2026-01-01 01:00:00 UTC after 2 iterations" in page
+    assert "<td>1.50</td>" not in page  # no games/s for a finished run
