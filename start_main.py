@@ -57,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--serve-status", type=int, default=None, metavar="PORT",
                    help="serve the run page, status.json and Prometheus /metrics read-only on "
                         "127.0.0.1:PORT (0: any free port, logged)")
+    p.add_argument("--status-host", action="append", default=[], metavar="NAME",
+                   help="a Host name the status server also answers (a name this machine is "
+                        "reached by through a tunnel or proxy; 127.0.0.1 and localhost always "
+                        "are); other names get 421. May be given more than once")
     # the training guides' options, applied to the config's training section
     add_flags(p, "--gpus", "--batch-size", "--mixed-precision", "--lr", "--learning-rate",
               "--window-passes")
@@ -208,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     coach = Coach(cfg, config_path=args.config or DEFAULT_CONFIG_PATH, overrides=overrides,
                   status_path=args.status_file, worker_class=args.worker_class,
                   watch_config=not args.no_watch, serve_status=args.serve_status,
+                  status_hosts=tuple(args.status_host),
                   initial_model=args.checkpoint)
     coach.install_signal_handlers()
     try:

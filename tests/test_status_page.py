@@ -224,3 +224,70 @@ def test_a_finished_runs_workers_read_stopped_not_offline_at_no_speed():
     assert "<td>Stopped with the run</td>" in page and "\u26AA Offline" not in page
     assert "Finished</strong> 2026-01-01 01:00:00 UTC after 2 iterations" in page
     assert "<td>1.50</td>" not in page  # no games/s for a finished run
+
+
+def _raw_get(port: int, host: str | None) -> int:
+    """The status code of `GET /status.json` with this Host header (None: none sent)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", "/status.json", skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_the_server_refuses_a_host_header_it_was_not_given(tmp_path):
+    """DNS rebinding: a web page re-points its own name at 127.0.0.1 and reads the run; the
+    browser still sends that name as Host, which the server refuses."""
+    server = StatusServer(tmp_path, 0, _snapshot, hosts=["Status.Example:443"])
+    try:
+        port = server.port
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", "localhost:8080",
+                     f"[::1]:{port}", "status.example", None):
+            assert _raw_get(port, host) == 200, host
+        for host in (f"evil.example:{port}", "attacker.test", "127.0.0.1.evil.example",
+                     "localhost.evil.example:80", ""):
+            assert _raw_get(port, host) == 421, host
+    finally:
+        server.stop()
+
+
+def test_a_slow_client_is_cut_at_the_deadline_and_others_are_served(tmp_path):
+    """One client sends its request a byte at a time, another sends nothing: each is cut at
+    the connection's deadline; a client beyond the connection cap is closed at once; a
+    normal request is answered meanwhile."""
+    import socket
+    import time
+
+    server = StatusServer(tmp_path, 0, _snapshot, deadline_s=1.0, max_connections=3)
+    try:
+        port = server.port
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        t0 = time.monotonic()
+        assert _raw_get(port, "localhost") == 200  # the third slot
+        cut_at = None
+        for byte in b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * 100:
+            try:
+                trickle.sendall(bytes([byte]))
+            except OSError:
+                cut_at = time.monotonic() - t0
+                break
+            time.sleep(0.05)
+        assert cut_at is not None and cut_at < 4.0, f"trickling client still held: {cut_at}"
+        assert silent.recv(100) == b"" and time.monotonic() - t0 < 4.0
+        # with the slots full, one more connection is closed unanswered
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        t1 = time.monotonic()
+        assert extra.recv(100) == b"" and time.monotonic() - t1 < 0.9
+        for s in [silent, trickle, extra, *held]:
+            s.close()
+    finally:
+        server.stop()

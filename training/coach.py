@@ -122,6 +122,7 @@ class Coach:
         worker_class: str | None = None,
         watch_config: bool = True,
         serve_status: int | None = None,
+        status_hosts: tuple[str, ...] = (),
         initial_model: str | os.PathLike | None = None,
     ):
         # a relative run.dir and logging.dir: the folder the coach runs in, for the workers and
@@ -134,6 +135,7 @@ class Coach:
         self.paths = RunDir(self.run_dir)
         self.status_path = Path(status_path) if status_path else DEFAULT_STATUS_PATH
         self.serve_status = serve_status  # a loopback port for the run page, JSON, /metrics
+        self.status_hosts = tuple(status_hosts)  # Host names it answers beside loopback's
         self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
         self._status_server: StatusServer | None = None
         self.requests_dir = Path(requests_dir) if requests_dir else DEFAULT_REQUESTS_DIR
@@ -260,7 +262,7 @@ class Coach:
             self.setup()
             if self.serve_status is not None:
                 self._status_server = StatusServer(self.run_dir, self.serve_status,
-                                                   lambda: self._snap)
+                                                   lambda: self._snap, hosts=self.status_hosts)
                 log.info("run page, status.json and /metrics on http://127.0.0.1:%d/",
                          self._status_server.port)
             observer = self._watch_config() if self.watch_config else None
