@@ -438,7 +438,8 @@ class WorkerSpec:
     key_path: str | None = None
     """Private key file; unset means the SSH agent and ~/.ssh default keys."""
     gpu_id: int = 0
-    """GPU the worker's self-play uses; -1 for CPU."""
+    """GPU the worker's self-play uses; -1 for CPU. 0 (the default) is the first GPU, or the
+    CPU on a host without one; a higher number must be a GPU the host has (preflight)."""
     remote_dir: str | None = None
     """Overrides distributed.remote_dir for this worker."""
     python: str | None = None

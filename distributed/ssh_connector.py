@@ -154,6 +154,20 @@ class CommandResult:
     dropped_bytes: int = 0
 
 
+def gpu_problem(key: str, gpu_id: int, gpus: int) -> str | None:
+    """What is wrong with `gpu_id` on a host with `gpus` CUDA GPUs (None: nothing). -1 is the
+    CPU; 0, the default, is the first GPU, or the CPU on a host without one (the daemon
+    falls back, and a config written for GPU hosts also runs on CPU-only ones); a higher
+    number must name a GPU the host has."""
+    if gpu_id <= 0 or gpu_id < gpus:
+        return None
+    if gpus == 0:
+        return (f"{key} is {gpu_id} but the host has no CUDA GPU: set {key.rsplit('.', 1)[-1]}"
+                ": -1 to play on its CPU (0 also runs on the CPU where there is no GPU)")
+    return (f"{key} is {gpu_id} but the host has {gpus} CUDA GPU(s): set it to one of "
+            f"0..{gpus - 1}, or -1 for the CPU")
+
+
 @dataclass(frozen=True)
 class PreflightReport:
     """What a worker host offers, and what is wrong with it for us (`problems`)."""
@@ -757,8 +771,12 @@ class SSHConnector:
         if with_torch and info["torch"] is None:
             problems.append("torch not importable" + (f": {info.get('torch_error')}"
                                                       if info.get("torch_error") else ""))
-        if with_torch and s.gpu_id >= 0 and len(info["gpus"]) <= s.gpu_id:
-            problems.append(f"gpu_id {s.gpu_id} but {len(info['gpus'])} CUDA GPU(s) visible")
+        if with_torch and info["torch"] is not None:
+            key = next((f"distributed.workers[{i}].gpu_id" for i, n in enumerate(self._workers)
+                        if n == name), "gpu_id")
+            problem = gpu_problem(key, s.gpu_id, len(info["gpus"]))
+            if problem:
+                problems.append(problem)
         if info["free_disk_gb"] < 1.0:
             problems.append(f"only {info['free_disk_gb']:.2f} GB free")
         return PreflightReport(
