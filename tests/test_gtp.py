@@ -337,3 +337,40 @@ def test_live_analysis_reads_the_search_that_genmove_plays(tiny_cfg):
 
     player.analyze(moves, 0.5, stop_after_three, on_chunk)
     assert len(calls) == 3 and player.last_simulations < 256, calls  # stopped where it was
+
+
+def test_a_clock_makes_the_simulations_a_floor_and_the_cap_holds(tiny_cfg):
+    """Under a clock (`genmove(seconds=..., limit=...)`) the search thinks for the time, past
+    the simulations of a move; a budget too short for them still gets them while the clock's
+    limit allows; `max_simulations` caps it all."""
+    import time
+
+    import numpy as np
+
+    from training.play.players import MctsPlayer
+
+    def evaluate(planes, legal):  # a little work per call, like a small net
+        time.sleep(0.002)
+        priors = legal.astype(np.float32)
+        return priors / priors.sum(1, keepdims=True), np.zeros(len(planes), np.float32)
+
+    player = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 32, history=tiny_cfg.net.history,
+                        max_simulations=20_000)
+    player.warm_up()
+    player.genmove([], 0.5)
+    assert player.last_simulations == 32  # no clock: the move's budget
+    t0 = time.perf_counter()
+    player.genmove([], 0.5, seconds=0.4, limit=1.0)
+    took = time.perf_counter() - t0
+    assert player.last_simulations > 2 * 32 and 0.25 <= took <= 0.6, (player.last_simulations,
+                                                                       took)
+    t0 = time.perf_counter()
+    player.genmove([], 0.5, seconds=0.01, limit=5.0)  # a floor of 32 past the 0.01 s
+    assert player.last_simulations >= 32 and time.perf_counter() - t0 < 2.0
+    t0 = time.perf_counter()
+    player.genmove([], 0.5, seconds=0.01, limit=0.05)  # the limit wins over the floor
+    assert player.last_simulations < 32 and time.perf_counter() - t0 < 0.3
+    capped = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 8, history=tiny_cfg.net.history,
+                        max_simulations=40)
+    capped.genmove([], 0.5, seconds=1.0)
+    assert capped.last_simulations == 40
