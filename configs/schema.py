@@ -431,8 +431,8 @@ class EngineConfig:
     max_visits: int = 20_000
     """Most simulations of one search of the GTP engine (python -m training.gtp) when a game
     clock or --seconds-per-move sets its time, and of one live analysis (lz-analyze,
-    kata-analyze); it sizes the search tree, the engine's memory bound: about 40 MB on 9x9 and
-    175 MB on 19x19 at 20,000. The engine's --max-simulations overrides it."""
+    kata-analyze); it sizes the search tree, the engine's memory bound: about 38 MiB on 9x9 and
+    166 MiB on 19x19 at 20,000. The engine's --max-simulations overrides it."""
     analysis_max_seconds: float = 0.0
     """A live analysis stops searching after this many seconds (0: it searches until the next
     command or max_visits)."""

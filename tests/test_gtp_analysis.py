@@ -246,6 +246,7 @@ def test_lizzie_analysis_deepens_past_the_move_budget_until_the_next_command(def
     assert engine.line() == "=" and engine.line() == ""  # then the play's own reply
     assert len(lines) >= 10 and all(x.startswith("info move ") for x in lines), lines[:3]
     visits = [_visits(x) for x in lines]
+    print(f"lz-analyze B 10 for 4 s: {len(lines)} info lines, visits {visits[0]}..{visits[-1]}")
     assert all(a < b for a, b in zip(visits, visits[1:])), visits
     assert visits[-1] > 10 * 100, visits  # far past the move budget
     engine.send("kata-analyze W interval 10")  # Sabaki's form, on the new position

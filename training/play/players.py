@@ -67,7 +67,7 @@ class MctsPlayer:
     CHUNK = 8
     """Simulations per chunk of a timed search (`mcts.leaf_batch` leaves per net call)."""
     MAX_TIMED_SIMULATIONS = 20_000
-    """Default cap of a timed search: about 40 MB of tree on 9x9."""
+    """Default cap of a timed search: 38 MiB of tree on 9x9."""
     TIME_USE = 0.9
     """Share of the time left that a timed search plans its simulations for (the speed
     varies from position to position; the search also stops at the time)."""
@@ -249,8 +249,9 @@ class NetPlayer:
     The budget per move is `simulations`, or `seconds_per_move` when given (see `MctsPlayer`);
     under a game clock the clock's share, with `simulations` as a floor. `max_simulations`
     (default the config's `engine.max_visits`) caps every search and sizes the tree; an
-    analysis also stops after `engine.analysis_max_seconds` when that is set. Any komi the GTP engine accepts is searched with: the config's range and half-point checks
-    apply to config files, not to a controller's komi.
+    analysis also stops after `engine.analysis_max_seconds` when that is set. Any komi the
+    GTP engine accepts is searched with: the config's range and half-point checks apply to
+    config files, not to a controller's komi.
 
     The end of a game is judged the way the opponent's judge will (`training.go.endgame`): the
     net's ownership map (averaged over the 8 symmetries) names the dead stones. Right after
