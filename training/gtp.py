@@ -403,9 +403,9 @@ class GtpEngine:
 
         def work() -> None:
             try:
-                if not position.is_over():
+                if not position.is_over():  # a finished game: nothing to search or report
                     self.player.analyze(position, request.color, stop, reporter.maybe)
-                reporter.maybe(force=True)
+                    reporter.maybe(force=True)
                 stop.wait()
             finally:
                 self._write("\n")
@@ -559,6 +559,8 @@ class Reporter:
                              f"utility {2 * i.winrate - 1:.5f} winrate {i.winrate:.5f} {score}"
                              f"prior {i.prior:.5f} lcb {i.lcb:.5f} "
                              f"utilityLcb {2 * i.lcb - 1:.5f} order {i.order} pv {pv}")
+        if not parts:
+            return ""  # no search to report (a move chosen without one)
         text = " ".join(parts)
         if self.style == "kata" and req.ownership:
             own = player.ownership(self.position, req.color)
