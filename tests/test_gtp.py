@@ -374,3 +374,30 @@ def test_a_clock_makes_the_simulations_a_floor_and_the_cap_holds(tiny_cfg):
                         max_simulations=40)
     capped.genmove([], 0.5, seconds=1.0)
     assert capped.last_simulations == 40
+
+
+def test_an_analysis_stops_at_its_time_bound_and_at_its_visits_bound(tiny_cfg):
+    """`engine.analysis_max_seconds` and `engine.max_visits` end an analysis that no command
+    stops (a front-end left open)."""
+    import threading
+    import time
+
+    import numpy as np
+
+    from training.play.players import MctsPlayer
+
+    def evaluate(planes, legal):
+        time.sleep(0.002)
+        priors = legal.astype(np.float32)
+        return priors / priors.sum(1, keepdims=True), np.zeros(len(planes), np.float32)
+
+    player = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 8, history=tiny_cfg.net.history,
+                        max_simulations=20_000)
+    t0 = time.perf_counter()
+    player.analyze([12], 0.5, threading.Event(), lambda: None, seconds=0.3)
+    took = time.perf_counter() - t0
+    assert 0.2 <= took <= 0.6 and 8 < player.last_simulations < 20_000, took
+    small = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 8, history=tiny_cfg.net.history,
+                       max_simulations=100)
+    small.analyze([12], 0.5, threading.Event(), lambda: None)
+    assert small.last_simulations == 100
