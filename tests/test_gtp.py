@@ -401,3 +401,47 @@ def test_an_analysis_stops_at_its_time_bound_and_at_its_visits_bound(tiny_cfg):
                        max_simulations=100)
     small.analyze([12], 0.5, threading.Event(), lambda: None)
     assert small.last_simulations == 100
+
+
+def test_a_huge_or_binary_line_is_answered_and_the_engine_goes_on():
+    """A 32 MiB line is read on in pieces and refused (the engine's memory grows by a few
+    MB, not 32+); bytes that are not UTF-8 are an unknown command, not the end."""
+    import time
+
+    proc = subprocess.Popen(ENGINE + ["--size", "5"], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def peak_mb() -> float:
+        with open(f"/proc/{proc.pid}/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
+
+    def reply() -> bytes:
+        out = b""
+        while not out.endswith(b"\n\n"):
+            out += proc.stdout.read1(4096)
+        return out
+
+    try:
+        proc.stdin.write(b"name\n")
+        proc.stdin.flush()
+        assert reply() == b"= azgo\n\n"
+        before = peak_mb()
+        chunk = b"x" * (1 << 20)
+        proc.stdin.write(b"play B ")
+        for _ in range(32):
+            proc.stdin.write(chunk)
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        assert reply().startswith(b"? command line longer than")
+        grown = peak_mb() - before
+        assert grown < 16, grown
+        proc.stdin.write(b"\xff\xfe play\n7 name\n")
+        proc.stdin.flush()
+        time.sleep(0.2)
+        out = reply()
+        while out.count(b"\n\n") < 2:
+            out += reply()
+        assert out == b"? unknown command\n\n=7 azgo\n\n", out
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0

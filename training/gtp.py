@@ -68,6 +68,8 @@ VERSION = "0.1.0"
 PROTOCOL_VERSION = "2"
 MAX_KOMI = MAX_SIZE * MAX_SIZE
 """Largest komi accepted (in size): more than any board's area is no game."""
+MAX_LINE_CHARS = 1 << 16
+"""Longest command line read (far more than any GTP command needs)."""
 MAX_SIMULATIONS = 200_000
 """Largest --max-simulations (the tree: about 1.7 GB on 19x19), as the config's
 engine.max_visits."""
@@ -183,11 +185,18 @@ class GtpEngine:
 
     def run(self, stdin: TextIO, stdout: TextIO) -> None:
         """Serve commands until `quit` or end of input. Any input line, a blank one too, ends
-        a running analysis first (its reply then ends with the blank line)."""
+        a running analysis first (its reply then ends with the blank line). A line longer
+        than `MAX_LINE_CHARS` is read on in pieces, dropped and answered `? command line
+        longer than ...`: no line is held whole."""
         self._out = stdout
         try:
-            for line in stdin:
+            while line := stdin.readline(MAX_LINE_CHARS + 1):
                 self._stop_analysis()
+                if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                    while line and not line.endswith("\n"):
+                        line = stdin.readline(MAX_LINE_CHARS)
+                    self._write(f"? command line longer than {MAX_LINE_CHARS} characters\n\n")
+                    continue
                 reply = self.handle(line)
                 if reply is not None:
                     self._write(reply)
@@ -653,6 +662,7 @@ def main(argv: list[str] | None = None) -> None:
                          max_simulations=args.max_simulations)
     size = getattr(player, "board_size", args.size)  # a model plays its own board size
     engine = GtpEngine(player, size, args.komi)
+    sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8: an unknown command
     engine.run(sys.stdin, sys.stdout)
 
 
