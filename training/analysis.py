@@ -25,7 +25,7 @@ are searched together: many queries cost little more per step than one. A turn i
 of `maxVisits` simulations (at most `--max-visits`, which sizes the tree; with Gumbel one
 sequential halving over all of them), stepped with the others and answered when it is done,
 with `reportDuringSearchEvery` partial answers meanwhile (`isDuringSearch` true, the visits
-growing; checked after every step once one is due, and at least every `chunk` steps).
+growing; written after the step in which one falls due, not at the end of a chunk).
 
 Bounds: a line is at most `MAX_LINE_BYTES`, a game at most 4 N*N moves, at most
 `MAX_PENDING` turns wait and `MAX_QUEUED_LINES` lines are read ahead (the reader then waits:
@@ -36,8 +36,8 @@ its search starts (`--slots` positions at a time), by replaying the query's move
 turn order (one query of every turn of a 19x19 game, 1,445 turns, used to hold a replayed
 position per turn: quadratic, about 3 GB).
 
-It must not: keep state between queries beyond the search's arrays (no cache), or block the
-reader: stdin is read by its own thread.
+It must not: keep state between queries beyond the search's arrays (no cache), or read stdin
+in the search loop: stdin is read by its own thread (`read_lines`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ MAX_PENDING = 4096
 MAX_QUEUED_LINES = 64
 """Lines the reader thread holds ahead of the search; it then waits (the pipe fills)."""
 MAX_REPORT_EVERY = 86_400.0
-"""Largest reportDuringSearchEvery (seconds) and largest komi in size is N*N."""
+"""Largest reportDuringSearchEvery (seconds); the largest komi in size is N*N."""
 AREA_RULES = {"tromp-taylor", "chinese", "chinese-ogs", "chinese-kgs", "aga", "bga",
               "new-zealand", "stone-scoring"}
 
