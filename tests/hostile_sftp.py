@@ -1,0 +1,110 @@
+"""A hostile SFTP server for tests: the real sftp-server, with its READ replies tampered with.
+
+Run by sshd as the forced command of a key (`command="python3 hostile_sftp.py MODE_FILE"` in
+authorized_keys), as a compromised worker account could: a session that asks for the sftp
+subsystem gets OpenSSH's sftp-server behind a relay; any other command runs as usual. The
+relay reads the mode from MODE_FILE at the start of each session:
+
+  honest     - replies pass unchanged
+  withhold   - the reply to the READ at offset 0 is never sent; every other one is
+  overlong   - every DATA reply is padded to PAD bytes
+  huge       - the first reply to a READ is a packet that announces 15 MiB (and sends it)
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import threading
+
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"
+PAD = 200 << 10
+CMD_READ, CMD_DATA = 5, 103
+
+
+def read_exact(fd: int, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        x = os.read(fd, n - len(out))
+        if not x:
+            raise EOFError
+        out += x
+    return bytes(out)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_packet(fd: int) -> bytes:
+    size = struct.unpack(">I", read_exact(fd, 4))[0]
+    return read_exact(fd, size)
+
+
+def packet(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def main() -> None:
+    original = os.environ.get("SSH_ORIGINAL_COMMAND", "")
+    if original not in ("internal-sftp", SFTP_SERVER, "sftp"):
+        os.execv("/bin/sh", ["sh", "-c", original] if original else ["sh"])
+    with open(sys.argv[1]) as f:
+        mode = f.read().strip()
+    server_in_r, server_in_w = os.pipe()
+    server_out_r, server_out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(server_in_r, 0)
+        os.dup2(server_out_w, 1)
+        for fd in (server_in_r, server_in_w, server_out_r, server_out_w):
+            os.close(fd)
+        os.execv(SFTP_SERVER, [SFTP_SERVER])
+    os.close(server_in_r)
+    os.close(server_out_w)
+    reads: dict[int, int] = {}  # request id -> offset
+    lock = threading.Lock()
+
+    def client_to_server() -> None:
+        try:
+            while True:
+                body = read_packet(0)
+                if body[0] == CMD_READ:
+                    rid = struct.unpack(">I", body[1:5])[0]
+                    hlen = struct.unpack(">I", body[5:9])[0]
+                    offset = struct.unpack(">Q", body[9 + hlen:17 + hlen])[0]
+                    with lock:
+                        reads[rid] = offset
+                write_all(server_in_w, packet(body))
+        except (EOFError, OSError):
+            os.close(server_in_w)
+
+    threading.Thread(target=client_to_server, daemon=True).start()
+    huge_sent = False
+    try:
+        while True:
+            body = read_packet(server_out_r)
+            if body[0] == CMD_DATA:
+                rid = struct.unpack(">I", body[1:5])[0]
+                with lock:
+                    offset = reads.pop(rid, None)
+                data = body[9:]
+                if mode == "withhold" and offset == 0:
+                    continue
+                if mode == "overlong":
+                    data = data + b"\0" * max(0, PAD - len(data))
+                    body = body[:5] + struct.pack(">I", len(data)) + data
+                elif mode == "huge" and not huge_sent:
+                    huge_sent = True
+                    data = b"\0" * (15 << 20)
+                    body = body[:5] + struct.pack(">I", len(data)) + data
+            write_all(1, packet(body))
+    except (EOFError, OSError):
+        pass
+
+
+if __name__ == "__main__":
+    main()
