@@ -468,14 +468,15 @@ class BoundedSFTPClient(paramiko.SFTPClient):
                     left = self.deadline - time.monotonic()
                     if left <= 0:
                         raise DeadlineError(f"an SFTP reply was still arriving at the deadline "
-                                            f"({len(out)} of {n} bytes); a trickle, refused")
+                                            f"({len(out)} of its {n} bytes: trickled); refused")
                     chan.settimeout(left)
                 try:
                     x = chan.recv(n - len(out))
                 except socket.timeout:
                     if self.deadline is not None and time.monotonic() >= self.deadline:
-                        raise DeadlineError("no SFTP reply before the deadline (the server "
-                                            "withholds it); refused") from None
+                        raise DeadlineError(f"no whole SFTP reply by the deadline ({len(out)} "
+                                            f"of {n} bytes: withheld or trickled); refused"
+                                            ) from None
                     raise
                 if not x:
                     raise EOFError()

@@ -9,6 +9,7 @@ relay reads the mode from MODE_FILE at the start of each session:
   withhold   - the reply to the READ at offset 0 is never sent; every other one is
   overlong   - every DATA reply is padded to PAD bytes
   huge       - the first reply to a READ is a packet that announces 15 MiB (and sends it)
+  trickle    - the first reply to a READ is sent one byte every 20 ms
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import struct
 import sys
 import threading
+import time
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 PAD = 200 << 10
@@ -83,7 +85,7 @@ def main() -> None:
             os.close(server_in_w)
 
     threading.Thread(target=client_to_server, daemon=True).start()
-    huge_sent = False
+    first_sent = False
     try:
         while True:
             body = read_packet(server_out_r)
@@ -97,10 +99,17 @@ def main() -> None:
                 if mode == "overlong":
                     data = data + b"\0" * max(0, PAD - len(data))
                     body = body[:5] + struct.pack(">I", len(data)) + data
-                elif mode == "huge" and not huge_sent:
-                    huge_sent = True
+                elif mode == "huge" and not first_sent:
+                    first_sent = True
                     data = b"\0" * (15 << 20)
                     body = body[:5] + struct.pack(">I", len(data)) + data
+                elif mode == "trickle" and not first_sent:
+                    first_sent = True
+                    whole = packet(body)
+                    for i in range(len(whole)):
+                        write_all(1, whole[i:i + 1])
+                        time.sleep(0.02)
+                    continue
             write_all(1, packet(body))
     except (EOFError, OSError):
         pass

@@ -118,6 +118,7 @@ BATCH = "w1_g000000_s000000.npz.zst"
     ("withhold", FetchTooSlow, "deadline"),
     ("overlong", BatchRefused, "answered a read of 32768 bytes with"),
     ("huge", BatchRefused, "over the"),
+    ("trickle", FetchTooSlow, "deadline"),
 ])
 def test_hostile_sftp_download_holds_little_memory_and_ends_with_a_clear_error(
         mode, error, word, worker, tmp_path):
