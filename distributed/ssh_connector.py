@@ -79,6 +79,8 @@ HEARTBEAT_MAX_BYTES = 1 << 16
 # What a remote command may print before the rest is dropped (counted, not kept): a noisy or
 # hostile shell cannot grow the coach's memory. The tail is kept, where errors are.
 COMMAND_OUTPUT_MAX_BYTES = 1 << 20
+LISTING_MAX_ENTRIES = 10_000
+"""The most entries a remote folder listing reads unless its caller says otherwise."""
 
 
 class SSHError(Exception):
@@ -185,6 +187,10 @@ class DeployResult:
     version: str
     skipped: bool
     seconds: float
+
+
+def _is_pid(word: str) -> bool:
+    return word.isascii() and word.isdigit() and len(word) <= 10
 
 
 _PREFLIGHT_KEYS = {"python": (str,), "project_version": (str, type(None)),
@@ -685,12 +691,13 @@ class SSHConnector:
 
         return self._with_retries(name, f"read {remote_path}", op)
 
-    def listdir(self, name: str, remote_path: str, *, max_entries: int | None = None
+    def listdir(self, name: str, remote_path: str, *, max_entries: int = LISTING_MAX_ENTRIES
                 ) -> list[str]:
         """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out).
 
-        With `max_entries`, ListingCapError once the folder lists more entries: the listing
-        is read one reply at a time and stops there (bounded time and memory)."""
+        ListingCapError once the folder lists more than `max_entries` entries: the listing
+        is read one reply at a time and stops there (bounded time and memory; within
+        `distributed.transfer_timeout_s`)."""
 
         def op(c: _Connection) -> list[str]:
             path = WorkerPaths(c.root, name).resolve(remote_path)
@@ -700,7 +707,7 @@ class SSHConnector:
                 sftp = self._sftp(c)
                 with sftp_deadline(sftp, self.cfg.transfer_timeout_s):
                     for attr in sftp.listdir_iter(path, read_aheads=1):
-                        if max_entries is not None and len(names) >= max_entries:
+                        if len(names) >= max_entries:
                             c.close_sftp()  # drops the open folder handle with the session
                             raise ListingCapError(f"{self._where(name)}: {path} lists more "
                                                   f"than {max_entries} entries")
@@ -898,8 +905,9 @@ class SSHConnector:
                             f"end of {paths.log}:\n{e.stderr.strip()}",
                             exit_code=e.exit_code, stdout=e.stdout, stderr=e.stderr) from e
         words = out.split()
-        if len(words) != 2 or words[0] not in ("started", "running"):
-            raise self._err(RemoteCommandError, name, "start", f"unexpected output {out!r}")
+        if len(words) != 2 or words[0] not in ("started", "running") or not _is_pid(words[1]):
+            raise self._err(RemoteCommandError, name, "start",
+                            f"unexpected output {out[-200:]!r}")
         log.info("%s: daemon %s, pid %s", name, words[0], words[1])
         return int(words[1])
 
@@ -920,7 +928,12 @@ class SSHConnector:
     def is_running(self, name: str) -> int | None:
         """The daemon's pid if it is alive, else None."""
         out = self.run(name, remote.running_command(self.paths(name)), retry=True).stdout
-        return int(out.split()[0]) if out.strip() else None
+        if not out.strip():
+            return None
+        if not _is_pid(out.split()[0]):
+            raise self._err(RemoteCommandError, name, "check daemon",
+                            f"unexpected output {out[-200:]!r}")
+        return int(out.split()[0])
 
     def read_heartbeat(self, name: str) -> Heartbeat:
         """The worker's status.json (raises FileNotFoundError before its first heartbeat)."""

@@ -2,14 +2,15 @@
 
 Run by sshd as the forced command of a key (`command="python3 hostile_sftp.py MODE_FILE"` in
 authorized_keys), as a compromised worker account could: a session that asks for the sftp
-subsystem gets OpenSSH's sftp-server behind a relay; any other command runs as usual. The
-relay reads the mode from MODE_FILE at the start of each session:
+subsystem gets OpenSSH's sftp-server behind a relay; any other command runs as usual. It
+reads the mode from MODE_FILE at the start of each session:
 
   honest     - replies pass unchanged
   withhold   - the reply to the READ at offset 0 is never sent; every other one is
   overlong   - every DATA reply is padded to PAD bytes
   huge       - the first reply to a READ is a packet that announces 15 MiB (and sends it)
   trickle    - the first reply to a READ is sent one byte every 20 ms
+  garbage-shell - every command (not the sftp subsystem) prints one line of nonsense
 """
 
 from __future__ import annotations
@@ -52,10 +53,13 @@ def packet(body: bytes) -> bytes:
 
 def main() -> None:
     original = os.environ.get("SSH_ORIGINAL_COMMAND", "")
-    if original not in ("internal-sftp", SFTP_SERVER, "sftp"):
-        os.execv("/bin/sh", ["sh", "-c", original] if original else ["sh"])
     with open(sys.argv[1]) as f:
         mode = f.read().strip()
+    if original not in ("internal-sftp", SFTP_SERVER, "sftp"):
+        if mode == "garbage-shell":
+            print("running 12abc")
+            sys.exit(0)
+        os.execv("/bin/sh", ["sh", "-c", original] if original else ["sh"])
     server_in_r, server_in_w = os.pipe()
     server_out_r, server_out_w = os.pipe()
     pid = os.fork()

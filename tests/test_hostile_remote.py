@@ -301,3 +301,16 @@ def test_preflight_output_the_coach_cannot_take_is_a_worker_error(output, word, 
         conn.preflight(WORKER, with_torch=False)
     assert WORKER in str(e.value)
     assert isinstance(translate(e.value), WorkerFault)
+
+
+def test_daemon_commands_printing_nonsense_are_a_worker_error(worker):
+    """The worker's shell answers `is the daemon running` and `start` with nonsense (a forced
+    command, a noisy rc file): a RemoteCommandError (WorkerFault) naming the output, never a
+    bare ValueError from int()."""
+    backend, _ = worker
+    backend.connector.paths(WORKER)  # connected while the shell is honest
+    (Path(backend.connector.spec(WORKER).key_path).parent / "mode").write_text("garbage-shell")
+    with pytest.raises(WorkerFault, match="unexpected output"):
+        backend.is_running()
+    with pytest.raises(WorkerFault, match="unexpected output"):
+        backend.start(0)
