@@ -8,7 +8,10 @@ This module owns:
     hard cap on decompressed size so a hostile or corrupt file cannot fill memory or disk,
   - sha256 checksums,
   - SFTP upload (`put_file`: temporary name, size check, then OpenSSH's posix-rename) and
-    download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`), and the
+    download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`; at most 16
+    replies of 32 KiB held, each checked against its request, the deadline checked while
+    each arrives), the SFTP session whose every reply is bounded in bytes and time
+    (`BoundedSFTPClient`, `open_sftp` on the caller's transport), and the
     local copy (`copy_file`) of a file another machine or user could have planted: regular
     files only (`lstat`, never a symlink, FIFO or device), at most `max_bytes` counted WHILE
     reading (a file that grows, or a symlink swapped in after the check, is cut off at its
