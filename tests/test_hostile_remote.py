@@ -261,6 +261,18 @@ def test_heartbeat_with_a_400_digit_number_is_a_worker_error(worker):
         backend.read_heartbeat()
 
 
+def test_local_heartbeat_with_a_400_digit_number_is_a_worker_error(tiny_cfg, tmp_path):
+    """The same file from a local worker (its folder is the coach's, its process is not)."""
+    from training.fleet.local_workers import LocalBackend
+
+    backend = LocalBackend(tiny_cfg, WORKER, tmp_path, "cpu", tmp_path / "config.yaml")
+    hb = {"name": WORKER, "state": "Active", "pid": 1, "time": 1.0}
+    (tmp_path / "status.json").write_text(
+        json.dumps(hb)[:-1] + ', "games_per_s": ' + "9" * 400 + "}")
+    with pytest.raises(WorkerFault, match="status.json.*OverflowError"):
+        backend.read_heartbeat()
+
+
 def test_lease_nested_2000_deep_is_unreadable_and_taken_over(worker, caplog):
     import training.fleet.ssh_workers as ssh_workers
 
