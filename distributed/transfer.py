@@ -659,16 +659,18 @@ def _read_bounded(sftp: paramiko.SFTPClient, handle: bytes, size: int,
             try:
                 sftp._convert_status(reply)
             except EOFError:
-                pending.clear()  # the end of the file: any later replies are EOFs too
+                if pending:  # replies still in flight: the caller closes the session
+                    raise VerifyError(f"{what}: the file ended at {got} of its {size} bytes "
+                                      "(it shrank while read); refused") from None
                 return got
             raise ProtocolError(f"{what}: the server answered a read with OK, no data")
-        if off >= size:
-            if reply:
-                raise VerifyError(f"{what}: more data than its {size} bytes (it grew, or is "
-                                  "not what it was listed as); refused")
-            continue
         if not reply:
+            if off >= size:
+                continue  # an empty reply past the end: as EOF
             raise ProtocolError(f"{what}: the server answered a read at {off} with no data")
+        if off + len(reply) > size:
+            raise VerifyError(f"{what}: more data than its {size} bytes (it grew, or is "
+                              "not what it was listed as); refused")
         write(reply)
         got += len(reply)
         if len(reply) < n:  # a short read: ask for the rest before anything later
@@ -754,8 +756,8 @@ def get_file(
         if f is not None:
             try:
                 f.close()
-            except _NET_ERRORS:
-                pass
+            except (*_SFTP_ERRORS, TransferError):
+                pass  # the file was read whole (or the error above says why not)
     problems = []
     if expected_size is not None and size != expected_size:
         problems.append(f"got {size} bytes, expected {expected_size}")

@@ -10,6 +10,8 @@ reads the mode from MODE_FILE at the start of each session:
   overlong   - every DATA reply is padded to PAD bytes
   huge       - the first reply to a READ is a packet that announces 15 MiB (and sends it)
   trickle    - the first reply to a READ is sent one byte every 20 ms
+  shrink     - every READ from 64 KiB on is answered with EOF, as if the file were cut there
+  grow       - a reply shorter than its request (the end of the file) gets one byte more
   garbage-shell - every command (not the sftp subsystem) prints one line of nonsense
 """
 
@@ -23,7 +25,7 @@ import time
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 PAD = 200 << 10
-CMD_READ, CMD_DATA = 5, 103
+CMD_READ, CMD_STATUS, CMD_DATA = 5, 101, 103
 
 
 def read_exact(fd: int, n: int) -> bytes:
@@ -100,6 +102,13 @@ def main() -> None:
                 data = body[9:]
                 if mode == "withhold" and offset == 0:
                     continue
+                if mode == "shrink" and offset is not None and offset >= 65536:
+                    eof = struct.pack(">I", 1) + struct.pack(">I", 0) * 2  # EOF, "", ""
+                    write_all(1, packet(bytes([CMD_STATUS]) + body[1:5] + eof))
+                    continue
+                if mode == "grow" and offset is not None and data and len(data) % 32768:
+                    data += b"+"
+                    body = body[:5] + struct.pack(">I", len(data)) + data
                 if mode == "overlong":
                     data = data + b"\0" * max(0, PAD - len(data))
                     body = body[:5] + struct.pack(">I", len(data)) + data

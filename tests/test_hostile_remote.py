@@ -119,11 +119,14 @@ BATCH = "w1_g000000_s000000.npz.zst"
     ("overlong", BatchRefused, "answered a read of 32768 bytes with"),
     ("huge", BatchRefused, "over the"),
     ("trickle", FetchTooSlow, "deadline"),
+    ("shrink", BatchRefused, "shrank"),
+    ("grow", BatchRefused, "more data than"),
 ])
 def test_hostile_sftp_download_holds_little_memory_and_ends_with_a_clear_error(
         mode, error, word, worker, tmp_path):
     backend, folder = worker
     size = (24 if mode == "withhold" else 4) << 20  # 24 MiB: 768 reads of 32 KiB
+    size += 1000 if mode == "grow" else 0  # the last read is short
     (folder / "outbox" / BATCH).write_bytes(os.urandom(size))
     source = backend.source()
     source.list_batches()  # connected before the server turns hostile
