@@ -635,13 +635,16 @@ class SSHConnector:
 
     def put(self, name: str, local: str | os.PathLike, remote_path: str) -> TransferResult:
         """Upload a file atomically (temp name + posix-rename); relative paths are under the
-        worker's root; parent folders are made. Retries with backoff."""
+        worker's root; parent folders are made. Its replies are read by the same deadline as
+        a download's (`distributed.transfer_timeout_s`). Retries with backoff."""
 
         def op(c: _Connection) -> TransferResult:
             target = WorkerPaths(c.root, name).resolve(remote_path)
             self._makedirs(c, name, os.path.dirname(target))
-            return put_file(self._sftp(c), local, target, where=self._where(name),
-                            stats=self.stats)
+            sftp = self._sftp(c)
+            with sftp_deadline(sftp, self.cfg.transfer_timeout_s):  # its replies, as a get's
+                return put_file(sftp, local, target, where=self._where(name),
+                                stats=self.stats)
 
         return self._with_retries(name, f"upload {remote_path}", op)
 
