@@ -644,7 +644,7 @@ class SSHConnector:
             sftp = self._sftp(c)
             with sftp_deadline(sftp, self.cfg.transfer_timeout_s):  # its replies, as a get's
                 return put_file(sftp, local, target, where=self._where(name),
-                                stats=self.stats)
+                                stats=self.stats, tmp_tag=name)
 
         return self._with_retries(name, f"upload {remote_path}", op)
 
@@ -694,9 +694,10 @@ class SSHConnector:
 
         return self._with_retries(name, f"read {remote_path}", op)
 
-    def listdir(self, name: str, remote_path: str, *, max_entries: int = LISTING_MAX_ENTRIES
-                ) -> list[str]:
-        """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out).
+    def listdir(self, name: str, remote_path: str, *, max_entries: int = LISTING_MAX_ENTRIES,
+                with_temporary: bool = False) -> list[str]:
+        """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out unless
+        `with_temporary`).
 
         ListingCapError once the folder lists more than `max_entries` entries: the listing
         is read one reply at a time and stops there (bounded time and memory; within
@@ -721,7 +722,8 @@ class SSHConnector:
                 raise
             except (*_NET_ERRORS, paramiko.SFTPError) as e:
                 raise TransferError(f"{self._where(name)}: list {path}: {e}") from e
-            return sorted(n for n in names if not n.endswith((".tmp", ".partial")))
+            return sorted(n for n in names
+                          if with_temporary or not n.endswith((".tmp", ".partial")))
 
         return self._with_retries(name, f"list {remote_path}", op)
 

@@ -527,12 +527,15 @@ class sftp_deadline:
         self.sftp.get_channel().settimeout(self._timeout)
 
 
-def remote_tmp_name(remote_path: str) -> str:
-    """The temporary name an upload to `remote_path` uses before its rename: the same for
-    every upload of that name, so a cut upload's leftover is overwritten by the next one and
-    nothing needs a listing to find it (one coach serves a worker folder: its lease)."""
+def remote_tmp_name(remote_path: str, tag: str = "upload") -> str:
+    """The temporary name an upload to `remote_path` by uploader `tag` (the connector passes
+    the worker's name) uses before its rename: the same for every upload of that name by that
+    uploader, so a cut upload's leftover is overwritten by its next one and nothing needs a
+    listing to find it, while two uploaders of one file (two workers of a host share the
+    root's config.yaml) never write the same temporary file. One coach serves a worker
+    folder (its lease)."""
     folder, base = posixpath.split(remote_path)
-    return posixpath.join(folder, f".{base}.upload.tmp")
+    return posixpath.join(folder, f".{base}.{tag}.tmp")
 
 
 def put_file(
@@ -543,19 +546,21 @@ def put_file(
     where: str = "remote",
     stats: TransferStats | None = None,
     sha256: str | None = None,
+    tmp_tag: str = "upload",
 ) -> TransferResult:
     """Upload `local_path` to `remote_path` atomically.
 
-    The file goes to its temporary name beside the target (`remote_tmp_name`); its size is
-    checked with stat, its mode set to 0600; then OpenSSH's posix-rename replaces the target
-    in one step. A failed upload removes its temporary file; one the link cut before it
-    could is overwritten by the next upload of the same name (no folder is listed). `where`
-    (e.g. "worker1 (host)") names the destination in errors. Raises TransferError.
+    The file goes to its temporary name beside the target (`remote_tmp_name(remote_path,
+    tmp_tag)`); its size is checked with stat, its mode set to 0600; then OpenSSH's
+    posix-rename replaces the target in one step. A failed upload removes its temporary
+    file; one the link cut before it could is overwritten by the next upload of the same
+    name with the same tag (no folder is listed). `where` (e.g. "worker1 (host)") names the
+    destination in errors. Raises TransferError.
     """
     local_path = Path(local_path)
     size = local_path.stat().st_size
     digest = sha256 or sha256_file(local_path)
-    tmp = remote_tmp_name(remote_path)
+    tmp = remote_tmp_name(remote_path, tmp_tag)
     t0 = time.perf_counter()
     try:
         sftp.put(str(local_path), tmp, confirm=False)

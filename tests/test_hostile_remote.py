@@ -215,7 +215,12 @@ def test_flooded_models_folder_is_a_worker_error_after_a_bounded_listing(worker,
     assert (folder / "models" / model_store.stale_files(1)[0]).exists()  # pushed first
     for junk in (folder / "models").glob("junk*"):
         junk.unlink()
+    cut = folder / "models" / f".model_000000.pt.zst.{WORKER}.tmp"  # an upload the link cut
+    cut.write_bytes(b"half a model")
     backend.push_model(local, manifest)  # emptied: the push goes through again
+    assert not cut.exists(), "the cut upload's leftover was not removed"
+    assert sorted(p.name for p in (folder / "models").iterdir()) == [
+        "model_000001.json", "model_000001.pt.zst"]
 
 
 def _publish(folder: Path, generation: int):
@@ -231,14 +236,15 @@ def _publish(folder: Path, generation: int):
 
 def test_uploads_list_no_folder_and_overwrite_a_cut_uploads_leftover(worker, monkeypatch):
     """An upload (the lease renewed every 20 s, a model, a config) lists no folder of the
-    worker, however full: the temporary name is the same for every upload of a name, so a
-    cut upload's leftover is overwritten by the next, not looked for."""
+    worker, however full: the temporary name is the same for every upload of a name by one
+    worker's connector, so a cut upload's leftover is overwritten by the next, not looked
+    for."""
     import training.fleet.ssh_workers as ssh_workers
 
     backend, folder = worker
     for i in range(3000):
         (folder / f"junk{i:05d}").write_bytes(b"")
-    leftover = folder / ".lease.json.upload.tmp"
+    leftover = folder / f".lease.json.{WORKER}.tmp"
     leftover.write_bytes(b"half an upload")
     calls = []
     for name in ("listdir", "listdir_attr", "listdir_iter"):

@@ -303,14 +303,16 @@ class SSHBackend(Backend):
 
     def push_model(self, models_dir: Path, manifest: Manifest) -> None:
         """Model file, then manifest; then the stale generations there are deleted
-        (`model_store.stale_generations`, the local workers' rule)."""
+        (`model_store.stale_generations`, the local workers' rule), and the temporary files
+        of earlier cut uploads. models/ is listed once, at most MODELS_MAX_LISTED entries:
+        past that the push is WorkerFault."""
         def push() -> None:
             models = self.connector.paths(self.name).models
             for local in (manifest.zst_name, manifest.json_name):
                 self.connector.put(self.name, Path(models_dir) / local,
                                    posixpath.join(models, local))
             try:
-                listed = self.connector.listdir(self.name, models,
+                listed = self.connector.listdir(self.name, models, with_temporary=True,
                                                 max_entries=MODELS_MAX_LISTED)
             except ListingCapError as e:
                 raise WorkerFault(f"{self.name}: {e} (an honest one holds a few models): "
@@ -318,6 +320,11 @@ class SSHBackend(Backend):
             held = model_store.manifest_generations(listed)
             for old in model_store.stale_generations(held):
                 for name in model_store.stale_files(old):
+                    self.connector.remove(self.name, posixpath.join(models, name))
+            # this connector's uploads just ended: any temporary file of its own left here is
+            # an upload the link cut (of an older generation, never uploaded again)
+            for name in listed:
+                if name.startswith(".model_") and name.endswith(f".{self.name}.tmp"):
                     self.connector.remove(self.name, posixpath.join(models, name))
 
         self._call(push)
