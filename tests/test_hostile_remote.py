@@ -191,7 +191,7 @@ def test_flooded_models_folder_is_a_worker_error_after_a_bounded_listing(worker,
     from training.run import model_store
 
     backend, folder = worker
-    monkeypatch.setattr(ssh_workers, "MODELS_MAX_LISTED", 300)
+    monkeypatch.setattr(ssh_workers, "MODELS_MAX_LISTED", 300, raising=False)
     for i in range(3000):
         (folder / "models" / f"junk{i:05d}").write_bytes(b"")
     local = tmp_path / "models"
@@ -304,7 +304,7 @@ def test_lease_nested_2000_deep_is_unreadable_and_taken_over(worker, caplog):
      '"gpus": [], "free_disk_gb": ' + "9" * 400 + "}", "finite"),
     ('{"python": "3.11.7", "project_version": null, "torch": null, "cuda": false, '
      '"gpus": "all", "free_disk_gb": 10}', "'gpus'"),
-])
+], ids=["no_python", "nested_2000", "disk_400_digits", "gpus_not_a_list"])
 def test_preflight_output_the_coach_cannot_take_is_a_worker_error(output, word, worker,
                                                                     tmp_path):
     """The preflight runs the worker's `python`; whatever it prints is a RemoteCommandError
