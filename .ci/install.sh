@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(openssh-server openssh-client gnugo iproute2 nftables procps chromium)
+packages=(openssh-server openssh-sftp-server openssh-client gnugo iproute2 nftables procps chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

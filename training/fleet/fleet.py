@@ -409,11 +409,15 @@ class Supervisor:
                                                                   target.manifest))
         except (Unreachable, WorkerFault, OSError) as e:
             m.error = printable(f"model push of generation {target.generation} failed: {e}")
+            if isinstance(e, WorkerFault):  # e.g. a flooded models/ folder: Error, with why
+                m.fault = m.error
             self._push_after = t0 + self.fleet.cfg.distributed.backoff_max_s
             log.warning("worker %s: %s; retrying in %.0fs", m.name, m.error,
                         self.fleet.cfg.distributed.backoff_max_s)
             return
         m.delivered = target.generation
+        if m.fault.startswith("model push"):
+            m.fault = m.error = ""
         self.fleet.stats.last_push_s = time.monotonic() - t0
         log.info("worker %s: pushed generation %d in %.2fs", m.name, target.generation,
                  time.monotonic() - t0)
