@@ -24,6 +24,7 @@ from pathlib import Path
 from configs import DEFAULT_CONFIG_PATH, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
 from training.run.logsetup import configure_logging
+from training.run.run_dir import absolute_paths
 
 log = logging.getLogger("start_main")
 
@@ -41,7 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--status-file", default=None,
                    help="where to write the status table (default distributed/status.txt)")
     p.add_argument("--worker-class", default=None,
-                   help="module:Class, a training.worker.Worker subclass for local workers")
+                   help="module:Class, a training.worker.Worker subclass every worker runs, "
+                        "local or over SSH (its module goes to each worker host)")
     p.add_argument("--no-watch", action="store_true", help="do not watch the config file")
     p.add_argument("--checkpoint", default=None, metavar="FILE",
                    help="a new run starts from this model or trainer checkpoint (its "
@@ -55,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--serve-status", type=int, default=None, metavar="PORT",
                    help="serve the run page, status.json and Prometheus /metrics read-only on "
                         "127.0.0.1:PORT (0: any free port, logged)")
+    p.add_argument("--status-host", action="append", default=[], metavar="NAME",
+                   help="a Host name the status server also answers (a name this machine is "
+                        "reached by through a tunnel or proxy; 127.0.0.1 and localhost always "
+                        "are); other names get 421. May be given more than once")
     # the training guides' options, applied to the config's training section
     add_flags(p, "--gpus", "--batch-size", "--mixed-precision", "--lr", "--learning-rate",
               "--window-passes")
@@ -138,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                                   f"got {args.games_per_epoch}")
             overrides["self_play.games_per_worker"] = games_per_worker(args.games_per_epoch, cfg)
             cfg = override(cfg, overrides)
+        # one meaning for a relative run.dir and logging.dir: this working directory's
+        cfg = absolute_paths(cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -204,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     coach = Coach(cfg, config_path=args.config or DEFAULT_CONFIG_PATH, overrides=overrides,
                   status_path=args.status_file, worker_class=args.worker_class,
                   watch_config=not args.no_watch, serve_status=args.serve_status,
+                  status_hosts=tuple(args.status_host),
                   initial_model=args.checkpoint)
     coach.install_signal_handlers()
     try:

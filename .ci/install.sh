@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(openssh-server openssh-client gnugo iproute2 nftables procps chromium)
+packages=(openssh-server openssh-sftp-server openssh-client gnugo iproute2 nftables procps chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -34,8 +34,9 @@ python3 - <<'PY'
 import torch, paramiko, numba, pyspiel, sgfmill, prometheus_client, tensorboard  # noqa: F401  (fail here, not mid-suite)
 print(f"installed: torch {torch.__version__}, paramiko {paramiko.__version__}, numba {numba.__version__}")
 PY
-# Sabaki's own SGF parser (npm), which the tests read our SGF files with
-npm install --prefix tests/js --no-audit --no-fund --silent >/dev/null
+# Sabaki's own SGF parser (npm), which the tests read our SGF files with: exactly the
+# versions and hashes of tests/js/package-lock.json (`npm ci` refuses a lock that disagrees)
+npm ci --prefix tests/js --no-audit --no-fund --silent >/dev/null
 node -e 'require("./tests/js/node_modules/@sabaki/sgf"); console.log("node", process.version, "@sabaki/sgf ok")'
 /usr/sbin/sshd -V 2>&1 | head -n 1
 /usr/games/gnugo --version | head -n 1

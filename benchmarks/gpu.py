@@ -18,6 +18,11 @@ per check (ok / FAILED, the figure, the command), then one JSON line:
   `micro_batch` is smaller than the batch per rank);
 - placement: `plan_workers` for `--workers 4 --workers-per-gpu 2` on the visible GPUs (every
   GPU gets its workers as `cuda:N`);
+- a worker daemon on a GPU: with CUDA_VISIBLE_DEVICES naming the last GPU, the coach's
+  placement (`local_workers.plan_devices`, run under that variable as the coach would be) picks
+  the worker's device, and a real `start_worker.py` plays configs/tiny.yaml's games there as
+  the coach starts it (`--device`, the same environment) until `--max-games`: exit 0, its
+  heartbeat's device is the placement's, and its batches are in its outbox;
 - self-play: `benchmarks/selfplay.py --device cuda --config configs/gpu.yaml` (that config's
   board, net with its liberty planes, search and games in flight: moves/s and the ratio to
   the network-only limit).
@@ -79,11 +84,63 @@ def _trainer(args: list[str], run_dir: Path, samples: Path, steps: int, nproc: i
     return _run(cmd, timeout, extra_env)
 
 
+def _worker_on_gpu(table: Table, n: int, games: int, timeout: float) -> dict | None:
+    """The "worker daemon on a GPU" row (see the module docstring); returns its figures."""
+    from configs import dump_config, load_config, override
+    from training.learn.net import net_from_config, save_model
+    from training.run import model_store
+
+    visible = {"CUDA_VISIBLE_DEVICES": str(n - 1)}
+    cfg = override(load_config(REPO / "configs" / "tiny.yaml"),
+                   {"self_play.cpu_only": False, "self_play.workers": 1})
+    with tempfile.TemporaryDirectory(prefix="azgo-gpu-worker-") as tmp:
+        tmp = Path(tmp)
+        config = tmp / "config.yaml"
+        config.write_text(dump_config(override(cfg, {"run.dir": str(tmp / "run"),
+                                                     "logging.dir": str(tmp / "logs")})))
+        code, out, err, _ = _run(
+            [sys.executable, "-c", "import sys; from configs import load_config; "
+             "from training.fleet.local_workers import plan_devices; "
+             "print(plan_devices(load_config(sys.argv[1]), quiet=True)[0])", str(config)],
+            120, visible)
+        device = out.strip()
+        if code != 0 or not device.startswith("cuda"):
+            table.add(f"placement, CUDA_VISIBLE_DEVICES={n - 1}", False,
+                      f"device {device or err.strip()[-200:]!r}, expected cuda:0")
+            return None
+        folder = tmp / "run" / "workers" / "worker1"
+        save_model(tmp / "published" / "model_000000.pt",
+                   net_from_config(cfg.net, cfg.go.board_size), 0)
+        manifest = model_store.publish_model(tmp / "published", 0, cfg.distributed.wire_level)
+        model_store.copy_published(tmp / "published", manifest, folder / "models")
+        code, out, err, secs = _run(
+            [sys.executable, "start_worker.py", "--config", str(config), "--name", "worker1",
+             "--dir", str(folder), "--log-dir", str(tmp / "logs"), "--device", device,
+             "--max-games", str(games)], timeout, visible)
+        try:
+            hb = json.loads((folder / "status.json").read_text())
+        except (OSError, ValueError):
+            hb = {}
+        batches = sorted((folder / "outbox").glob("*.npz.zst"))
+        ok = (code == 0 and hb.get("device") == device and hb.get("games_done", 0) >= games
+              and bool(batches))
+        table.add(f"worker daemon on {device}, CUDA_VISIBLE_DEVICES={n - 1}", ok,
+                  f"{hb.get('games_done', 0)} games in {secs:.1f}s, {len(batches)} batches, "
+                  f"heartbeat device {hb.get('device')}" if code == 0
+                  else f"exit {code}: {err.strip()[-200:]}")
+        return {"device": device, "visible": visible["CUDA_VISIBLE_DEVICES"],
+                "games": hb.get("games_done"), "seconds": secs} if ok else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=30, help="training steps per round")
     ap.add_argument("--seconds", type=float, default=20, help="self-play seconds")
     ap.add_argument("--timeout", type=float, default=240, help="deadline of each check")
+    ap.add_argument("--worker-games", type=int, default=64,
+                    help="games the worker daemon on a GPU plays")
+    ap.add_argument("--only-worker", action="store_true",
+                    help="run only the devices rows and the worker daemon on a GPU")
     args = ap.parse_args()
     import torch
 
@@ -108,6 +165,11 @@ def main() -> int:
               f"child sees {out.strip() or err.strip()[-80:]} device(s)")
     cfg = load_config(GPU_CONFIG)
     figures: dict = {"devices": names}
+    figures["worker_on_gpu"] = _worker_on_gpu(table, n, args.worker_games, args.timeout)
+    if args.only_worker:
+        print(json.dumps({"ok": all(r["ok"] for r in table.rows), "rows": table.rows,
+                          "figures": figures}))
+        return 0 if all(r["ok"] for r in table.rows) else 1
     with tempfile.TemporaryDirectory(prefix="azgo-gpu-") as tmp:
         tmp = Path(tmp)
         samples = tmp / "samples.npz"

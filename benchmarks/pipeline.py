@@ -8,7 +8,7 @@ set pace), except in the self-play part of the scaling table, which runs real
 `start_worker.py` daemons.
 
 Figures:
-  - model sync: a published model of the config's net (default config: 9x9, 6 blocks x 64)
+  - model sync: a published model of the config's net (default config: 9x9, 4 blocks x 32)
     pushed to 1, 8 and 32 hosts with `SSHConnector.push_files` (model, then manifest; the
     coach's push), connections already open; best of --repeats;
   - network bytes per game and batch collection latency: --hosts simulated daemons for

@@ -7,10 +7,12 @@ root) or, without root, loopback sshds on separate ports. Prints a table:
     compression time at the configured level,
   - time to push the compressed model to 1, 4 and 8 hosts with `SSHConnector.push_file`
     (temp name + posix-rename, connections already open; best of --repeats),
+  - the median time to download it back from one host (`SSHConnector.get`),
   - SFTP MB/s against a plain `cat file | ssh host 'cat > file'` (OpenSSH client over an open
     ControlMaster connection) over the same link,
 and as its last line one JSON object with push_1_s, push_8_s, fanout_ratio (push_8 / push_1),
-sftp_vs_raw (SFTP MB/s / raw ssh MB/s) and compression_ratio.
+sftp_vs_raw (SFTP MB/s / raw ssh MB/s), get_1_s and get_mb_s (the download) and
+compression_ratio.
 
     python benchmarks/transfer.py [--size-mb 10] [--rate 1gbit] [--repeats 3]
 
@@ -25,6 +27,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +39,7 @@ import numpy as np
 from configs import DistributedConfig, WorkerSpec
 from distributed.sshd_hosts import NetnsHosts, SSHServer
 from distributed.ssh_connector import SSHConnector
-from distributed.transfer import compress_file
+from distributed.transfer import compress_file, sha256_file
 
 
 def make_model(path: Path, size_mb: float) -> str:
@@ -152,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
                         assert not bad, bad
                         times.append(c.stats.last_push_s)
                     res[n] = min(times)
+                gets = []
+                for r in range(a.repeats):
+                    back = td / f"back{r}.pt.zst"
+                    got = c.get(specs[0].name, "models/m1_0.pt.zst", back,
+                                expected_sha256=sha256_file(packed))
+                    gets.append(got.seconds)
+                    back.unlink()
+                get_s = statistics.median(gets)
                 raw_total, shell = raw_ssh_seconds(specs[0], kh, packed,
                                       f"{specs[0].remote_dir}/models/raw.bin",
                                       td / "cm", a.repeats)
@@ -173,10 +184,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{shell:.3f} s of remote shell start-up)")
     print(f"SFTP {sftp_mb_s:.1f} MB/s vs raw ssh {raw_mb_s:.1f} MB/s: "
           f"{sftp_mb_s / raw_mb_s:.2f}x")
+    print(f"download from 1 host: {get_s:.3f} s, {mb / get_s:.1f} MB/s (median of "
+          f"{a.repeats}; `SSHConnector.get`: bounded reads, sha256 checked)")
     print(json.dumps({
         "push_1_s": round(res[1], 4), "push_4_s": round(res[4], 4),
         "push_8_s": round(res[8], 4), "fanout_ratio": round(res[8] / res[1], 3),
-        "sftp_vs_raw": round(sftp_mb_s / raw_mb_s, 3), "compression_ratio": round(ratio, 4),
+        "sftp_vs_raw": round(sftp_mb_s / raw_mb_s, 3), "get_1_s": round(get_s, 4),
+        "get_mb_s": round(mb / get_s, 2), "compression_ratio": round(ratio, 4),
         "size_mb": round(model_size / 1e6, 2), "hosts": kind, "rate": a.rate,
     }))
     return 0

@@ -5,7 +5,7 @@ Every section of `config.yaml` is a dataclass here; the defaults live here and t
 (listing the valid ones), wrong types and out-of-range values, and raises `ConfigError` with the
 file, the dotted key and what was expected, e.g.
 
-    configs/config.yaml: distributed.workers[1].gpu_id must be >= -1, got -5
+    configs/config.yaml: distributed.workers[1].gpu_id must be between -1 and 1024, got -5
 
 Parse once at an entry point and pass each part only its section (`cfg.mcts`, `cfg.distributed`).
 This module imports only the standard library and yaml.
@@ -427,6 +427,22 @@ class EvaluationConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    max_visits: int = 20_000
+    """Most simulations of one search of the GTP engine (python -m training.gtp) when a game
+    clock or --seconds-per-move sets its time, and of one live analysis (lz-analyze,
+    kata-analyze); it sizes the search tree, the engine's memory bound: about 38 MiB on 9x9 and
+    166 MiB on 19x19 at 20,000. The engine's --max-simulations overrides it."""
+    analysis_max_seconds: float = 0.0
+    """A live analysis stops searching after this many seconds (0: it searches until the next
+    command or max_visits)."""
+
+    def __post_init__(self) -> None:
+        _range(self, "max_visits", 1, 200_000)
+        _range(self, "analysis_max_seconds", 0.0, 86_400.0)
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     host: str
     """Host name or address of the worker."""
@@ -438,7 +454,8 @@ class WorkerSpec:
     key_path: str | None = None
     """Private key file; unset means the SSH agent and ~/.ssh default keys."""
     gpu_id: int = 0
-    """GPU the worker's self-play uses; -1 for CPU."""
+    """GPU the worker's self-play uses; -1 for CPU. 0 (the default) is the first GPU, or the
+    CPU on a host without one; a higher number must be a GPU the host has (preflight)."""
     remote_dir: str | None = None
     """Overrides distributed.remote_dir for this worker."""
     python: str | None = None
@@ -599,6 +616,7 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     run: RunConfig = field(default_factory=RunConfig)

@@ -35,8 +35,10 @@ import base64
 import hashlib
 import json
 import logging
+import math
 import os
 import random
+import re
 import select
 import socket
 import stat
@@ -53,7 +55,7 @@ import paramiko
 from configs import DEFAULT_CONFIG_PATH, DistributedConfig, WorkerSpec, load_config
 from distributed import config_edit, remote
 from distributed.remote import WorkerPaths, q
-from distributed.status import Heartbeat, parse_heartbeat
+from distributed.status import Heartbeat, StatusFormatError, parse_heartbeat
 from distributed.transfer import (
     DeadlineError,
     TransferError,
@@ -62,7 +64,9 @@ from distributed.transfer import (
     VerifyError,
     fan_out,
     get_file,
+    open_sftp,
     put_file,
+    sftp_deadline,
     sha256_file,
 )
 
@@ -75,6 +79,8 @@ HEARTBEAT_MAX_BYTES = 1 << 16
 # What a remote command may print before the rest is dropped (counted, not kept): a noisy or
 # hostile shell cannot grow the coach's memory. The tail is kept, where errors are.
 COMMAND_OUTPUT_MAX_BYTES = 1 << 20
+LISTING_MAX_ENTRIES = 10_000
+"""The most entries a remote folder listing reads unless its caller says otherwise."""
 
 
 class SSHError(Exception):
@@ -154,6 +160,20 @@ class CommandResult:
     dropped_bytes: int = 0
 
 
+def gpu_problem(key: str, gpu_id: int, gpus: int) -> str | None:
+    """What is wrong with `gpu_id` on a host with `gpus` CUDA GPUs (None: nothing). -1 is the
+    CPU; 0, the default, is the first GPU, or the CPU on a host without one (the daemon
+    falls back, and a config written for GPU hosts also runs on CPU-only ones); a higher
+    number must name a GPU the host has."""
+    if gpu_id <= 0 or gpu_id < gpus:
+        return None
+    if gpus == 0:
+        return (f"{key} is {gpu_id} but the host has no CUDA GPU: set {key.rsplit('.', 1)[-1]}"
+                ": -1 to play on its CPU (0 also runs on the CPU where there is no GPU)")
+    return (f"{key} is {gpu_id} but the host has {gpus} CUDA GPU(s): set it to one of "
+            f"0..{gpus - 1}, or -1 for the CPU")
+
+
 @dataclass(frozen=True)
 class PreflightReport:
     """What a worker host offers, and what is wrong with it for us (`problems`)."""
@@ -183,6 +203,51 @@ class DeployResult:
     seconds: float
 
 
+def _is_pid(word: str) -> bool:
+    return word.isascii() and word.isdigit() and len(word) <= 10
+
+
+_PREFLIGHT_KEYS = {"python": (str,), "project_version": (str, type(None)),
+                   "torch": (str, type(None)), "cuda": (bool,), "gpus": (list,),
+                   "free_disk_gb": (int, float)}
+
+
+def preflight_info(stdout: str) -> dict:
+    """The preflight snippet's report (its output's last line), every key the coach reads
+    checked for its type; ValueError naming the key otherwise (the output comes from the
+    worker host: a missing key, a 400-digit number or brackets nested 2,000 deep are a
+    clear error, never a bare KeyError, OverflowError or RecursionError)."""
+    lines = stdout.strip().splitlines()
+    try:
+        info = json.loads(lines[-1]) if lines else None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"unreadable output {stdout[-200:]!r}: {type(e).__name__}") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"unreadable output {stdout[-200:]!r}: not a JSON object")
+    for key, types in _PREFLIGHT_KEYS.items():
+        if key not in info:
+            raise ValueError(f"output lacks {key!r} (is the remote `python` a Python?): "
+                             f"{stdout[-200:]!r}")
+        v = info[key]
+        if not isinstance(v, types) or (bool not in types and isinstance(v, bool)):
+            raise ValueError(f"output key {key!r} is {type(v).__name__} {str(v)[:60]!r}, "
+                             f"expected {' or '.join(t.__name__ for t in types)}")
+    try:
+        info["free_disk_gb"] = float(info["free_disk_gb"])
+    except OverflowError:
+        info["free_disk_gb"] = math.inf
+    if not math.isfinite(info["free_disk_gb"]):
+        raise ValueError("output key 'free_disk_gb' is not a finite number")
+    if not re.fullmatch(r"\d{1,4}\.\d{1,4}(\.\w{1,20})?", info["python"]):
+        raise ValueError(f"output key 'python' is {info['python'][:60]!r}, not a version")
+    if not all(isinstance(g, str) for g in info["gpus"]):
+        raise ValueError("output key 'gpus' is not a list of names")
+    for key in ("hostname", "torch_error"):
+        if not isinstance(info.get(key, ""), str):
+            info[key] = str(info[key])[:200]
+    return info
+
+
 @dataclass
 class _Connection:
     client: paramiko.SSHClient
@@ -196,8 +261,10 @@ class _Connection:
         return t is not None and t.is_active()
 
     def open_sftp(self, timeout_s: float) -> paramiko.SFTPClient:
+        if self.sftp is not None and self.sftp.get_channel().closed:
+            self.sftp = None  # closed after a refused reply or a deadline: a new session
         if self.sftp is None:
-            self.sftp = self.client.open_sftp()
+            self.sftp = open_sftp(self.client.get_transport())
         self.sftp.get_channel().settimeout(timeout_s)
         return self.sftp
 
@@ -441,9 +508,10 @@ class SSHConnector:
             )
             transport = client.get_transport()
             transport.set_keepalive(max(1, round(cfg.keepalive_s)))
-            sftp = client.open_sftp()
+            sftp = open_sftp(transport)
             sftp.get_channel().settimeout(cfg.transfer_timeout_s)
-            home = sftp.normalize(".")
+            with sftp_deadline(sftp, cfg.transfer_timeout_s):
+                home = sftp.normalize(".")
         except HostKeyError:
             client.close()
             raise
@@ -465,8 +533,8 @@ class SSHConnector:
                 f"the server refused {'key ' + s.key_path if s.key_path else 'agent/default keys'}"
                 f" for user {s.user}: {e}; check authorized_keys on the worker",
             ) from e
-        except _NET_ERRORS as e:
-            client.close()
+        except (*_NET_ERRORS, TransferError, paramiko.SFTPError) as e:
+            client.close()  # a TransferError: the SFTP server's first reply was refused
             raise self._err(ConnectError, name, action, f"{type(e).__name__}: {e}") from e
         root = remote.absolute_root(s.remote_dir or cfg.remote_dir, home)
         log.debug("%s: connected, root %s", self._where(name), root)
@@ -581,13 +649,16 @@ class SSHConnector:
 
     def put(self, name: str, local: str | os.PathLike, remote_path: str) -> TransferResult:
         """Upload a file atomically (temp name + posix-rename); relative paths are under the
-        worker's root; parent folders are made. Retries with backoff."""
+        worker's root; parent folders are made. Its replies are read by the same deadline as
+        a download's (`distributed.transfer_timeout_s`). Retries with backoff."""
 
         def op(c: _Connection) -> TransferResult:
             target = WorkerPaths(c.root, name).resolve(remote_path)
             self._makedirs(c, name, os.path.dirname(target))
-            return put_file(self._sftp(c), local, target, where=self._where(name),
-                            stats=self.stats)
+            sftp = self._sftp(c)
+            with sftp_deadline(sftp, self.cfg.transfer_timeout_s):  # its replies, as a get's
+                return put_file(sftp, local, target, where=self._where(name),
+                                stats=self.stats, tmp_tag=name)
 
         return self._with_retries(name, f"upload {remote_path}", op)
 
@@ -616,48 +687,57 @@ class SSHConnector:
             path = WorkerPaths(c.root, name).resolve(remote_path)
             try:
                 sftp = self._sftp(c)
-                st = sftp.lstat(path)
-                if st.st_mode is not None and not stat.S_ISREG(st.st_mode):
-                    # a FIFO would block the SFTP server (and this connection) on open
-                    raise VerifyError(f"{self._where(name)}: {path} is not a regular file "
-                                      "(a link, FIFO or device); refused without opening it")
-                size = st.st_size
-                if size > max_bytes:
-                    raise VerifyError(f"{self._where(name)}: {path} is {size} bytes, "
-                                      f"over the limit {max_bytes}")
-                with sftp.open(path, "rb") as f:
-                    return f.read(max_bytes + 1)[:max_bytes]
-            except FileNotFoundError:
+                with sftp_deadline(sftp, self.cfg.transfer_timeout_s):
+                    st = sftp.lstat(path)
+                    if st.st_mode is not None and not stat.S_ISREG(st.st_mode):
+                        # a FIFO would block the SFTP server (and this connection) on open
+                        raise VerifyError(f"{self._where(name)}: {path} is not a regular file"
+                                          " (a link, FIFO or device); refused without opening"
+                                          " it")
+                    size = st.st_size
+                    if size > max_bytes:
+                        raise VerifyError(f"{self._where(name)}: {path} is {size} bytes, "
+                                          f"over the limit {max_bytes}")
+                    with sftp.open(path, "rb") as f:  # replies are bounded (BoundedSFTPClient)
+                        return f.read(max_bytes + 1)[:max_bytes]
+            except (FileNotFoundError, TransferError):
                 raise
-            except (paramiko.SSHException, EOFError, OSError) as e:
+            except (paramiko.SSHException, paramiko.SFTPError, EOFError, OSError) as e:
                 raise TransferError(f"{self._where(name)}: read {path}: "
                                     f"{type(e).__name__}: {e}") from e
 
         return self._with_retries(name, f"read {remote_path}", op)
 
-    def listdir(self, name: str, remote_path: str, *, max_entries: int | None = None
-                ) -> list[str]:
-        """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out).
+    def listdir(self, name: str, remote_path: str, *, max_entries: int = LISTING_MAX_ENTRIES,
+                with_temporary: bool = False) -> list[str]:
+        """Names in a remote folder (temporary `*.tmp`/`*.partial` names left out unless
+        `with_temporary`).
 
-        With `max_entries`, ListingCapError once the folder lists more entries: the listing
-        is read one reply at a time and stops there (bounded time and memory)."""
+        ListingCapError once the folder lists more than `max_entries` entries: the listing
+        is read one reply at a time and stops there (bounded time and memory; within
+        `distributed.transfer_timeout_s`)."""
 
         def op(c: _Connection) -> list[str]:
             path = WorkerPaths(c.root, name).resolve(remote_path)
             names: list[str] = []
             try:
                 # one READDIR in flight: stopping early leaves no reply unread on the channel
-                for attr in self._sftp(c).listdir_iter(path, read_aheads=1):
-                    if max_entries is not None and len(names) >= max_entries:
-                        c.close_sftp()  # drops the open folder handle with the session
-                        raise ListingCapError(f"{self._where(name)}: {path} lists more than "
-                                              f"{max_entries} entries")
-                    names.append(attr.filename)
+                sftp = self._sftp(c)
+                with sftp_deadline(sftp, self.cfg.transfer_timeout_s):
+                    for attr in sftp.listdir_iter(path, read_aheads=1):
+                        if len(names) >= max_entries:
+                            c.close_sftp()  # drops the open folder handle with the session
+                            raise ListingCapError(f"{self._where(name)}: {path} lists more "
+                                                  f"than {max_entries} entries")
+                        names.append(attr.filename)
             except FileNotFoundError:
                 return []
-            except _NET_ERRORS as e:
+            except TransferError:
+                raise
+            except (*_NET_ERRORS, paramiko.SFTPError) as e:
                 raise TransferError(f"{self._where(name)}: list {path}: {e}") from e
-            return sorted(n for n in names if not n.endswith((".tmp", ".partial")))
+            return sorted(n for n in names
+                          if with_temporary or not n.endswith((".tmp", ".partial")))
 
         return self._with_retries(name, f"list {remote_path}", op)
 
@@ -740,10 +820,9 @@ class SSHConnector:
 
         res = self._with_retries(name, "preflight", op)
         try:
-            info = json.loads(res.stdout.strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError) as e:
-            raise self._err(RemoteCommandError, name, "preflight",
-                            f"unreadable output {res.stdout[-200:]!r}") from e
+            info = preflight_info(res.stdout)
+        except ValueError as e:
+            raise self._err(RemoteCommandError, name, "preflight", str(e)) from e
         s = self.spec(name)
         problems = []
         major_minor = tuple(int(x) for x in info["python"].split(".")[:2])
@@ -757,8 +836,12 @@ class SSHConnector:
         if with_torch and info["torch"] is None:
             problems.append("torch not importable" + (f": {info.get('torch_error')}"
                                                       if info.get("torch_error") else ""))
-        if with_torch and s.gpu_id >= 0 and len(info["gpus"]) <= s.gpu_id:
-            problems.append(f"gpu_id {s.gpu_id} but {len(info['gpus'])} CUDA GPU(s) visible")
+        if with_torch and info["torch"] is not None:
+            key = next((f"distributed.workers[{i}].gpu_id" for i, n in enumerate(self._workers)
+                        if n == name), "gpu_id")
+            problem = gpu_problem(key, s.gpu_id, len(info["gpus"]))
+            if problem:
+                problems.append(problem)
         if info["free_disk_gb"] < 1.0:
             problems.append(f"only {info['free_disk_gb']:.2f} GB free")
         return PreflightReport(
@@ -845,8 +928,9 @@ class SSHConnector:
                             f"end of {paths.log}:\n{e.stderr.strip()}",
                             exit_code=e.exit_code, stdout=e.stdout, stderr=e.stderr) from e
         words = out.split()
-        if len(words) != 2 or words[0] not in ("started", "running"):
-            raise self._err(RemoteCommandError, name, "start", f"unexpected output {out!r}")
+        if len(words) != 2 or words[0] not in ("started", "running") or not _is_pid(words[1]):
+            raise self._err(RemoteCommandError, name, "start",
+                            f"unexpected output {out[-200:]!r}")
         log.info("%s: daemon %s, pid %s", name, words[0], words[1])
         return int(words[1])
 
@@ -867,13 +951,25 @@ class SSHConnector:
     def is_running(self, name: str) -> int | None:
         """The daemon's pid if it is alive, else None."""
         out = self.run(name, remote.running_command(self.paths(name)), retry=True).stdout
-        return int(out.split()[0]) if out.strip() else None
+        if not out.strip():
+            return None
+        if not _is_pid(out.split()[0]):
+            raise self._err(RemoteCommandError, name, "check daemon",
+                            f"unexpected output {out[-200:]!r}")
+        return int(out.split()[0])
 
     def read_heartbeat(self, name: str) -> Heartbeat:
         """The worker's status.json (raises FileNotFoundError before its first heartbeat)."""
         paths = self.paths(name)
-        return parse_heartbeat(self.read_bytes(name, paths.heartbeat,
-                                               max_bytes=HEARTBEAT_MAX_BYTES))
+        data = self.read_bytes(name, paths.heartbeat, max_bytes=HEARTBEAT_MAX_BYTES)
+        try:
+            return parse_heartbeat(data)
+        except StatusFormatError:
+            raise
+        except (ValueError, TypeError, ArithmeticError, RecursionError) as e:
+            # e.g. a 400-digit games_per_s (OverflowError as a float): the worker's file is
+            # bad, which is the worker's fault, not a bug of the coach
+            raise StatusFormatError(f"{paths.heartbeat}: {type(e).__name__}: {e}"[:200]) from e
 
     # ------------------------------------------------------------------ many workers
 

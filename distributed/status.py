@@ -10,8 +10,11 @@ Vocabulary:
   - status snapshot: `StatusSnapshot`, what `distributed/status.txt` shows; a header with the
     user guide's metrics one per line (`Games/second: 145.2`, `Workers active: 4/4`,
     `Model sync time: 12.3s`, `Network usage: 45.6 MB/min`, ...), then a fixed-width table
-    with one row per worker. `render_status` and `parse_status_text` are inverses (up to
-    the rounding shown), so tests and tools read the file back.
+    with one row per worker. Once the run has finished, a `Finished:` line under the title
+    says when, after what (`run.hours`, `run.iterations`, Ctrl-C) and its newest generation;
+    the table then shows the workers as they were stopped. `render_status` and
+    `parse_status_text` are inverses (up to the rounding shown), so tests and tools read the
+    file back.
 
 It must not: open connections, decide states by itself beyond `HeartbeatTracker`, or know
 about Go or torch. All writes go through `transfer.write_atomic`.
@@ -240,6 +243,8 @@ class StatusSnapshot:
     hours_limit: float = 0.0  # run.hours: the run stops there (0: no limit)
     batches_deferred: int = 0  # batches left in outboxes at the last listing (paced, per pass)
     updated: str = ""  # UTC time of writing, "YYYY-MM-DD HH:MM:SS"
+    finished: str = ""  # UTC time the run finished ("" while it runs)
+    finished_after: str = ""  # why it finished: "run.hours 2", "run.iterations 2", "Ctrl-C"
     workers: list[WorkerRow] = field(default_factory=list)
 
 
@@ -259,7 +264,7 @@ _COLUMNS = [  # (header, WorkerRow field)
     ("RESTARTS", "restarts"),
     ("LAST ERROR", "last_error"),
 ]
-_MAX_ERROR = 80
+_MAX_ERROR = 160  # room for a daemon's last line of stderr
 
 
 _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)?")
@@ -309,14 +314,23 @@ def run_time(snap: StatusSnapshot) -> str:
                                         else "")
 
 
+def finish_line(snap: StatusSnapshot) -> str:
+    """`2026-11-27 23:10:00 UTC after run.hours 1; newest generation 35` for a finished run."""
+    return (f"{snap.finished} UTC after {' '.join(printable(snap.finished_after).split())}; "
+            f"newest generation {_opt(snap.generation, 'd')}")
+
+
+_FINISHED_RE = re.compile(r"^(.*) UTC after (.*); newest generation (\S+)$")
 _RUN_TIME_RE = re.compile(r"^(-|([0-9.]+) h( of ([0-9.e+]+) h)?)$")
 
 
 def render_status(snap: StatusSnapshot) -> str:
     """The text of status.txt for `snap`."""
     updated = snap.updated or time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-    lines = [
-        f"{_TITLE} (updated {updated} UTC)",
+    lines = [f"{_TITLE} (updated {updated} UTC)"]
+    if snap.finished:
+        lines.append(f"Finished: {finish_line(snap)}")
+    lines += [
         f"Games/second: {snap.games_per_s:.1f}",
         f"Workers active: {snap.workers_active}/{snap.workers_total}",
         "Model sync time: " + ("-" if snap.model_sync_s is None else f"{snap.model_sync_s:.1f}s"),
@@ -398,6 +412,11 @@ def parse_status_text(text: str) -> StatusSnapshot:
                 snap.batches_deferred = int(value)
             elif key == "Training nodes":
                 snap.training_nodes = value
+            elif key == "Finished":
+                m = _FINISHED_RE.match(value.strip())
+                if not m:
+                    raise ValueError("not 'TIME UTC after WHY; newest generation N'")
+                snap.finished, snap.finished_after = m.group(1), m.group(2)
             elif key == "Run time":
                 m = _RUN_TIME_RE.match(value.strip())
                 if not m:

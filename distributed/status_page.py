@@ -1,7 +1,9 @@
 """The run at a glance for people and for monitoring: an HTML page, JSON and Prometheus text.
 
 - `render_html(snap, images, games)`: a self-contained page (inline CSS, no script, refreshing
-  itself every 10 s) with the header figures, the worker table with each state's indicator,
+  itself every 10 s) with the time it was written, the header figures (a finished run says
+  when it finished, after what, and its newest generation; its workers read "Stopped with
+  the run"), the worker table with each state's indicator,
   the plots of the run folder (`images`: file names relative to the page) and links to the
   last games' SGF files. The coach writes it as `index.html` in the run folder; a browser opens
   the file directly, with no server.
@@ -14,6 +16,11 @@
 - `StatusServer(folder, port)`: a read-only HTTP server on 127.0.0.1 serving `/` (the page),
   `/status.json`, `/metrics` and the page's images and SGF files from `folder` (regular files
   directly in it or in `strength_games/`, nothing else); `start_main.py --serve-status PORT`.
+  A request whose `Host` header names another host than 127.0.0.1, localhost, [::1] or a
+  name it was given (`--status-host`) is refused with 421: a web page cannot read the run
+  through a name it re-points at 127.0.0.1 (DNS rebinding). Each connection has
+  `REQUEST_DEADLINE_S` in all and at most `MAX_CONNECTIONS` are served at once, so a slow or
+  silent client holds nothing for long.
 
 Every text from a worker goes through `printable` (and HTML escaping): a worker host is
 untrusted. It must not: import training/ or torch, or listen on anything but loopback.
@@ -25,15 +32,20 @@ import html
 import json
 import math
 import os
+import socket
+import sys
 import threading
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Sequence
 
-from distributed.status import StatusSnapshot, WorkerState, printable, run_time
+from distributed.status import StatusSnapshot, WorkerState, finish_line, printable, run_time
 
 REFRESH_S = 10
+REQUEST_DEADLINE_S = 10.0  # one connection's whole time, however slowly its client sends
+MAX_CONNECTIONS = 32  # served at once; more are closed unanswered
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 def _num(v: float | int | None, fmt: str) -> str:
@@ -44,9 +56,10 @@ def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
                 games: Sequence[str] = ()) -> str:
     """The page (see the module docstring); `images` and `games` are relative links."""
     e = html.escape
+    done = bool(snap.finished)
     header = [
         ("Generation", _num(snap.generation, "d")),
-        ("Games/second", f"{snap.games_per_s:.1f}"),
+        ("Games/second", "- (finished)" if done else f"{snap.games_per_s:.1f}"),
         ("Workers active", f"{snap.workers_active}/{snap.workers_total}"),
         ("Model sync time", "-" if snap.model_sync_s is None else f"{snap.model_sync_s:.1f} s"),
         ("Network usage", f"{snap.network_mb_per_min:.1f} MB/min"),
@@ -60,8 +73,10 @@ def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
     rows = "\n".join(
         "<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in (
             printable(w.name, 80), printable(w.host, 80),
-            f"{w.state.indicator} {w.state.value}", printable(w.gpu, 40),
-            _num(w.generation, "d"), w.games, _num(w.played, "d"), f"{w.games_per_s:.2f}",
+            "Stopped with the run" if done and w.state == WorkerState.OFFLINE
+            else f"{w.state.indicator} {w.state.value}", printable(w.gpu, 40),
+            _num(w.generation, "d"), w.games, _num(w.played, "d"),
+            "-" if done else f"{w.games_per_s:.2f}",
             f"{w.weight:.2f}", f"{100 * w.share:.1f}%",
             "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f} s", w.restarts,
             printable(w.last_error, 200) or "-")) + "</tr>"
@@ -73,7 +88,7 @@ def render_html(snap: StatusSnapshot, images: Sequence[str] = (),
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_S}">
-<title>azgo run: generation {e(_num(snap.generation, "d"))}</title>
+<title>azgo run{": finished" if done else ""}: generation {e(_num(snap.generation, "d"))}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
@@ -82,7 +97,8 @@ th {{ background: #f0f0f0; }}
 .figures {{ display: flex; flex-wrap: wrap; gap: 1em; }}
 img {{ max-width: 640px; }}
 </style></head><body>
-<h1>azgo run</h1>
+<h1>azgo run{" (finished)" if done else ""}</h1>
+{f'<p id="finished"><strong>Finished</strong> {e(finish_line(snap))}.</p>' if done else ""}
 <p>Updated {e(snap.updated or "-")} UTC; this page reloads every {REFRESH_S} s.</p>
 <table id="header">
 {"".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in header)}
@@ -170,31 +186,108 @@ def render_prometheus(snap: StatusSnapshot) -> str:
     return "\n".join(out) + "\n"
 
 
+def host_name(header: str | None) -> str | None:
+    """The host name of a `Host` header, lower case, without its port (None: no header)."""
+    if header is None:
+        return None
+    name = header.strip().lower()
+    if name.startswith("["):  # [::1]:8080
+        return name[: name.find("]") + 1] if "]" in name else name
+    return name.rsplit(":", 1)[0] if ":" in name else name
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` at once (more are closed)."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, max_connections: int):
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # a client that went away, or one cut at its deadline
+        super().handle_error(request, client_address)
+
+
 class StatusServer:
-    """A read-only HTTP server on 127.0.0.1 (see the module docstring); `stop()` ends it."""
+    """A read-only HTTP server on 127.0.0.1 (see the module docstring); `stop()` ends it.
+
+    `hosts`: more names a `Host` header may give (a name this machine is reached by through
+    a tunnel or a proxy), beside the loopback ones."""
 
     SERVED_SUFFIXES = (".html", ".png", ".sgf")
 
     def __init__(self, folder: str | os.PathLike, port: int,
-                 snapshot: Callable[[], StatusSnapshot | None]):
+                 snapshot: Callable[[], StatusSnapshot | None], *,
+                 hosts: Sequence[str] = (), deadline_s: float = REQUEST_DEADLINE_S,
+                 max_connections: int = MAX_CONNECTIONS):
         self.folder = Path(folder).resolve()
         self.snapshot = snapshot
+        self.hosts = {*LOOPBACK_NAMES, *(host_name(h) for h in hosts)}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = deadline_s  # each read and write of the socket
+
+            def setup(self) -> None:
+                super().setup()
+                # the whole connection: a client that sends a byte now and then is cut too
+                self._cut = threading.Timer(deadline_s, self._shut)
+                self._cut.daemon = True
+                self._cut.start()
+
+            def _shut(self) -> None:
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+            def finish(self) -> None:
+                self._cut.cancel()
+                try:
+                    super().finish()
+                except OSError:  # the deadline cut the connection
+                    pass
+
             def do_GET(self) -> None:  # noqa: N802 - the http.server name
                 server._get(self)
 
             def log_message(self, *args) -> None:  # no line per request on stderr
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd = _BoundedServer(("127.0.0.1", port), Handler, max_connections)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="status-http",
                                        daemon=True)
         self.thread.start()
 
     def _get(self, req: BaseHTTPRequestHandler) -> None:
+        name = host_name(req.headers.get("Host"))
+        if name is not None and name not in self.hosts:
+            # a browser always sends Host: another name is a page that re-pointed its own
+            # name at this machine (DNS rebinding) or a proxy nobody named
+            self._send(req, 421, b"misdirected request: this server answers to 127.0.0.1 and "
+                       b"localhost (start_main.py --status-host NAME adds a name)\n",
+                       "text/plain")
+            return
         path = req.path.split("?", 1)[0]
         snap = self.snapshot() or StatusSnapshot()
         if path == "/metrics":

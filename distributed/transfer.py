@@ -8,7 +8,10 @@ This module owns:
     hard cap on decompressed size so a hostile or corrupt file cannot fill memory or disk,
   - sha256 checksums,
   - SFTP upload (`put_file`: temporary name, size check, then OpenSSH's posix-rename) and
-    download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`), and the
+    download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`; at most 16
+    replies of 32 KiB held, each checked against its request, the deadline checked while
+    each arrives), the SFTP session whose every reply is bounded in bytes and time
+    (`BoundedSFTPClient`, `open_sftp` on the caller's transport), and the
     local copy (`copy_file`) of a file another machine or user could have planted: regular
     files only (`lstat`, never a symlink, FIFO or device), at most `max_bytes` counted WHILE
     reading (a file that grows, or a symlink swapped in after the check, is cut off at its
@@ -35,7 +38,9 @@ import logging
 import os
 import posixpath
 import secrets
+import socket
 import stat
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,16 +50,23 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import paramiko
 import zstandard
+from paramiko.sftp import CMD_DATA, CMD_READ, CMD_STATUS, int64
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _CHUNK = 1 << 20
-PREFETCH_REQUESTS = 16
-"""READ requests a download keeps in flight (32 KiB each: 512 KiB, enough for a WAN link; a
-server's oversized replies are held at most this many at a time)."""
+READS_IN_FLIGHT = 16
+"""READ requests a download keeps in flight; their replies are the only ones it holds."""
+READ_BYTES = 32 << 10
+"""Bytes one READ request asks for (what every SFTP server serves whole). A download holds at
+most READS_IN_FLIGHT replies of at most this many bytes: 512 KiB, enough for a WAN link."""
+MAX_SFTP_PACKET = (256 << 10) + 1024
+"""The longest SFTP reply the coach reads (OpenSSH's own limit, 256 KiB, and a header); a
+longer one is refused from its length word, before a byte of it is read."""
 # paramiko errors that mean "the connection or the remote file system failed"
 _NET_ERRORS = (paramiko.SSHException, EOFError, OSError)
+_SFTP_ERRORS = (*_NET_ERRORS, paramiko.SFTPError)  # and a reply paramiko could not parse
 
 
 class TransferError(Exception):
@@ -433,10 +445,97 @@ class TransferResult:
 # ----------------------------------------------------------------------------- SFTP
 
 
-def remote_tmp_name(remote_path: str) -> str:
-    """The temporary name an upload to `remote_path` uses before its rename."""
+class ProtocolError(VerifyError):
+    """The SFTP server broke the protocol (a reply longer than its request or than any reply
+    may be, a reply of the wrong kind): the session is closed, the transfer not retried."""
+
+
+class BoundedSFTPClient(paramiko.SFTPClient):
+    """An SFTP client whose every reply is bounded in bytes and, while `deadline` (a
+    `time.monotonic()` value) is set, in time.
+
+    paramiko's reader accepts a reply of up to 16 MiB and reads it whole, however slowly it
+    comes. Here a reply longer than `MAX_SFTP_PACKET` is refused from its length word, and a
+    reply still arriving at the deadline is DeadlineError (checked between the receives of
+    one reply, so a trickle is cut). Either error leaves the stream mid-reply: the session is
+    closed (`open_sftp` makes a new one)."""
+
+    deadline: float | None = None
+
+    def _read_all(self, n: int) -> bytes:
+        out = bytearray()
+        chan = self.sock
+        try:
+            while len(out) < n:
+                if self.deadline is not None:
+                    left = self.deadline - time.monotonic()
+                    if left <= 0:
+                        raise DeadlineError(f"an SFTP reply was still arriving at the deadline "
+                                            f"({len(out)} of its {n} bytes: trickled); refused")
+                    chan.settimeout(left)
+                try:
+                    x = chan.recv(n - len(out))
+                except socket.timeout:
+                    if self.deadline is not None and time.monotonic() >= self.deadline:
+                        raise DeadlineError(f"no whole SFTP reply by the deadline ({len(out)} "
+                                            f"of {n} bytes: withheld or trickled); refused"
+                                            ) from None
+                    raise
+                if not x:
+                    raise EOFError()
+                out += x
+        except DeadlineError:
+            self.close()
+            raise
+        return bytes(out)
+
+    def _read_packet(self) -> tuple[int, bytes]:
+        size = struct.unpack(">I", self._read_all(4))[0]
+        if size > MAX_SFTP_PACKET:
+            self.close()
+            raise ProtocolError(f"the SFTP server sent a reply of {size} bytes, over the "
+                                f"{MAX_SFTP_PACKET} any reply may be; session closed")
+        if size == 0:
+            return 0, b""
+        data = self._read_all(size)
+        return data[0], data[1:]
+
+
+def open_sftp(transport: paramiko.Transport) -> BoundedSFTPClient:
+    """A new SFTP session on `transport` whose replies are bounded (`BoundedSFTPClient`)."""
+    return BoundedSFTPClient.from_transport(transport)
+
+
+class sftp_deadline:
+    """`with sftp_deadline(sftp, timeout_s):` every reply read inside the block must be whole
+    by the deadline (a `BoundedSFTPClient`; any other client keeps its channel timeout)."""
+
+    def __init__(self, sftp: paramiko.SFTPClient, timeout_s: float | None):
+        self.sftp = sftp
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def __enter__(self) -> float | None:
+        self._old = getattr(self.sftp, "deadline", None)
+        self._timeout = self.sftp.get_channel().gettimeout()
+        if isinstance(self.sftp, BoundedSFTPClient) and self.deadline is not None:
+            self.sftp.deadline = self.deadline
+        return self.deadline
+
+    def __exit__(self, *exc) -> None:
+        if isinstance(self.sftp, BoundedSFTPClient):
+            self.sftp.deadline = self._old
+        self.sftp.get_channel().settimeout(self._timeout)
+
+
+def remote_tmp_name(remote_path: str, tag: str = "upload") -> str:
+    """The temporary name an upload to `remote_path` by uploader `tag` (the connector passes
+    the worker's name) uses before its rename: the same for every upload of that name by that
+    uploader, so a cut upload's leftover is overwritten by its next one and nothing needs a
+    listing to find it, while two uploaders of one file (two workers of a host share the
+    root's config.yaml) never write the same temporary file. One coach serves a worker
+    folder (its lease)."""
     folder, base = posixpath.split(remote_path)
-    return posixpath.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
+    return posixpath.join(folder, f".{base}.{tag}.tmp")
 
 
 def put_file(
@@ -447,18 +546,21 @@ def put_file(
     where: str = "remote",
     stats: TransferStats | None = None,
     sha256: str | None = None,
+    tmp_tag: str = "upload",
 ) -> TransferResult:
     """Upload `local_path` to `remote_path` atomically.
 
-    The file goes to a temporary name beside the target; its size is checked with stat, its
-    mode set to 0600; then OpenSSH's posix-rename replaces the target in one step. Stale temporary files of earlier
-    cut uploads of the same name are removed afterwards. `where` (e.g. "worker1 (host)")
-    names the destination in errors. Raises TransferError.
+    The file goes to its temporary name beside the target (`remote_tmp_name(remote_path,
+    tmp_tag)`); its size is checked with stat, its mode set to 0600; then OpenSSH's
+    posix-rename replaces the target in one step. A failed upload removes its temporary
+    file; one the link cut before it could is overwritten by the next upload of the same
+    name with the same tag (no folder is listed). `where` (e.g. "worker1 (host)") names the
+    destination in errors. Raises TransferError.
     """
     local_path = Path(local_path)
     size = local_path.stat().st_size
     digest = sha256 or sha256_file(local_path)
-    tmp = remote_tmp_name(remote_path)
+    tmp = remote_tmp_name(remote_path, tmp_tag)
     t0 = time.perf_counter()
     try:
         sftp.put(str(local_path), tmp, confirm=False)
@@ -480,11 +582,105 @@ def put_file(
             f"{type(e).__name__}: {e}"
         ) from e
     dt = time.perf_counter() - t0
-    _remove_stale_tmps(sftp, remote_path)
     if stats is not None:
         stats.record(size, dt, sent=True)
     log.debug("put %s -> %s:%s %d bytes in %.2fs", local_path, where, remote_path, size, dt)
     return TransferResult(remote_path, size, digest, dt)
+
+
+class _Replies:
+    """The replies of one download's READ requests, as paramiko's reader hands them over:
+    each checked against its request's length as it arrives, at most the requests in flight
+    held at once."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.asked: dict[int, int] = {}  # request number -> bytes asked for
+        self.got: dict[int, tuple[int, bytes | paramiko.Message]] = {}
+
+    def _async_response(self, t: int, msg: paramiko.Message, num: int) -> None:
+        asked = self.asked.pop(num, None)
+        if asked is None:
+            raise ProtocolError(f"{self.what}: a reply to no request of this download")
+        if t == CMD_DATA:
+            data = msg.get_string()
+            if len(data) > asked:
+                raise ProtocolError(f"{self.what}: the server answered a read of {asked} "
+                                    f"bytes with {len(data)}; refused")
+            self.got[num] = (t, data)
+        elif t == CMD_STATUS:
+            self.got[num] = (t, msg)
+        else:
+            raise ProtocolError(f"{self.what}: the server answered a read with a reply of "
+                                f"type {t}; refused")
+
+
+def _read_bounded(sftp: paramiko.SFTPClient, handle: bytes, size: int,
+                  write: Callable[[bytes], Any], what: str, deadline: float | None) -> int:
+    """Read the open file `handle` from offset 0 up to `size` bytes, in order, into `write`.
+
+    At most READS_IN_FLIGHT READ requests of READ_BYTES are outstanding, so at most that many
+    replies are held; each reply is checked against its request's length; the deadline is
+    checked before every reply (a withheld reply ends at the deadline, not never). A short
+    reply is asked for again from where it ended. One more byte is asked for past `size`: a
+    file that grew is VerifyError. Returns the bytes read (less than `size`: the file
+    shrank). Raises ProtocolError, DeadlineError, VerifyError, or paramiko's errors; after
+    any of them replies may still be in flight, so the caller closes the session."""
+    replies = _Replies(what)
+    pending: collections.deque[tuple[int, int, int]] = collections.deque()  # offset, n, num
+    next_off, end, got = 0, size + 1, 0
+    chan = sftp.get_channel()
+
+    def ask(off: int, n: int) -> int:
+        num = sftp._async_request(replies, CMD_READ, handle, int64(off), int(n))
+        replies.asked[num] = n
+        return num
+
+    while True:
+        while len(pending) < READS_IN_FLIGHT and next_off < end:
+            n = min(READ_BYTES, end - next_off)
+            pending.append((next_off, n, ask(next_off, n)))
+            next_off += n
+        if not pending:
+            return got
+        off, n, num = pending[0]
+        while num not in replies.got:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineError(f"{what}: not read by its deadline ({got} of {size} "
+                                        "bytes; a trickle, a withheld reply or a huge file)")
+                chan.settimeout(left)
+            try:
+                sftp._read_response()  # one reply, handed to `replies`
+            except socket.timeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise DeadlineError(f"{what}: no reply by its deadline ({got} of {size} "
+                                        "bytes; the server withholds it)") from None
+                raise
+        pending.popleft()
+        t, reply = replies.got.pop(num)
+        if t == CMD_STATUS:
+            try:
+                sftp._convert_status(reply)
+            except EOFError:
+                if pending:  # replies still in flight: the caller closes the session
+                    raise VerifyError(f"{what}: the file ended at {got} of its {size} bytes "
+                                      "(it shrank while read); refused") from None
+                return got
+            raise ProtocolError(f"{what}: the server answered a read with OK, no data")
+        if not reply:
+            if off >= size:
+                continue  # an empty reply past the end: as EOF
+            raise ProtocolError(f"{what}: the server answered a read at {off} with no data")
+        if off + len(reply) > size:
+            raise VerifyError(f"{what}: more data than its {size} bytes (it grew, or is "
+                              "not what it was listed as); refused")
+        write(reply)
+        got += len(reply)
+        if len(reply) < n:  # a short read: ask for the rest before anything later
+            rest = off + len(reply)
+            pending.appendleft((rest, n - len(reply), ask(rest, n - len(reply))))
 
 
 def get_file(
@@ -502,59 +698,71 @@ def get_file(
     """Download `remote_path` to `local_path` via `<local_path>.partial`, verify, rename.
 
     The remote file must be a regular file (lstat: a symlink, FIFO or device is refused
-    without being opened). At most its lstat size, and at most `max_bytes`, are read,
-    counted while reading (a file that grows or is swapped for a link to /dev/zero is cut
-    off); past `timeout_s` seconds the download stops with DeadlineError (the caller drops
-    the connection: the server may still be sending). The size is checked against
-    `expected_size` and the sha256 against `expected_sha256` when given; the partial file
-    is fsynced before its rename. On any failure the partial file is deleted and
-    TransferError raised (VerifyError for a file that is not acceptable; FileNotFoundError
-    when the remote file does not exist).
+    without being opened). At most its lstat size, and at most `max_bytes`, are read
+    (a file that grows or is swapped for a link to /dev/zero is cut off). The read holds at
+    most READS_IN_FLIGHT replies of READ_BYTES (`_read_bounded`: a reply longer than its
+    request is ProtocolError); past `timeout_s` seconds, checked while each reply arrives,
+    the download stops with DeadlineError. The size is checked against `expected_size` and
+    the sha256 against `expected_sha256` when given; the partial file is fsynced before its
+    rename. On any failure the partial file is deleted and TransferError raised
+    (VerifyError for a file that is not acceptable; FileNotFoundError when the remote file
+    does not exist); a failure mid-read closes the SFTP session (replies may be in flight).
     """
     local_path = Path(local_path)
     partial = local_path.with_name(local_path.name + ".partial")
+    what = f"{where}: {remote_path}"
     t0 = time.perf_counter()
     f = None
-    abandon = False
+    reading = False
+    h = hashlib.sha256()
     try:
-        st = sftp.lstat(remote_path)
-        if st.st_mode is not None and not stat.S_ISREG(st.st_mode):
-            raise VerifyError(f"{where}: {remote_path} is {file_kind(st.st_mode)}, refused "
-                              "without reading")
-        remote_size = int(st.st_size or 0)
-        if max_bytes is not None and remote_size > max_bytes:
-            raise VerifyError(
-                f"{where}: {remote_path} is {remote_size} bytes, over the limit {max_bytes}"
-            )
-        f = sftp.open(remote_path, "rb")
-        if remote_size > 0:  # a bounded pipeline: replies held at once stay few
-            f.prefetch(remote_size, max_concurrent_requests=PREFETCH_REQUESTS)
-        size, digest = _copy_capped(f.read, partial, remote_size, f"{where}: {remote_path}",
-                                    t0, timeout_s)
+        with sftp_deadline(sftp, timeout_s) as deadline:
+            st = sftp.lstat(remote_path)
+            if st.st_mode is not None and not stat.S_ISREG(st.st_mode):
+                raise VerifyError(f"{where}: {remote_path} is {file_kind(st.st_mode)}, "
+                                  "refused without reading")
+            remote_size = int(st.st_size or 0)
+            if max_bytes is not None and remote_size > max_bytes:
+                raise VerifyError(
+                    f"{where}: {remote_path} is {remote_size} bytes, over the limit {max_bytes}"
+                )
+            f = sftp.open(remote_path, "rb")
+            with open(partial, "wb") as out:
+                def write(data: bytes) -> None:
+                    h.update(data)
+                    out.write(data)
+
+                reading = True
+                size = _read_bounded(sftp, f.handle, remote_size, write, what, deadline)
+                reading = False
+                out.flush()
+                os.fsync(out.fileno())
+            digest = h.hexdigest()
     except FileNotFoundError:
         partial.unlink(missing_ok=True)
         raise  # a missing file is an answer, not a failure to retry
-    except DeadlineError:
-        abandon = True  # closing would wait on the prefetched reads still in flight
+    except BaseException as e:
         partial.unlink(missing_ok=True)
-        raise
-    except TransferError:
-        partial.unlink(missing_ok=True)
-        raise
-    except _NET_ERRORS as e:
-        partial.unlink(missing_ok=True)
+        if isinstance(e, (DeadlineError, ProtocolError)) and not str(e).startswith(what):
+            named = type(e)(f"{what}: {e}")  # raised in the SFTP client: name the file
+            named.__cause__ = e.__cause__
+            e = named
+        if reading or isinstance(e, DeadlineError):
+            f = None  # its replies may be in flight: the session goes, not the file
+            _close_quietly(sftp)
+        if isinstance(e, TransferError):
+            raise e from e.__cause__
+        if not isinstance(e, _SFTP_ERRORS):
+            raise
         raise TransferError(
             f"{where}: download of {remote_path} failed: {type(e).__name__}: {e}"
         ) from e
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     finally:
-        if f is not None and not abandon:
+        if f is not None:
             try:
                 f.close()
-            except _NET_ERRORS:
-                pass
+            except (*_SFTP_ERRORS, TransferError):
+                pass  # the file was read whole (or the error above says why not)
     problems = []
     if expected_size is not None and size != expected_size:
         problems.append(f"got {size} bytes, expected {expected_size}")
@@ -572,22 +780,18 @@ def get_file(
     return TransferResult(str(local_path), size, digest, dt)
 
 
+def _close_quietly(sftp: paramiko.SFTPClient) -> None:
+    try:
+        sftp.close()
+    except _NET_ERRORS:
+        pass
+
+
 def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
     try:
         sftp.remove(path)
     except _NET_ERRORS:
-        pass  # the connection is probably gone; the next successful upload sweeps it
-
-
-def _remove_stale_tmps(sftp: paramiko.SFTPClient, remote_path: str) -> None:
-    folder, base = posixpath.split(remote_path)
-    prefix = f".{base}."
-    try:
-        for name in sftp.listdir(folder or "."):
-            if name.startswith(prefix) and name.endswith(".tmp"):
-                _remove_quietly(sftp, posixpath.join(folder, name))
-    except _NET_ERRORS:
-        pass
+        pass  # the connection is probably gone; the next upload of that name overwrites it
 
 
 # ----------------------------------------------------------------------------- fan-out

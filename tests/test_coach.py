@@ -278,6 +278,65 @@ def test_status_file_and_requests_are_under_the_folder_the_user_runs_in(tiny_cfg
     assert coach.requests_dir.resolve() == tmp_path / "distributed" / "requests"
 
 
+def test_a_relative_run_dir_and_log_dir_are_the_coachs_folder_for_workers_and_trainer(
+        tiny_cfg, tmp_path, monkeypatch):
+    """The daemons and the trainer run in the repository: the paths they are given are the
+    ones the coach means, resolved from the folder it was started in."""
+    from training.coach import Coach
+    from training.fleet.local_workers import LocalFleet
+
+    monkeypatch.chdir(tmp_path)
+    coach = Coach(override(tiny_cfg, {"run.dir": "runs/x", "logging.dir": "logs"}),
+                  watch_config=False)
+    assert coach.run_dir == tmp_path / "runs" / "x"
+    assert coach.cfg.logging.dir == str(tmp_path / "logs")
+    backend = LocalFleet(coach.cfg, coach.run_dir, coach.run_config_path,
+                         lambda c: ["cpu"]).backend("worker1")
+    assert backend.folder == tmp_path / "runs" / "x" / "workers" / "worker1"
+    assert backend.log_dir == tmp_path / "logs" and backend.config_file.is_absolute()
+    cmd = coach.rounds.trainer_command(1)
+    assert str(tmp_path / "runs" / "x" / "config.yaml") in cmd
+
+
+def test_a_daemon_that_keeps_exiting_shows_its_last_words_then_stays_in_error(
+        tiny_cfg, run_dir, monkeypatch):
+    """A local daemon that cannot read its config exits at once: LAST ERROR carries the last
+    line of its stderr, and after MAX_QUICK_EXITS quick exits in a row the worker reads Error
+    with that line and is not started again."""
+    import time
+
+    from tests.conftest import wait_until
+    from training.coach import Coach
+    from training.fleet import fleet as fleet_mod
+    from training.fleet.local_workers import LocalFleet
+
+    monkeypatch.setattr(fleet_mod, "MAX_QUICK_EXITS", 3)
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(run_dir / "logs"),
+                              "distributed.backoff_base_s": 0.1,
+                              "distributed.backoff_max_s": 0.4,
+                              "distributed.poll_interval_s": 0.1})
+    coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
+    coach.collector = _collector(run_dir)
+    coach.fleet = LocalFleet(coach.cfg, run_dir, run_dir / "missing.yaml", lambda c: ["cpu"])
+    member = coach.fleet.members["worker1"]
+    stderr_log = run_dir / "workers" / "worker1" / "stderr.log"
+    coach.fleet.start(coach.collector)
+    try:
+        wait_until(lambda: member.fault, 120, "worker1 in Error")
+        time.sleep(2.0)  # several backoffs' worth: no further start
+        coach._observe()
+        coach._write_status()
+    finally:
+        coach.fleet.stop_all(timeout_s=10)
+    starts = stderr_log.read_text().count("cannot read the config file")
+    assert starts == 3 and member.restarts == 2, (starts, member.restarts)
+    row = parse_status_text((run_dir / "status.txt").read_text()).workers[0]
+    assert row.state == WorkerState.ERROR, row
+    assert row.last_error.startswith("daemon exited: error: ")
+    assert "missing.yaml: cannot read the config file" in row.last_error
+    assert "exited 3 times in a row" in member.fault and "--restart worker1" in member.fault
+
+
 # ------------------------------------------------------------------ coach: training rounds
 
 # A trainer command for the coach: copies a prepared model file to the new model's place, and

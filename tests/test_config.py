@@ -209,27 +209,113 @@ def test_worker_class_must_be_module_colon_class():
     assert "self_play.worker_class must be module:Class" in msg
 
 
-def test_every_config_key_is_read_by_the_code():
-    """Walk the schema: each key must be read somewhere in the product (as `.key` or as its
-    dotted name), so no documented setting is accepted and ignored."""
+def _keys_read_by(source: str, section_class: type) -> set[str]:
+    """The keys of `section_class` that `source` reads: as `.key`, as its dotted name, or
+    through a derived property of configs/schema.py (`wire_level` reads `compression_level`)
+    that `source` reads."""
+    import ast
     import dataclasses
     import re
 
-    from configs import Config
     from tests.conftest import REPO
 
-    files = [p for folder in ("training", "distributed", "configs")
-             for p in (REPO / folder).rglob("*.py")]  # schema.py: derived values read keys
-    files += [REPO / "start_main.py", REPO / "start_worker.py"]
-    source = "\n".join(p.read_text() for p in files)
+    through = set()
+    tree = ast.parse((REPO / "configs" / "schema.py").read_text())
+    for cls in ast.walk(tree):
+        if not (isinstance(cls, ast.ClassDef) and cls.name == section_class.__name__):
+            continue
+        for fn in cls.body:
+            if (isinstance(fn, ast.FunctionDef)
+                    and any(getattr(d, "id", None) == "property" for d in fn.decorator_list)
+                    and re.search(rf"\.{fn.name}\b", source)):
+                through |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+                            and getattr(n.value, "id", None) == "self"}
+    return {key.name for key in dataclasses.fields(section_class)
+            if re.search(rf"\.{key.name}\b", source) or key.name in through}
+
+
+def _unread_keys(source: str) -> list[str]:
+    import dataclasses
+
+    from configs import Config
+
     unread = []
     for section in dataclasses.fields(Config):
         sub = getattr(Config(), section.name)
         if not dataclasses.is_dataclass(sub):
             continue
-        for key in dataclasses.fields(sub):
-            if not (re.search(rf"\.{key.name}\b", source)
-                    or f"{section.name}.{key.name}" in source):
-                unread.append(f"{section.name}.{key.name}")
+        read = _keys_read_by(source, type(sub))
+        unread += [f"{section.name}.{key.name}" for key in dataclasses.fields(sub)
+                   if key.name not in read and f"{section.name}.{key.name}" not in source]
+    return unread
+
+
+def _product_source() -> str:
+    """The product's code, without configs/: the schema and the flag table name every key,
+    so a key named only there is read by nothing."""
+    from tests.conftest import REPO
+
+    files = [p for folder in ("training", "distributed") for p in (REPO / folder).rglob("*.py")]
+    files += [REPO / "start_main.py", REPO / "start_worker.py"]
+    return "\n".join(p.read_text() for p in files)
+
+
+def test_every_config_key_is_read_by_the_code():
+    """Walk the schema: each key must be read somewhere in the product (as `.key`, as its
+    dotted name, or through a derived property of the schema that the product reads), so no
+    documented setting is accepted and ignored."""
+    unread = _unread_keys(_product_source())
     assert unread == [], f"config keys nothing reads: {unread}"
 
+
+def test_a_key_named_only_in_configs_is_unread():
+    """The check above can fail: a key that only configs/ names (its schema, its flag table,
+    its comments) counts as read by nothing, and so does one read only through a property
+    nothing reads."""
+    from tests.conftest import REPO
+
+    source = _product_source()
+    configs_source = "\n".join(p.read_text() for p in (REPO / "configs").glob("*.py"))
+    without = source.replace(".compression_level", ".compression_levle").replace(
+        "distributed.compression_level", "distributed.compression_levle")
+    assert "compression_level" in configs_source  # named there ...
+    assert ".wire_level" in source
+    assert "distributed.compression_level" not in _unread_keys(source)
+    # ... read only through wire_level: unread once nothing reads wire_level
+    assert "distributed.compression_level" in _unread_keys(
+        without.replace(".wire_level", ".wire_levle"))
+    # a key of the flag table (configs/flags.py) that the product stopped reading
+    assert "training.master_port" in _unread_keys(
+        source.replace(".master_port", ".master_prot").replace(
+            "training.master_port", "training.master_prot"))
+
+
+def test_every_config_key_is_documented_in_config_yaml():
+    """configs/config.yaml documents every key once, with a comment on its line; a worker
+    entry's keys (WorkerSpec) in the commented example of distributed.workers."""
+    import dataclasses
+    import re
+
+    from configs.schema import WorkerSpec
+
+    text = (REPO / "configs" / "config.yaml").read_text()
+    undocumented = []
+    for section, values in to_dict(Config()).items():
+        block = re.search(rf"^{section}:.*?(?=^\S|\Z)", text, re.S | re.M).group(0)
+        for key in values:
+            line = re.search(rf"^  {key}:.*$", block, re.M)
+            if line is None or "#" not in line.group(0):
+                undocumented.append(f"{section}.{key}")
+    for key in dataclasses.fields(WorkerSpec):
+        if not re.search(rf"^  #\s+(?:-\s+)?{key.name}:.*#", text, re.M):
+            undocumented.append(f"distributed.workers[].{key.name}")
+    assert undocumented == [], f"keys without a comment in configs/config.yaml: {undocumented}"
+
+
+
+def test_the_schema_docstring_shows_the_error_the_code_prints():
+    import configs.schema
+
+    (example,) = [line.strip() for line in configs.schema.__doc__.splitlines()
+                  if line.strip().startswith("configs/config.yaml: ")]
+    assert _error(GUIDE_WORKERS.replace("gpu_id: 1", "gpu_id: -5")) == example

@@ -337,3 +337,111 @@ def test_live_analysis_reads_the_search_that_genmove_plays(tiny_cfg):
 
     player.analyze(moves, 0.5, stop_after_three, on_chunk)
     assert len(calls) == 3 and player.last_simulations < 256, calls  # stopped where it was
+
+
+def test_a_clock_makes_the_simulations_a_floor_and_the_cap_holds(tiny_cfg):
+    """Under a clock (`genmove(seconds=..., limit=...)`) the search thinks for the time, past
+    the simulations of a move; a budget too short for them still gets them while the clock's
+    limit allows; `max_simulations` caps it all."""
+    import time
+
+    import numpy as np
+
+    from training.play.players import MctsPlayer
+
+    def evaluate(planes, legal):  # a little work per call, like a small net
+        time.sleep(0.002)
+        priors = legal.astype(np.float32)
+        return priors / priors.sum(1, keepdims=True), np.zeros(len(planes), np.float32)
+
+    player = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 32, history=tiny_cfg.net.history,
+                        max_simulations=20_000)
+    player.warm_up()
+    player.genmove([], 0.5)
+    assert player.last_simulations == 32  # no clock: the move's budget
+    t0 = time.perf_counter()
+    player.genmove([], 0.5, seconds=0.4, limit=1.0)
+    took = time.perf_counter() - t0
+    assert player.last_simulations > 2 * 32 and 0.25 <= took <= 0.6, (player.last_simulations,
+                                                                       took)
+    t0 = time.perf_counter()
+    player.genmove([], 0.5, seconds=0.01, limit=5.0)  # a floor of 32 past the 0.01 s
+    assert player.last_simulations >= 32 and time.perf_counter() - t0 < 2.0
+    t0 = time.perf_counter()
+    player.genmove([], 0.5, seconds=0.01, limit=0.05)  # the limit wins over the floor
+    assert player.last_simulations < 32 and time.perf_counter() - t0 < 0.3
+    capped = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 8, history=tiny_cfg.net.history,
+                        max_simulations=40)
+    capped.genmove([], 0.5, seconds=1.0)
+    assert capped.last_simulations == 40
+
+
+def test_an_analysis_stops_at_its_time_bound_and_at_its_visits_bound(tiny_cfg):
+    """`engine.analysis_max_seconds` and `engine.max_visits` end an analysis that no command
+    stops (a front-end left open)."""
+    import threading
+    import time
+
+    import numpy as np
+
+    from training.play.players import MctsPlayer
+
+    def evaluate(planes, legal):
+        time.sleep(0.002)
+        priors = legal.astype(np.float32)
+        return priors / priors.sum(1, keepdims=True), np.zeros(len(planes), np.float32)
+
+    player = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 8, history=tiny_cfg.net.history,
+                        max_simulations=20_000)
+    t0 = time.perf_counter()
+    player.analyze([12], 0.5, threading.Event(), lambda: None, seconds=0.3)
+    took = time.perf_counter() - t0
+    assert 0.2 <= took <= 0.6 and 8 < player.last_simulations < 20_000, took
+    small = MctsPlayer(evaluate, tiny_cfg.go, tiny_cfg.mcts, 8, history=tiny_cfg.net.history,
+                       max_simulations=100)
+    small.analyze([12], 0.5, threading.Event(), lambda: None)
+    assert small.last_simulations == 100
+
+
+def test_a_huge_or_binary_line_is_answered_and_the_engine_goes_on():
+    """A 32 MiB line is read on in pieces and refused (the engine's memory grows by a few
+    MB, not 32+); bytes that are not UTF-8 are an unknown command, not the end."""
+    import time
+
+    proc = subprocess.Popen(ENGINE + ["--size", "5"], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def peak_mb() -> float:
+        with open(f"/proc/{proc.pid}/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) / 1024
+
+    def reply() -> bytes:
+        out = b""
+        while not out.endswith(b"\n\n"):
+            out += proc.stdout.read1(4096)
+        return out
+
+    try:
+        proc.stdin.write(b"name\n")
+        proc.stdin.flush()
+        assert reply() == b"= azgo\n\n"
+        before = peak_mb()
+        chunk = b"x" * (1 << 20)
+        proc.stdin.write(b"play B ")
+        for _ in range(32):
+            proc.stdin.write(chunk)
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        assert reply().startswith(b"? command line longer than")
+        grown = peak_mb() - before
+        assert grown < 16, grown
+        proc.stdin.write(b"\xff\xfe play\n7 name\n")
+        proc.stdin.flush()
+        time.sleep(0.2)
+        out = reply()
+        while out.count(b"\n\n") < 2:
+            out += reply()
+        assert out == b"? unknown command\n\n=7 azgo\n\n", out
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0

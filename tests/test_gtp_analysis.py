@@ -198,6 +198,136 @@ def test_byo_yomi_moves_stay_inside_their_period(engine):
     assert engine.reply("kgs-time_settings sudden 3")[0].startswith("? syntax error")
 
 
+# -- what the front-ends send, to the engine a user starts (default flags and config) --------
+
+
+@pytest.fixture(scope="module")
+def default_process(tiny_model):
+    stream = Stream([sys.executable, "-m", "training.gtp", "--model", tiny_model])
+    yield stream
+    stream.close()
+
+
+@pytest.fixture
+def default_engine(default_process):
+    """`python -m training.gtp --model M`: the default --simulations (100) and config; one
+    process for the module (a start costs seconds), each test on a new 5x5 game without a
+    clock."""
+    for command in ("boardsize 5", "clear_board", "kgs-time_settings none"):
+        assert default_process.reply(command) == ["="], command
+    return default_process
+
+
+def _visits(line: str) -> int:
+    return sum(int(info["visits"]) for info in parse_infos(line)[0])
+
+
+def test_lizzie_analysis_deepens_past_the_move_budget_until_the_next_command(default_engine):
+    """Lizzie's start-up and analysis: `lz-analyze B 10` (every 0.1 s), then a user who
+    watches for 4 s: at least 10 info lines, the visits growing far past the 100 simulations
+    a move gets. (It used to print one line after 100 simulations, then nothing.)"""
+    engine = default_engine
+    assert engine.reply("name") == ["= azgo"]
+    assert engine.reply("version")[0].startswith("= ")
+    assert engine.reply("protocol_version") == ["= 2"]
+    for command in ("boardsize 5", "komi 0.5", "clear_board", "play B C3", "play W B2"):
+        assert engine.reply(command) == ["="], command
+    engine.send("lz-analyze B 10")
+    t0 = time.monotonic()
+    assert engine.line() == "="
+    time.sleep(max(0.0, 4.0 - (time.monotonic() - t0)))
+    engine.send("play B D4")  # the user plays a move: the analysis ends first
+    lines = []
+    while True:
+        line = engine.line()
+        if line == "":
+            break
+        lines.append(line)
+    assert engine.line() == "=" and engine.line() == ""  # then the play's own reply
+    assert len(lines) >= 10 and all(x.startswith("info move ") for x in lines), lines[:3]
+    visits = [_visits(x) for x in lines]
+    print(f"lz-analyze B 10 for 4 s: {len(lines)} info lines, visits {visits[0]}..{visits[-1]}")
+    assert all(a < b for a, b in zip(visits, visits[1:])), visits
+    assert visits[-1] > 10 * 100, visits  # far past the move budget
+    engine.send("kata-analyze W interval 10")  # Sabaki's form, on the new position
+    assert engine.line() == "="
+    first = _visits(engine.line())
+    assert _visits(engine.line()) > first
+    engine.send("")  # a raw newline stops it
+    while engine.line() != "":
+        pass
+    assert engine.reply("name") == ["= azgo"]
+
+
+def test_sabaki_genmove_analyze_shows_the_search_of_the_move_it_plays(default_engine):
+    """`kata-genmove_analyze B 10` (Sabaki's engine-plays-with-analysis): at least one info
+    line, the analysis of the search that chose the move, then its `play`. (It used to answer
+    `play` alone: the 100 simulations were done before the first interval.)"""
+    engine = default_engine
+    engine.reply("boardsize 5")
+    engine.reply("clear_board")
+    reply = engine.reply("kata-genmove_analyze B 10")
+    assert reply[0] == "=" and reply[-1].startswith("play "), reply
+    infos = reply[1:-1]
+    assert infos and all(x.startswith("info move ") for x in infos), reply
+    move = reply[-1].split()[1]
+    groups, _ = parse_infos(infos[-1])
+    assert groups[0]["move"] == move  # order 0: the move it plays
+    assert sum(int(g["visits"]) for g in groups) == 100  # the whole search: --simulations
+    reply = engine.reply("lz-genmove_analyze W 10")
+    assert reply[-1].startswith("play ") and len(reply) >= 3, reply
+
+
+def test_under_a_clock_a_move_thinks_for_its_share_not_the_move_budget(default_engine):
+    """gogui / CGOS: `time_settings 0 2 1` (2 s a move) with `time_left` before each move:
+    each genmove thinks between 0.5 and 2 s, measured at the front-end (it used to answer in
+    about 0.05 s, capped by the 100 simulations of a move)."""
+    engine = default_engine
+    engine.reply("boardsize 5")
+    engine.reply("clear_board")
+    assert engine.reply("time_settings 0 2 1") == ["="]
+    times = []
+    for k in range(4):
+        color = "B" if k % 2 == 0 else "W"
+        if k >= 2:  # the first moves on the engine's own count, then the controller's
+            assert engine.reply(f"time_left {color} 2 1") == ["="]
+        t0 = time.monotonic()
+        (answer,) = engine.reply(f"genmove {color}")
+        times.append(time.monotonic() - t0)
+        assert answer.startswith("= ")
+    print(f"genmove seconds under time_settings 0 2 1: {[round(t, 2) for t in times]}")
+    assert all(0.5 <= t <= 2.0 for t in times), times
+    reply = engine.reply("kata-genmove_analyze B 20")  # with analysis: the same clock
+    assert reply[-1].startswith("play ") and len(reply) >= 4, reply
+
+
+def test_max_simulations_caps_a_clocked_move_and_the_analysis(tiny_model):
+    """The user's cap (--max-simulations) holds under a clock and in analysis."""
+    engine = Stream([sys.executable, "-m", "training.gtp", "--model", tiny_model,
+                     "--simulations", "16", "--max-simulations", "64"])
+    try:
+        engine.reply("boardsize 5")
+        engine.reply("time_settings 0 2 1")
+        t0 = time.monotonic()
+        reply = engine.reply("kata-genmove_analyze B 1")
+        assert time.monotonic() - t0 < 1.0
+        assert sum(int(g["visits"]) for g in parse_infos(reply[-2])[0]) == 64, reply
+        engine.send("lz-analyze W 1")
+        assert engine.line() == "="
+        time.sleep(1.5)
+        engine.send("name")
+        lines = []
+        while (line := engine.line()) != "":
+            lines.append(line)
+        assert engine.line() == "= azgo" and _visits(lines[-1]) == 64, lines[-1:]
+    finally:
+        engine.close()
+    bad = subprocess.run([sys.executable, "-m", "training.gtp", "--model", tiny_model,
+                          "--simulations", "100", "--max-simulations", "50"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--max-simulations must be from --simulations" in bad.stderr
+
+
 # -- the clock's arithmetic ----------------------------------------------------------------
 
 
@@ -220,6 +350,21 @@ def test_main_time_is_spread_over_the_moves_still_expected():
     assert late == pytest.approx(20 / 10)  # never over fewer than MIN_MOVES_LEFT moves
     clock.time_left(BLACK, 0.3, 0)
     assert clock.budget(BLACK, 9, 80) == MIN_SECONDS  # nearly out: the shortest search
+
+
+def test_the_clock_limit_is_the_most_a_move_may_take_without_losing():
+    clock = Clock()
+    clock.settings(0, 2, 1)  # 2 s a move
+    budget, limit = clock.allowance(BLACK, 9, 0)
+    assert budget == pytest.approx(1.0)  # half a period: the main time is empty
+    assert limit == pytest.approx(2 - SAFETY_S - 0.2)  # the period, less the margins
+    clock.time_left(BLACK, 2, 1)
+    assert clock.allowance(BLACK, 9, 0) == (pytest.approx(1.3), pytest.approx(1.3))
+    clock.settings(60, 0, 0)  # absolute
+    budget, limit = clock.allowance(WHITE, 9, 0)
+    assert budget == clock.budget(WHITE, 9, 0) and limit == pytest.approx(60 - SAFETY_S)
+    clock.settings(0, 5, 0)
+    assert clock.allowance(BLACK, 9, 0) is None
 
 
 def test_byo_yomi_budget_keeps_a_safety_margin_and_the_clock_counts_down():

@@ -1104,10 +1104,6 @@ def test_sftp_file_growing_or_over_the_cap_is_refused(ssh_worker, tmp_path):
 
 
 @pytest.mark.ssh
-# With a 0.05 s deadline the link is dropped while paramiko's prefetch thread is still queueing
-# read requests, and that thread dies with "socket closed"; with real deadlines (seconds) it
-# has long finished queueing. What matters is checked below: no partial file, a new link.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_sftp_download_past_its_deadline_stops_and_drops_the_link(ssh_worker, tmp_path):
     backend, outbox = ssh_worker
     conn = backend.connector  # the connector the worker's source downloads with

@@ -341,3 +341,36 @@ def test_a_model_file_from_before_the_new_heads_still_loads(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(net(x)[0], old(x)[0], rtol=0, atol=0)
         assert set(net(x, heads=True)) == {"policy", "value"}
+
+
+def test_a_small_file_asking_for_a_huge_net_is_refused_before_the_net_is_built(tmp_path):
+    """A model file with a tiny net's weights and a config of 80 blocks x 1,024 filters (in
+    range, key by key: about 6 GB of weights if built) is refused by its shapes, in a process
+    limited to 3 GB of address space."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script = f"""
+import resource, time
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+import torch
+from configs import load_config
+from training.learn.net import ModelError, load_model, net_from_config, save_model
+cfg = load_config({str(REPO / "configs" / "tiny.yaml")!r})
+save_model({str(tmp_path / "m.pt")!r}, net_from_config(cfg.net, cfg.go.board_size), generation=1)
+data = torch.load({str(tmp_path / "m.pt")!r}, weights_only=True)
+data["config"].update(blocks=80, filters=1024, board_size=19)
+torch.save(data, {str(tmp_path / "huge.pt")!r})
+t0 = time.monotonic()
+try:
+    load_model({str(tmp_path / "huge.pt")!r})
+except ModelError as e:
+    print("refused", round(time.monotonic() - t0, 2), e)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, cwd=str(REPO))
+    assert run.returncode == 0 and run.stdout.startswith("refused"), run.stderr[-2000:]
+    assert "the weights do not fit the net config" in run.stdout
+    assert "1024" in run.stdout.split("the config makes")[-1]

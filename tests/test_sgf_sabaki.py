@@ -27,7 +27,7 @@ def _sabaki(text: str) -> dict:
     module = JS / "node_modules" / "@sabaki" / "sgf"
     if node is None or not module.is_dir():
         why = ("node is not installed (apt-get install nodejs npm)" if node is None else
-               f"{module} missing (npm install --prefix {JS})")
+               f"{module} missing (npm ci --prefix {JS})")
         if os.environ.get("CI"):
             pytest.fail(why + "; .ci/install.sh installs it")
         pytest.skip(why)
@@ -66,3 +66,21 @@ def test_an_evaluation_game_with_passes_and_a_comment_reads_back_in_sabaki():
     assert root["C"] == ["judge [GNU Go] W+12.0; dead C3\\ x"], "escapes undone as written"
     assert [n["move"] for n in parsed["line"]] == ["ee", "", "dd", ""]
     assert [n["winrate"] for n in parsed["line"]] == [40.0, 35.0, None, 20.0]
+
+
+def test_the_sgf_parser_is_locked_and_ci_installs_exactly_the_lock():
+    """tests/js/package-lock.json (written by npm) pins every package by version and sha512,
+    and CI installs it with `npm ci`, which refuses a lock that disagrees with package.json
+    (a plain `npm install` resolves the newest versions the ranges allow)."""
+    package = json.loads((JS / "package.json").read_text())
+    lock = json.loads((JS / "package-lock.json").read_text())
+    assert lock["lockfileVersion"] >= 2
+    assert lock["packages"][""]["dependencies"] == package["dependencies"]
+    modules = {k: v for k, v in lock["packages"].items() if k.startswith("node_modules/")}
+    sabaki = modules["node_modules/@sabaki/sgf"]
+    assert sabaki["version"] == package["dependencies"]["@sabaki/sgf"]
+    for name, entry in modules.items():
+        assert entry.get("version") and entry.get("integrity", "").startswith("sha512-"), name
+    install = (REPO / ".ci" / "install.sh").read_text()
+    npm_lines = [ln for ln in install.splitlines() if ln.startswith("npm ")]
+    assert npm_lines and all(ln.startswith("npm ci --prefix tests/js") for ln in npm_lines)

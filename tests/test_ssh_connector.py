@@ -287,6 +287,27 @@ def test_preflight_reports_python_torch_and_disk(conn):
     assert rep.ok, rep.problems  # gpu_id -1: no GPU needed
 
 
+def test_gpu_id_0_runs_on_a_cpu_only_host_and_a_missing_gpu_names_the_key(sshd_server,
+                                                                          tmp_path):
+    """The default gpu_id 0 passes preflight on a host without CUDA (the daemon plays on
+    its CPU); a GPU the host does not have is a problem that names the key and what to
+    set."""
+    from distributed.ssh_connector import gpu_problem
+
+    specs = [WorkerSpec(host=sshd_server.addr, port=sshd_server.port, user=sshd_server.user,
+                        key_path=str(sshd_server.client_key), name=n, gpu_id=g,
+                        remote_dir=str(tmp_path / n)) for n, g in (("worker1", 0), ("worker2", 64))]
+    with _connector(sshd_server, tmp_path, specs=specs) as c:
+        first, second = c.preflight("worker1"), c.preflight("worker2")
+    assert first.ok, first.problems
+    assert not second.ok
+    assert any(p.startswith("distributed.workers[1].gpu_id is 64 but the host has")
+               and "-1" in p for p in second.problems), second.problems
+    assert gpu_problem("gpu_id", 0, 0) is None and gpu_problem("gpu_id", -1, 0) is None
+    assert "set gpu_id: -1" in gpu_problem("gpu_id", 1, 0)
+    assert "one of 0..1" in gpu_problem("gpu_id", 2, 2) and gpu_problem("gpu_id", 1, 2) is None
+
+
 def test_unknown_host_key_refused_unless_accepted(sshd_server, tmp_path):
     kh = tmp_path / "known_hosts_empty"
     kh.write_text("")

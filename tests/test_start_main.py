@@ -61,6 +61,15 @@ def test_games_per_epoch_is_spread_over_the_workers_that_will_run():
     assert start_main.games_per_worker(1, cfg) == 1
 
 
+def test_help_says_the_worker_class_reaches_ssh_workers_too(capsys):
+    with pytest.raises(SystemExit):
+        start_main.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    help_text = text[text.index("--worker-class WORKER_CLASS module"):text.rindex("--no-watch")]
+    assert "for local workers" not in help_text
+    assert "over SSH" in help_text
+
+
 def test_bad_flag_value_is_a_one_line_error_with_exit_code_2(capsys):
     rc = start_main.main(["--config", str(REPO / "configs" / "tiny.yaml"), "--simulations", "0"])
     err = capsys.readouterr().err.strip().splitlines()
@@ -231,3 +240,36 @@ def test_ctrl_c_during_evaluation_prints_no_cxx_teardown_noise(tmp_path):
     stray = [ln for ln in err.splitlines()
              if ln.strip() and not re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ", ln)]
     assert stray == [], stray[:20]
+
+
+@pytest.mark.slow
+def test_a_coach_started_in_another_folder_runs_there_and_its_workers_play(tmp_path):
+    """From an empty folder, `python3 <repo>/start_main.py --config <repo>/configs/tiny.yaml`:
+    one run folder, there, and the worker's games land in it (its daemon runs in the
+    repository and is given the same folder)."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    coach = subprocess.Popen(
+        [sys.executable, str(REPO / "start_main.py"), "--config",
+         str(REPO / "configs" / "tiny.yaml"), "--iterations", "2", "--no-watch"],
+        cwd=str(cwd), start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=open(tmp_path / "coach.out", "wb"), stderr=open(tmp_path / "coach.err", "wb"))
+    run = cwd / "runs" / "tiny"
+    try:
+        wait_until(lambda: coach.poll() is not None or list((run / "replay").glob("*.npz.zst")),
+                   300, "a batch of the worker's games in the run folder")
+        assert coach.poll() is None, (tmp_path / "coach.err").read_text()[-3000:]
+    finally:
+        if coach.poll() is None:
+            os.killpg(coach.pid, signal.SIGINT)
+        try:
+            coach.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(coach.pid, signal.SIGKILL)
+            coach.wait()
+    assert sorted(p.name for p in (cwd / "runs").iterdir()) == ["tiny"]
+    assert (run / "workers" / "worker1" / "status.json").exists()
+    assert (cwd / "logs" / "worker_worker1.log").exists()
+    assert (cwd / "distributed" / "status.txt").exists()
+    written = load_config(run / "config.yaml")
+    assert written.run.dir == str(run) and written.logging.dir == str(cwd / "logs")

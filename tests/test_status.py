@@ -49,7 +49,7 @@ def _snapshot() -> StatusSnapshot:
             WorkerRow("w 3; rm -rf /", "host", WorkerState.ERROR, "cpu", None, 0, 0.0, 1.0,
                       0.2, 30.0, 3, "ConnectError: worker3 (host): connect refused\nretrying"),
             WorkerRow("worker4", "h4", WorkerState.OFFLINE, "-", None, 5, 0.0, 1.0, 0.2,
-                      None, 0, "x" * 200),
+                      None, 0, "x" * 400),
         ],
     )
 
@@ -81,8 +81,20 @@ def test_status_text_parses_back():
     assert w3.state is WorkerState.ERROR and w3.generation is None and w3.restarts == 3
     assert w3.last_error == "ConnectError: worker3 (host): connect refused retrying"
     w4 = back.workers[3]
-    assert w4.heartbeat_age_s is None and len(w4.last_error) == 80
+    assert w4.heartbeat_age_s is None and len(w4.last_error) == 160
     assert w4.last_error.endswith("...")
+
+
+def test_a_finished_run_says_when_after_what_and_its_newest_generation():
+    assert "Finished" not in render_status(_snapshot())
+    snap = _snapshot()
+    snap.finished, snap.finished_after = "2026-11-21 21:30:01", "the hours limit (run.hours 2)"
+    text = render_status(snap)
+    assert text.splitlines()[1] == ("Finished: 2026-11-21 21:30:01 UTC after the hours limit "
+                                    "(run.hours 2); newest generation 13")
+    back = parse_status_text(text)
+    assert (back.finished, back.finished_after) == (snap.finished, snap.finished_after)
+    assert back.generation == 13 and back.updated == "2026-11-21 20:30:01"
 
 
 def test_training_nodes_line_shows_only_when_there_are_nodes():

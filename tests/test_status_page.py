@@ -120,19 +120,25 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
-def test_the_run_page_renders_in_a_real_headless_browser(tmp_path):
-    """Chromium (headless) loads the page from the run folder with no server: the table and
-    the plot are drawn (a screenshot with many colours), and a worker's text stays text."""
+def _browser() -> str:
     import shutil
-    import subprocess
-
-    from training.run import metrics
 
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed; .ci/install.sh installs it")
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    return browser
+
+
+def test_the_run_page_renders_in_a_real_headless_browser(tmp_path):
+    """Chromium (headless) loads the page from the run folder with no server: the table and
+    the plot are drawn (a screenshot with many colours), and a worker's text stays text."""
+    import subprocess
+
+    from training.run import metrics
+
+    browser = _browser()
     for g in range(1, 6):
         metrics.record_metrics(tmp_path, g, loss=3.0 - 0.2 * g, games_per_s=2.0 + 0.1 * g,
                                elo=40.0 * g)
@@ -158,3 +164,130 @@ def test_the_run_page_renders_in_a_real_headless_browser(tmp_path):
     assert "worker1" in dom and "\U0001F534 Error" in dom and "&lt;script&gt;" in dom
     assert '<img src="progress.png"' in dom
     print(f"headless chromium: screenshot 1100x1300, {colours} colours in a sample")
+
+
+def _finished_run(tiny_cfg, tmp_path, **values):
+    """A coach that runs (no workers) until it stops; returns its run folder."""
+    from configs import override
+    from training.coach import Coach
+    from training.fleet.local_workers import LocalFleet
+
+    run_dir = tmp_path / "run"
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(tmp_path / "logs"),
+                              "distributed.poll_interval_s": 0.1, **values})
+    coach = Coach(cfg, status_path=run_dir / "status.txt", watch_config=False)
+    coach._make_fleet = lambda: LocalFleet(coach.cfg, run_dir, coach.run_config_path,
+                                           lambda c: [])
+    return coach
+
+
+def test_a_finished_run_says_so_in_status_txt_and_on_the_page_in_a_browser(tiny_cfg,
+                                                                          tmp_path):
+    """A run that reached its hours limit: status.txt and the run page (read by headless
+    Chromium) say it finished, when, after what and its newest generation, with the time
+    they were written; a run stopped by Ctrl-C says that."""
+    import re
+    import signal
+    import subprocess
+
+    from distributed.status import parse_status_text
+
+    browser = _browser()
+    coach = _finished_run(tiny_cfg, tmp_path, **{"run.hours": 0.0002})  # 0.72 s
+    coach.run()
+    run_dir = tmp_path / "run"
+    snap = parse_status_text((run_dir / "status.txt").read_text())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", snap.finished), snap.finished
+    assert snap.finished_after == "the hours limit (run.hours 0.0002)"
+    assert snap.updated >= snap.finished
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          (run_dir / "index.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    text = " ".join(re.sub(r"<[^>]+>", " ", dom).split())
+    assert (f"Finished {snap.finished} UTC after the hours limit (run.hours 0.0002); "
+            "newest generation 0.") in text, text[:600]
+    assert f"Updated {snap.updated} UTC" in text and "Updated - UTC" not in text
+
+    coach = _finished_run(tiny_cfg, tmp_path)
+    coach._on_signal(signal.SIGINT)  # as Ctrl-C does: the loop ends at once
+    coach.run()
+    snap = parse_status_text((run_dir / "status.txt").read_text())
+    assert snap.finished_after == "Ctrl-C (SIGINT)" and snap.generation == 0
+
+
+def test_a_finished_runs_workers_read_stopped_not_offline_at_no_speed():
+    snap = _snapshot()
+    snap.finished, snap.finished_after = "2026-01-01 01:00:00", "2 iterations (run.iterations)"
+    snap.workers[0].state = WorkerState.OFFLINE
+    page = render_html(snap)
+    assert "<td>Stopped with the run</td>" in page and "\u26AA Offline" not in page
+    assert "Finished</strong> 2026-01-01 01:00:00 UTC after 2 iterations" in page
+    assert "<td>1.50</td>" not in page  # no games/s for a finished run
+
+
+def _raw_get(port: int, host: str | None) -> int:
+    """The status code of `GET /status.json` with this Host header (None: none sent)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", "/status.json", skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_the_server_refuses_a_host_header_it_was_not_given(tmp_path):
+    """DNS rebinding: a web page re-points its own name at 127.0.0.1 and reads the run; the
+    browser still sends that name as Host, which the server refuses."""
+    server = StatusServer(tmp_path, 0, _snapshot, hosts=["Status.Example:443"])
+    try:
+        port = server.port
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", "localhost:8080",
+                     f"[::1]:{port}", "status.example", None):
+            assert _raw_get(port, host) == 200, host
+        for host in (f"evil.example:{port}", "attacker.test", "127.0.0.1.evil.example",
+                     "localhost.evil.example:80", ""):
+            assert _raw_get(port, host) == 421, host
+    finally:
+        server.stop()
+
+
+def test_a_slow_client_is_cut_at_the_deadline_and_others_are_served(tmp_path):
+    """One client sends its request a byte at a time, another sends nothing: each is cut at
+    the connection's deadline; a client beyond the connection cap is closed at once; a
+    normal request is answered meanwhile."""
+    import socket
+    import time
+
+    server = StatusServer(tmp_path, 0, _snapshot, deadline_s=1.0, max_connections=3)
+    try:
+        port = server.port
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        t0 = time.monotonic()
+        assert _raw_get(port, "localhost") == 200  # the third slot
+        cut_at = None
+        for byte in b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * 100:
+            try:
+                trickle.sendall(bytes([byte]))
+            except OSError:
+                cut_at = time.monotonic() - t0
+                break
+            time.sleep(0.05)
+        assert cut_at is not None and cut_at < 4.0, f"trickling client still held: {cut_at}"
+        assert silent.recv(100) == b"" and time.monotonic() - t0 < 4.0
+        # with the slots full, one more connection is closed unanswered
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        t1 = time.monotonic()
+        assert extra.recv(100) == b"" and time.monotonic() - t1 < 0.9
+        for s in [silent, trickle, extra, *held]:
+            s.close()
+    finally:
+        server.stop()

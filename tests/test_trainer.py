@@ -312,8 +312,8 @@ def test_flags_override_the_config_and_are_validated(tmp_path):
         config_from_args(bad)
 
 
-def test_launchers_spellings_are_understood_and_a_meaningless_flag_is_refused(monkeypatch,
-                                                                            capsys):
+def test_launchers_spellings_are_understood_and_a_bad_flag_value_is_refused(monkeypatch,
+                                                                           capsys):
     tiny = str(REPO / "configs" / "tiny.yaml")
     args = build_parser().parse_args(["--config", tiny, "--learning-rate", "0.07"])
     assert config_from_args(args).training.lr == 0.07
@@ -323,9 +323,9 @@ def test_launchers_spellings_are_understood_and_a_meaningless_flag_is_refused(mo
     from training.trainer import main
 
     with pytest.raises(SystemExit) as e:
-        main(["--config", tiny, "--num-workers", "4"])
+        main(["--config", tiny, "--num-workers", "-1"])
     assert e.value.code == 2
-    assert "--num-workers: samples are batched in memory" in capsys.readouterr().err
+    assert "--num-workers must be >= 0, got -1" in capsys.readouterr().err
 
 
 def test_gpus_and_nodes_relaunch_through_torch_distributed_run(monkeypatch):
@@ -428,3 +428,29 @@ def test_the_soft_policy_head_learns_the_policy_target_to_the_quarter(tiny_cfg, 
     assert out["soft_policy"].shape == out["policy"].shape
     plain = train_round(tiny_cfg, tmp_path / "b", dataset=samples, steps=2, progress=False)
     assert plain.soft_policy_loss == 0.0
+
+
+def test_the_000_guides_script_options_run_with_num_workers_noted(tmp_path, samples):
+    """The 000 guide's "Python Script Options", --num-workers (data-loader workers) among
+    them: the round runs; there is no data loader, and the log says so."""
+    samples.save(tmp_path / "samples.npz")
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.trainer", "--config", str(REPO / "configs/tiny.yaml"),
+         "--run-dir", str(tmp_path / "run"), "--samples", str(tmp_path / "samples.npz"),
+         "--world-size", "1", "--rank", "0", "--local-rank", "0", "--backend", "gloo",
+         "--batch-size", "32", "--num-workers", "4", "--learning-rate", "0.001", "--steps", "2",
+         "--no-progress"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["steps"] == 2
+    assert "--num-workers 4: noted" in proc.stderr and "no data loader" in proc.stderr
+
+
+def test_help_under_the_legacy_launcher_exits_0():
+    """`python -m torch.distributed.launch --nproc_per_node=1 -m training.trainer --help`:
+    the help, and exit code 0 (the elastic `record` wrapper returns None for --help's exit)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=1", "-m",
+         "training.trainer", "--help"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--num-workers" in proc.stdout and "Traceback" not in proc.stderr

@@ -13,22 +13,31 @@ Win rates, score leads and ownership are from black's view (KataGo's example ana
 `reportAnalysisWinratesAs = BLACK`); `ownership` is N*N floats and `policy` N*N+1 (pass last,
 -1 for an illegal move), row-major from the top left. Also understood: `initialStones`,
 `initialPlayer`, `id`-only actions `{"action": "query_version"}`, `{"action": "terminate",
-"terminateId": ...}` and `{"action": "clear_cache"}`. A query it cannot answer gets
-`{"id", "error", "field"}` and nothing else; a value it clamps gets a `warning` line.
+"terminateId": ..., "turnNumbers": [...]}` and `{"action": "clear_cache"}`. A line it cannot
+answer gets `{"id", "error", "field"}` and nothing else (`id` null when the line has none it
+could read); a value it clamps gets a `warning` line. No line ends the process: not JSON, not
+UTF-8, nested too deep, numbers too large for a float, any other type where a field wants a
+number or a list, a line longer than `MAX_LINE_BYTES` (read and dropped in bounded pieces).
 
 Concurrency: every turn of every query is a game of one batched search (`training.search.mcts.Mcts`
 with `--slots` games, one network call per step for all of them), so queries sent together
 are searched together: many queries cost little more per step than one. A turn is one search
 of `maxVisits` simulations (at most `--max-visits`, which sizes the tree; with Gumbel one
 sequential halving over all of them), stepped with the others and answered when it is done,
-with `reportDuringSearchEvery` partial answers meanwhile (checked every `chunk` steps).
+with `reportDuringSearchEvery` partial answers meanwhile (`isDuringSearch` true, the visits
+growing; written after the step in which one falls due, not at the end of a chunk).
 
 Bounds: a line is at most `MAX_LINE_BYTES`, a game at most 4 N*N moves, at most
-`MAX_PENDING` turns wait; the rules must be area scoring (the net plays Tromp-Taylor with
-positional superko).
+`MAX_PENDING` turns wait and `MAX_QUEUED_LINES` lines are read ahead (the reader then waits:
+the pipe pushes back); the rules must be area scoring (the net plays Tromp-Taylor with
+positional superko). Memory is linear in a query's moves however many turns it analyses: the
+turns of a query share its one list of moves, and the position of a turn is built only when
+its search starts (`--slots` positions at a time), by replaying the query's moves once in
+turn order (one query of every turn of a 19x19 game, 1,445 turns, used to hold a replayed
+position per turn: quadratic, about 3 GB).
 
-It must not: keep state between queries beyond the search's arrays (no cache), or block the
-reader: stdin is read by its own thread.
+It must not: keep state between queries beyond the search's arrays (no cache), or read stdin
+in the search loop: stdin is read by its own thread (`read_lines`).
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
@@ -51,6 +60,10 @@ from training.go.rules import IllegalMove, Position
 VERSION = "azgo-0.1.0"
 MAX_LINE_BYTES = 1 << 20
 MAX_PENDING = 4096
+MAX_QUEUED_LINES = 64
+"""Lines the reader thread holds ahead of the search; it then waits (the pipe fills)."""
+MAX_REPORT_EVERY = 86_400.0
+"""Largest reportDuringSearchEvery (seconds); the largest komi in size is N*N."""
 AREA_RULES = {"tromp-taylor", "chinese", "chinese-ogs", "chinese-kgs", "aga", "bga",
               "new-zealand", "stone-scoring"}
 
@@ -63,18 +76,45 @@ class QueryError(ValueError):
         self.field = field_name
 
 
+class Game:
+    """The moves of one query, shared by its turns, and a position replayed along them in
+    turn order (each move played once however many turns are analysed)."""
+
+    def __init__(self, size: int, komi: float, moves: list[int]):
+        self.size, self.komi, self.moves = size, komi, moves
+        self._cursor: Position | None = None
+
+    def position(self, upto: int) -> Position:
+        """A copy of the position after the first `upto` moves (the copies share the boards
+        of the history; each holds only its lists)."""
+        if self._cursor is None or len(self._cursor.moves) > upto:
+            n = self.size
+            self._cursor = Position(n, komi=self.komi, max_moves=4 * n * n)
+        cursor = self._cursor
+        for m in self.moves[len(cursor.moves):upto]:
+            cursor.play(m)
+        return cursor.copy()
+
+    def release(self) -> None:
+        """Drop the replayed position (the query's last turn has started)."""
+        self._cursor = None
+
+
 @dataclass
 class Job:
-    """One turn of one query: the position after `moves`, searched to `max_visits`."""
+    """One turn of one query: the position after the first `upto` of its game's moves,
+    searched to `max_visits`. `position` is set while the job holds a slot."""
 
     query_id: str
     turn: int
-    moves: list[int]
-    position: Position
+    game: Game
+    upto: int
     max_visits: int
     report_every: float | None
     ownership: bool
     policy: bool
+    last: bool = False  # the query's last turn: its game's replay is dropped when it starts
+    position: Position | None = None
     slot: int = -1
     done: int = 0
     next_report: float = 0.0
@@ -88,6 +128,17 @@ def _color(text: Any, what: str) -> int:
     if t in ("W", "WHITE"):
         return WHITE
     raise QueryError(f"{what}: {text!r} is not B or W", what)
+
+
+def _number(value: Any, lo: float, hi: float) -> float | None:
+    """`value` as a float if it is a JSON number (not a boolean) from `lo` to `hi`, else None
+    (a 400-digit integer is too large for a float: None, not OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and not lo <= value <= hi:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and lo <= value <= hi else None
 
 
 def parse_query(q: Any, size: int, max_visits: int) -> tuple[list[Job], list[str]]:
@@ -105,11 +156,10 @@ def parse_query(q: Any, size: int, max_visits: int) -> tuple[list[Job], list[str
     if rules not in AREA_RULES:
         raise QueryError(f"rules {rules!r}: only area scoring ({', '.join(sorted(AREA_RULES))})",
                          "rules")
-    komi = q.get("komi", 7.5)
-    if not isinstance(komi, (int, float)) or isinstance(komi, bool) or not math.isfinite(komi) \
-            or abs(komi) > size * size:
-        raise QueryError("komi must be a finite number", "komi")
-    position = Position(size, komi=float(komi), max_moves=4 * size * size)
+    komi = _number(q.get("komi", 7.5), -size * size, size * size)
+    if komi is None:
+        raise QueryError(f"komi must be a number from {-size * size} to {size * size}", "komi")
+    position = Position(size, komi=komi, max_moves=4 * size * size)
     setup = q.get("initialStones", [])
     moves_in = q.get("moves", [])
     for name, value in (("initialStones", setup), ("moves", moves_in)):
@@ -158,20 +208,17 @@ def parse_query(q: Any, size: int, max_visits: int) -> tuple[list[Job], list[str
                         f"{max_visits}: searching {max_visits}")
         visits = max_visits
     every = q.get("reportDuringSearchEvery")
-    if every is not None and not (isinstance(every, (int, float)) and math.isfinite(every)
-                                  and every > 0):
-        raise QueryError("reportDuringSearchEvery must be a positive number of seconds",
-                         "reportDuringSearchEvery")
-    jobs = []
-    for t in sorted(set(turns)):
-        upto = start + t
-        # the position after `upto` moves, for the heads: replayed from the empty board
-        pos = Position(size, komi=float(komi), max_moves=4 * size * size)
-        for m in moves[:upto]:
-            pos.play(m)
-        jobs.append(Job(qid, t, moves[:upto], pos, visits, every,
-                        bool(q.get("includeOwnership", False)),
-                        bool(q.get("includePolicy", False))))
+    if every is not None:
+        every = _number(every, 0.0, MAX_REPORT_EVERY)
+        if not every:
+            raise QueryError(f"reportDuringSearchEvery must be a number of seconds above 0, "
+                             f"at most {MAX_REPORT_EVERY:g}", "reportDuringSearchEvery")
+    game = Game(size, komi, moves)  # one list of moves for every turn: no copy per turn
+    ownership = bool(q.get("includeOwnership", False))
+    policy = bool(q.get("includePolicy", False))
+    jobs = [Job(qid, t, game, start + t, visits, every, ownership, policy)
+            for t in sorted(set(turns))]
+    jobs[-1].last = True
     return jobs, warnings
 
 
@@ -215,26 +262,55 @@ class Analyzer:
 
     # -- input -------------------------------------------------------------------------------
 
-    def take(self, line: str) -> None:
-        """One input line: a query (its jobs queued), an action, or an error answer."""
-        if len(line.encode()) > MAX_LINE_BYTES:
-            self.write({"error": f"query longer than {MAX_LINE_BYTES} bytes", "field": ""})
-            return
+    def take(self, line: str | bytes) -> None:
+        """One input line: a query (its jobs queued), an action, or an error answer. Nothing
+        a line holds raises: a line the engine cannot take is answered `{"id", "error"}`."""
+        qid = None
+        try:
+            qid = self._take(line)
+        except Exception as e:  # the last guard: a bad line never ends the engine
+            print(f"analysis: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            self.write({"id": qid if isinstance(qid, str) else None,
+                        "error": f"internal error on this query: {type(e).__name__}",
+                        "field": ""})
+
+    def _take(self, line: str | bytes) -> Any:
+        body = line.rstrip()
+        if len(body) > MAX_LINE_BYTES or isinstance(body, str) and (
+                len(body.encode(errors="replace")) > MAX_LINE_BYTES):
+            self.write({"id": None, "error": f"a query line is at most {MAX_LINE_BYTES} bytes",
+                        "field": ""})
+            return None
+        if isinstance(line, bytes):
+            try:
+                line = line.decode()
+            except UnicodeDecodeError as e:
+                self.write({"id": None, "error": f"the line is not UTF-8 text: {e}",
+                            "field": ""})
+                return None
         try:
             q = json.loads(line)
         except ValueError as e:
-            self.write({"error": f"could not parse JSON: {e}", "field": ""})
-            return
-        qid = q.get("id") if isinstance(q, dict) else None
-        action = q.get("action") if isinstance(q, dict) else None
+            self.write({"id": None, "error": f"could not parse JSON: {e}", "field": ""})
+            return None
+        except RecursionError:
+            self.write({"id": None, "error": "could not parse JSON: nested too deep",
+                        "field": ""})
+            return None
+        if not isinstance(q, dict):
+            self.write({"id": None, "error": "a query is a JSON object", "field": ""})
+            return None
+        qid = q.get("id")
+        action = q.get("action")
         if action is not None:
             self._action(q, qid, action)
-            return
+            return qid
         try:
             jobs, warnings = parse_query(q, self.size, self.max_visits)
         except QueryError as e:
-            self.write({"id": qid, "error": str(e), "field": e.field})
-            return
+            self.write({"id": qid if isinstance(qid, str) else None, "error": str(e),
+                        "field": e.field})
+            return qid
         if len(self.pending) + len(jobs) > MAX_PENDING:
             self.write({"id": qid, "error": f"more than {MAX_PENDING} turns are waiting",
                         "field": "analyzeTurns"})
@@ -242,6 +318,7 @@ class Analyzer:
         for w in warnings:
             self.write({"id": qid, "warning": w, "field": "maxVisits"})
         self.pending.extend(jobs)
+        return qid
 
     def _action(self, q: dict, qid: Any, action: Any) -> None:
         if action == "query_version":
@@ -251,6 +328,13 @@ class Analyzer:
         elif action == "terminate":
             target = q.get("terminateId")
             turns = q.get("turnNumbers")
+            if turns is not None and not (isinstance(turns, list) and all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in turns)):
+                self.write({"id": qid, "error": "turnNumbers must be a list of turn numbers",
+                            "field": "turnNumbers"})
+                return
+            if turns is not None:
+                turns = set(turns)
 
             def hit(job: Job) -> bool:
                 return job.query_id == target and (turns is None or job.turn in turns)
@@ -260,7 +344,7 @@ class Analyzer:
                 if hit(job):
                     self._finish(slot)
             self.write({"id": qid, "action": action, "terminateId": target,
-                        "turnNumbers": turns})
+                        "turnNumbers": q.get("turnNumbers")})
         else:
             self.write({"id": qid, "error": f"unknown action {action!r}", "field": "action"})
 
@@ -271,7 +355,10 @@ class Analyzer:
         while free and self.pending:
             job = self.pending.pop(0)
             slot = free.pop(0)
-            self.mcts.reset_game(slot, job.moves, komi=job.position.komi)
+            job.position = job.game.position(job.upto)
+            if job.last:
+                job.game.release()
+            self.mcts.reset_game(slot, job.game.moves[:job.upto], komi=job.game.komi)
             job.slot, job.done = slot, 0
             job.next_report = time.monotonic() + (job.report_every or math.inf)
             self.active[slot] = job
@@ -286,10 +373,13 @@ class Analyzer:
         self._fill()
         if not self.active:
             return
+        due = min(job.next_report for job in self.active.values())
         for _ in range(self.chunk):
             if not self.mcts.is_searching():
                 break
             self.mcts.step([self.evaluate])
+            if time.monotonic() >= due:
+                break  # a report is due: do not make it wait for the rest of the chunk
         now = time.monotonic()
         searching = self.mcts.searching()
         for s in sorted(self.active):
@@ -305,9 +395,11 @@ class Analyzer:
         self.mcts.stop_search([slot])
         job = self.active.pop(slot)
         self.write(self._answer(job, during=False))
+        job.position = None  # the slot's position is dropped with its search
 
     def _answer(self, job: Job, during: bool) -> dict:
         n, pos = self.size, job.position
+        assert pos is not None, "a job is answered while it holds a slot"
         to_move = pos.to_play
         over = pos.is_over()
         children = [] if over else self.mcts.root_children(job.slot)
@@ -382,17 +474,11 @@ class Analyzer:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def serve(self, stdin: TextIO) -> None:
+    def serve(self, stdin: TextIO | BinaryIO) -> None:
         """Answer queries until end of input and every job is answered."""
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def read() -> None:
-            for line in stdin:
-                if line.strip():
-                    lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=read, name="analysis-stdin", daemon=True).start()
+        lines: queue.Queue[bytes | str | None] = queue.Queue(maxsize=MAX_QUEUED_LINES)
+        threading.Thread(target=read_lines, args=(stdin, lines), name="analysis-stdin",
+                         daemon=True).start()
         eof = False
         while not (eof and not self.pending and not self.active):
             block = not self.pending and not self.active and not eof
@@ -407,6 +493,30 @@ class Analyzer:
             except queue.Empty:
                 pass
             self.step()
+
+
+def read_lines(stdin: TextIO | BinaryIO, lines: queue.Queue) -> None:
+    """Put each non-blank line of `stdin` (its bytes where it has them) on `lines`, then None.
+    A line longer than MAX_LINE_BYTES is read on in pieces of that size and put as its first
+    MAX_LINE_BYTES + 1 bytes, which `Analyzer.take` answers with an error: no line is held
+    whole, and a line that is not UTF-8 reaches `take` too, instead of ending this thread."""
+    source = getattr(stdin, "buffer", stdin)
+    try:
+        while True:
+            line = source.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
+            if len(line) > MAX_LINE_BYTES and line[-1:] not in (b"\n", "\n"):
+                piece = line
+                while piece and piece[-1:] not in (b"\n", "\n"):
+                    piece = source.readline(MAX_LINE_BYTES)  # the rest, dropped piecewise
+                lines.put(line)
+            elif line.strip():
+                lines.put(line)
+    except (OSError, ValueError) as e:  # a broken input: end as at end of input
+        print(f"analysis: stdin: {e}", file=sys.stderr, flush=True)
+    finally:
+        lines.put(None)
 
 
 def _black(winrate: float, to_move: int) -> float:

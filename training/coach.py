@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -84,7 +85,7 @@ from training.fleet.collector import (Collector, batch_rules, partial_batch_pace
 from training.fleet.fleet import Fleet
 from training.rounds import (REPO, Counts, ModelPublished, Rated, RoundConcluded, Rounds,
                              RoundStarted)
-from training.run.run_dir import STRENGTH_GAMES, RunDir
+from training.run.run_dir import STRENGTH_GAMES, RunDir, absolute_paths
 from training.run.run_lock import RunLock
 from training.run.signals import on_stop_signals
 from training.run.watch import watch
@@ -122,9 +123,12 @@ class Coach:
         worker_class: str | None = None,
         watch_config: bool = True,
         serve_status: int | None = None,
+        status_hosts: tuple[str, ...] = (),
         initial_model: str | os.PathLike | None = None,
     ):
-        self.cfg = cfg
+        # a relative run.dir and logging.dir: the folder the coach runs in, for the workers and
+        # the trainer too (they run in the repository)
+        self.cfg = cfg = absolute_paths(cfg)
         self.config_path = Path(config_path) if config_path else None
         self.overrides = dict(overrides or {})
         self.distributed = cfg.distributed.enabled if distributed is None else distributed
@@ -132,6 +136,7 @@ class Coach:
         self.paths = RunDir(self.run_dir)
         self.status_path = Path(status_path) if status_path else DEFAULT_STATUS_PATH
         self.serve_status = serve_status  # a loopback port for the run page, JSON, /metrics
+        self.status_hosts = tuple(status_hosts)  # Host names it answers beside loopback's
         self.initial_model = initial_model  # generation 0 of a new run (--checkpoint)
         self._status_server: StatusServer | None = None
         self.requests_dir = Path(requests_dir) if requests_dir else DEFAULT_REQUESTS_DIR
@@ -143,6 +148,9 @@ class Coach:
         self.models_dir = self.paths.models
         self.stats = TransferStats()
         self._stop = threading.Event()
+        self._stop_reason = ""  # why the loop stops: the limit reached, a signal, a request
+        self._finished = ""  # UTC time the run finished, and why (status.txt, the run page)
+        self._finished_after = ""
         self._config_changed = threading.Event()
         self.tracker = HeartbeatTracker(cfg.distributed.offline_after_s)
         self.states: dict[str, WorkerState] = {}  # each worker's state at the last pass
@@ -215,12 +223,19 @@ class Coach:
 
     # ------------------------------------------------------------------ the loop
 
-    def stop(self) -> None:
-        """Finish the loop soon (signal-safe)."""
+    def stop(self, reason: str = "a stop request") -> None:
+        """Finish the loop soon (signal-safe); `reason` is what status.txt says it finished
+        after."""
+        if not self._stop_reason:
+            self._stop_reason = reason
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        on_stop_signals(self.stop)
+        on_stop_signals(self._on_signal, with_signal=True)
+
+    def _on_signal(self, signum: int) -> None:
+        self.stop("Ctrl-C (SIGINT)" if signum == signal.SIGINT
+                  else signal.Signals(signum).name)
 
     def setup(self) -> None:
         """Run folder, collector, generation 0, the fleet and the training nodes: everything
@@ -255,7 +270,7 @@ class Coach:
             self.setup()
             if self.serve_status is not None:
                 self._status_server = StatusServer(self.run_dir, self.serve_status,
-                                                   lambda: self._snap)
+                                                   lambda: self._snap, hosts=self.status_hosts)
                 log.info("run page, status.json and /metrics on http://127.0.0.1:%d/",
                          self._status_server.port)
             observer = self._watch_config() if self.watch_config else None
@@ -273,6 +288,9 @@ class Coach:
                     break
                 self._stop.wait(self.cfg.distributed.poll_interval_s)
         finally:
+            self._finished = _utc_now()
+            self._finished_after = self._stop_reason or (
+                f"an error (see {Path(self.cfg.logging.dir) / 'distributed_training.log'})")
             if self.fleet is not None:
                 self._shut_down(observer)
             if self._status_server is not None:
@@ -314,10 +332,14 @@ class Coach:
         if limit > 0 and self.run_hours() >= limit:
             log.info("run.hours reached: the run has run %.2f hours (limit %g); stopping",
                      self.run_hours(), limit)
+            self._stop_reason = self._stop_reason or f"the hours limit (run.hours {limit:g})"
             return True
         n = self.cfg.run.iterations
-        return (n > 0 and self.rounds.concluded >= n and self.rounds.current is None
-                and self.rounds.rating is None)
+        if (n > 0 and self.rounds.concluded >= n and self.rounds.current is None
+                and self.rounds.rating is None):
+            self._stop_reason = self._stop_reason or f"{n} iterations (run.iterations)"
+            return True
+        return False
 
     def run_hours(self) -> float:
         """The hours the run has run: this coach's and, for a resumed run (or one that goes
@@ -459,7 +481,7 @@ class Coach:
         except ConfigError as e:
             log.error("config change ignored: %s", e)
             return
-        new = override_config(new, {"run.dir": str(self.run_dir)})
+        new = absolute_paths(override_config(new, {"run.dir": str(self.run_dir)}))
         fixed = _fixed_key_changes(self.cfg, new)
         if fixed:
             log.error("config change of the board or the net ignored: %s; the board and the "
@@ -654,7 +676,8 @@ class Coach:
             else None,
             last_loss=self.rounds.last_loss, elo=self.rounds.elo, workers=rows,
             training_nodes=nodes.describe() if (nodes := self.rounds.training_nodes) else "",
-            run_hours=self.run_hours(), hours_limit=self.cfg.run.hours,
+            run_hours=self.run_hours(), hours_limit=self.cfg.run.hours, updated=_utc_now(),
+            finished=self._finished, finished_after=self._finished_after,
             batches_deferred=sum(self.collector.deferred.get(n, 0) for n in members))
 
     def _write_status(self) -> None:
@@ -696,6 +719,10 @@ class Coach:
                 f"net_mb_per_min={snap.network_mb_per_min:.2f} loss={_fmt(self.rounds.last_loss)}"
                 f"{training}")
         log.info("progress %s", line)
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
 
 
 def _fmt(value: float | None) -> str:

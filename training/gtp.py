@@ -23,9 +23,20 @@ Until a trained network exists the player is `RandomPlayer`: a uniformly random 
 that does not fill one of its own single-point eyes, passing when no other move is left.
 With `--model FILE` the player is `training.play.players.NetPlayer`: the trained network with MCTS
 (torch is imported only then), under an explicit budget per move: `--simulations N` or
-`--seconds-per-move S` (chunks of simulations until the time is used; see
-`training.play.players.MctsPlayer`), with the search settings of `--config` (default
-configs/config.yaml's defaults).
+`--seconds-per-move S` (searches sized to the time; see `training.play.players.MctsPlayer`),
+with the search settings of `--config` (default configs/config.yaml's defaults). Under a game
+clock (`time_settings`, `kgs-time_settings`, `time_left`) a move thinks for its share of the
+time (`training.play.clock`), with `--simulations` as a floor while the clock allows it, not a
+cap. No search runs more than `--max-simulations` (default the config's `engine.max_visits`),
+which sizes the search tree: the engine's memory bound.
+
+Live analysis (Lizzie, Sabaki, GoGui): `lz-analyze`, `kata-analyze` and `analyze` answer `=`
+at once and search on a thread until the next input line (any line, a blank one too, stops
+it), up to `--max-simulations` or `engine.analysis_max_seconds`, writing an `info` line every
+interval with the visits growing; the reply ends with a blank line before the next command is
+handled. `lz-genmove_analyze` and `kata-genmove_analyze` search as `genmove` does, with an
+interval write `info` lines while they think and the analysis of the search that chose the
+move, then `play MOVE`.
 
 `komi` takes a finite number of at most `MAX_KOMI` in size; anything else (`nan`, `inf`,
 `1e300`) is answered `? komi ...` and the komi is unchanged.
@@ -57,6 +68,11 @@ VERSION = "0.1.0"
 PROTOCOL_VERSION = "2"
 MAX_KOMI = MAX_SIZE * MAX_SIZE
 """Largest komi accepted (in size): more than any board's area is no game."""
+MAX_LINE_CHARS = 1 << 16
+"""Longest command line read (far more than any GTP command needs)."""
+MAX_SIMULATIONS = 200_000
+"""Largest --max-simulations (the tree: about 1.7 GB on 19x19), as the config's
+engine.max_visits."""
 COMMANDS = (
     "protocol_version",
     "name",
@@ -169,11 +185,18 @@ class GtpEngine:
 
     def run(self, stdin: TextIO, stdout: TextIO) -> None:
         """Serve commands until `quit` or end of input. Any input line, a blank one too, ends
-        a running analysis first (its reply then ends with the blank line)."""
+        a running analysis first (its reply then ends with the blank line). A line longer
+        than `MAX_LINE_CHARS` is read on in pieces, dropped and answered `? command line
+        longer than ...`: no line is held whole."""
         self._out = stdout
         try:
-            for line in stdin:
+            while line := stdin.readline(MAX_LINE_CHARS + 1):
                 self._stop_analysis()
+                if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                    while line and not line.endswith("\n"):
+                        line = stdin.readline(MAX_LINE_CHARS)
+                    self._write(f"? command line longer than {MAX_LINE_CHARS} characters\n\n")
+                    continue
                 reply = self.handle(line)
                 if reply is not None:
                     self._write(reply)
@@ -285,12 +308,12 @@ class GtpEngine:
         return to_gtp(move, self.position.size)
 
     def _choose(self, choose, color: int, **extra) -> int | None:
-        """The player's move, thinking for the clock's share when a clock runs; the clock
-        counts the time down."""
+        """The player's move, thinking for the clock's share when a clock runs (and never
+        past the clock's limit); the clock counts the time down."""
         start = time.monotonic()
-        seconds = self.clock.budget(color, self.position.size, len(self.position.moves))
-        if seconds is not None and hasattr(self.player, "analyze"):  # a searching player
-            extra["seconds"] = seconds
+        allowed = self.clock.allowance(color, self.position.size, len(self.position.moves))
+        if allowed is not None and hasattr(self.player, "analyze"):  # a searching player
+            extra["seconds"], extra["limit"] = allowed
         move = choose(self.position, color, **extra)
         self.clock.spent(color, time.monotonic() - start)
         return move
@@ -389,9 +412,9 @@ class GtpEngine:
 
         def work() -> None:
             try:
-                if not position.is_over():
+                if not position.is_over():  # a finished game: nothing to search or report
                     self.player.analyze(position, request.color, stop, reporter.maybe)
-                reporter.maybe(force=True)
+                    reporter.maybe(force=True)
                 stop.wait()
             finally:
                 self._write("\n")
@@ -402,7 +425,8 @@ class GtpEngine:
         return STREAMING
 
     def _genmove_analyze(self, args, style: str):
-        """genmove with analysis lines while it thinks, then `play MOVE`."""
+        """genmove with analysis lines while it thinks, then the analysis of the search that
+        chose the move (with an interval), then `play MOVE`."""
         request = self._analysis_request(args)
         if self.position.is_over():
             self._write(f"={self._cmd_id}\nplay pass\n\n")
@@ -410,6 +434,7 @@ class GtpEngine:
         self._write(f"={self._cmd_id}\n")
         reporter = Reporter(self, self.position.copy(), request, style)
         move = self._choose(self.player.genmove, request.color, on_chunk=reporter.maybe)
+        reporter.maybe(force=True)  # what the move was chosen on, however short the search
         if move is None:
             self._write("play resign\n\n")
             return STREAMING
@@ -543,6 +568,8 @@ class Reporter:
                              f"utility {2 * i.winrate - 1:.5f} winrate {i.winrate:.5f} {score}"
                              f"prior {i.prior:.5f} lcb {i.lcb:.5f} "
                              f"utilityLcb {2 * i.lcb - 1:.5f} order {i.order} pv {pv}")
+        if not parts:
+            return ""  # no search to report (a move chosen without one)
         text = " ".join(parts)
         if self.style == "kata" and req.ownership:
             own = player.ownership(self.position, req.color)
@@ -572,7 +599,8 @@ def _color(text: str) -> int:
 
 
 def make_player(model: str | None, simulations: int, seed: int | None, *,
-                seconds_per_move: float | None = None, config: str | None = None) -> Player:
+                seconds_per_move: float | None = None, config: str | None = None,
+                max_simulations: int | None = None) -> Player:
     """The move chooser the flags ask for: random, or a trained model with MCTS."""
     if model is None:
         return RandomPlayer(seed)
@@ -589,7 +617,8 @@ def make_player(model: str | None, simulations: int, seed: int | None, *,
     except ConfigError as e:
         raise SystemExit(f"error: {e}") from None
     torch.set_num_threads(1)  # one search, batch 1: more threads only contend
-    return NetPlayer(model, simulations, cfg, seconds_per_move=seconds_per_move)
+    return NetPlayer(model, simulations, cfg, seconds_per_move=seconds_per_move,
+                     max_simulations=max_simulations)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -600,10 +629,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--komi", type=float, default=7.5, help="initial komi (default 7.5)")
     parser.add_argument("--model", help="trained model file (model_<gen>.pt); plays with MCTS")
     parser.add_argument("--simulations", type=int, default=100,
-                        help="MCTS simulations per move with --model (default 100)")
+                        help="MCTS simulations per move with --model (default 100); under a "
+                        "game clock (time_settings) the least a move searches while the clock "
+                        "allows")
     parser.add_argument("--seconds-per-move", type=float, default=None,
                         help="with --model: think this many seconds per move instead of a "
                         "fixed number of simulations")
+    parser.add_argument("--max-simulations", type=int, default=None,
+                        help="with --model: the most simulations of any search (under a "
+                        "clock, with --seconds-per-move, in live analysis); sizes the tree "
+                        "(default: the config's engine.max_visits, 20000)")
     parser.add_argument("--config", default=None,
                         help="config whose mcts section the model searches with "
                         "(default configs/config.yaml)")
@@ -613,15 +648,21 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--size must be {MIN_SIZE}..{MAX_SIZE}")
     if args.simulations < 1:
         parser.error("--simulations must be at least 1")
+    if args.max_simulations is not None and not (
+            args.simulations <= args.max_simulations <= MAX_SIMULATIONS):
+        parser.error(f"--max-simulations must be from --simulations ({args.simulations}) "
+                     f"to {MAX_SIMULATIONS}")
     if args.seconds_per_move is not None and not (
             math.isfinite(args.seconds_per_move) and args.seconds_per_move > 0):
         parser.error("--seconds-per-move must be a positive number")
     if not math.isfinite(args.komi) or abs(args.komi) > MAX_KOMI:
         parser.error(f"--komi must be a finite number from -{MAX_KOMI} to {MAX_KOMI}")
     player = make_player(args.model, args.simulations, args.seed,
-                         seconds_per_move=args.seconds_per_move, config=args.config)
+                         seconds_per_move=args.seconds_per_move, config=args.config,
+                         max_simulations=args.max_simulations)
     size = getattr(player, "board_size", args.size)  # a model plays its own board size
     engine = GtpEngine(player, size, args.komi)
+    sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8: an unknown command
     engine.run(sys.stdin, sys.stdout)
 
 

@@ -596,7 +596,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "--world-size, --master-addr and --master-port)")
     ap.add_argument("--local-rank", "--local_rank", type=int, default=None,
                     help="set by python -m torch.distributed.launch (torchrun sets LOCAL_RANK)")
-    ap.add_argument("--num-workers", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--num-workers", type=int, default=None, metavar="N",
+                    help="the 000 guide's data-loader workers: accepted and logged, and it "
+                         "changes nothing (samples are batched in memory from the window's "
+                         "arrays; there is no data loader)")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps this round")
     ap.add_argument("--checkpoint", default=None,
                     help="resume from this checkpoint ('none' = fresh net; default newest)")
@@ -687,9 +690,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.num_workers is not None:
-        parser.error("--num-workers: samples are batched in memory from the replay window's "
-                     "arrays (no DataLoader, so no loader workers); leave it out")
+    if args.num_workers is not None and args.num_workers < 0:
+        parser.error(f"--num-workers must be >= 0, got {args.num_workers}")
     if args.local_rank is not None and "LOCAL_RANK" not in os.environ:
         os.environ["LOCAL_RANK"] = str(args.local_rank)  # torch.distributed.launch's way
     try:
@@ -703,6 +705,10 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent()  # the launcher's death ends this rank
     level = args.log_level or cfg.logging.level
     configure_logging(None, level if rank == 0 else "WARNING")  # other ranks: problems only
+    if args.num_workers is not None:
+        log.info("--num-workers %d: noted; samples are batched in memory from the replay "
+                 "window's arrays (no data loader), so there are no loader workers to start",
+                 args.num_workers)
     cmd = relaunch_command(args, argv, cfg)
     if cmd is not None:
         log.info("relaunching through torch.distributed.run: %s", " ".join(cmd))
@@ -740,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
+    if code is None:  # @record turns SystemExit(0) (--help under a launcher) into None
+        code = 0
     if under_torchrun():
         # HACK: a finished rank's interpreter teardown can abort in C++ ("terminate called
         # without an active exception", seen on a training node), which torchrun reports as a

@@ -24,8 +24,11 @@ below); the loop reads members without locks, so nothing a stuck thread holds ca
 
 Failure kinds: `Unreachable` (network, host down: the worker reads Offline once its heartbeat
 ages) and `WorkerFault` (the worker itself is wrong: a bad heartbeat, a failed preflight, a
-daemon that exits at start: it reads Error with the reason). Any other `Exception` in a
-supervisor pass is a bug: logged with its traceback, the pass retried after a backoff.
+daemon that exits at start: it reads Error with the reason). A daemon that exits is restarted
+with backoff, its LAST ERROR the last line of its stderr; after `MAX_QUICK_EXITS` quick exits
+in a row it is left in Error with that line instead of restarting forever. Any other
+`Exception` in a supervisor pass is a bug: logged with its traceback, the pass retried after a
+backoff.
 
 It must not: decide the states shown (the coach does), age heartbeats other than through
 `distributed.status.HeartbeatTracker` (a supervisor asks its own how long the heartbeat has
@@ -55,6 +58,12 @@ T = TypeVar("T")
 # host) run at most this many at once, so that a fleet of hundreds starting together does not
 # open hundreds of sessions in the same second; the others wait their turn, one poll at a time.
 MAX_CONCURRENT_BRING_UPS = 16
+
+# A daemon that exits this many times in a row, each time before it has stayed up
+# 4 x `distributed.backoff_max_s`, is not started again: the worker reads Error with the last
+# line of the daemon's stderr (a wrong path, a missing package) until `ssh_connector.py
+# --restart NAME` or a config edit that changes the worker.
+MAX_QUICK_EXITS = 5
 
 
 def backoff_s(previous_s: float, base_s: float, cap_s: float) -> float:
@@ -111,6 +120,11 @@ class Backend(ABC):
         """True when `is_running` costs nothing (a local pid) and is asked every pass."""
         return False
 
+    def exit_reason(self) -> str:
+        """The last line the daemon wrote to its stderr since it was started, once it has
+        exited ("" when not known)."""
+        return ""
+
     def abort(self) -> None:
         """Close the connections, so that an operation blocked on them fails now."""
 
@@ -141,6 +155,7 @@ class Member:
     fault: str = ""  # non-empty: the worker is in Error for this reason
     error: str = ""  # the last operational error (shown in LAST ERROR)
     restarts: int = 0
+    quick_exits: int = 0  # the daemon's exits in a row, each soon after its start
     started: bool = False
     prepared: bool = False
     delivered: int = -1  # newest model generation pushed to it
@@ -269,6 +284,7 @@ class Supervisor:
         if m.restart_requested.is_set():
             m.restart_requested.clear()
             m.restarts += 1
+            m.quick_exits, m.fault = 0, ""
             log.info("worker %s: restarting (requested)", m.name)
             try:
                 self.op("stop", b.stop)
@@ -354,13 +370,34 @@ class Supervisor:
         m.running = False
         if m.started:
             m.started = False
-            m.restarts += 1
-            m.error = "daemon exited"
-            m.backoff_s = backoff_s(m.backoff_s, dist.backoff_base_s, dist.backoff_max_s)
-            m.next_try = time.monotonic() + m.backoff_s
-            log.warning("worker %s: daemon not running; restart %d in %.1fs", m.name,
-                        m.restarts, m.backoff_s)
+            self._exited(time.monotonic() - self._up_since)
         return False
+
+    def _exited(self, up_s: float) -> None:
+        """The daemon is gone after `up_s` seconds: restart it after a backoff, or, after
+        MAX_QUICK_EXITS quick exits in a row, leave the worker in Error with the reason."""
+        m, dist = self.member, self.fleet.cfg.distributed
+        try:
+            reason = printable(self.op("exit reason", self.backend.exit_reason))[:300]
+        except (Unreachable, WorkerFault, OSError) as e:
+            reason = ""
+            log.warning("worker %s: its stderr is not readable: %s", m.name, e)
+        m.error = f"daemon exited: {reason}" if reason else "daemon exited"
+        quick_s = 4 * dist.backoff_max_s
+        m.quick_exits = m.quick_exits + 1 if up_s <= quick_s else 0
+        if m.quick_exits >= MAX_QUICK_EXITS:
+            m.fault = m.error = printable(
+                f"{m.error} (exited {m.quick_exits} times in a row, each within "
+                f"{quick_s:.0f}s of its start: not restarted; fix it, then `python "
+                f"distributed/ssh_connector.py --restart {m.name}`)")
+            m.next_try = math.inf
+            log.error("worker %s: %s", m.name, m.fault)
+            return
+        m.restarts += 1
+        m.backoff_s = backoff_s(m.backoff_s, dist.backoff_base_s, dist.backoff_max_s)
+        m.next_try = time.monotonic() + m.backoff_s
+        log.warning("worker %s: daemon not running (%s); restart %d in %.1fs", m.name,
+                    m.error, m.restarts, m.backoff_s)
 
     def _push(self) -> None:
         m, target = self.member, self.fleet.target
@@ -372,11 +409,15 @@ class Supervisor:
                                                                   target.manifest))
         except (Unreachable, WorkerFault, OSError) as e:
             m.error = printable(f"model push of generation {target.generation} failed: {e}")
+            if isinstance(e, WorkerFault):  # e.g. a flooded models/ folder: Error, with why
+                m.fault = m.error
             self._push_after = t0 + self.fleet.cfg.distributed.backoff_max_s
             log.warning("worker %s: %s; retrying in %.0fs", m.name, m.error,
                         self.fleet.cfg.distributed.backoff_max_s)
             return
         m.delivered = target.generation
+        if m.fault.startswith("model push"):
+            m.fault = m.error = ""
         self.fleet.stats.last_push_s = time.monotonic() - t0
         log.info("worker %s: pushed generation %d in %.2fs", m.name, target.generation,
                  time.monotonic() - t0)

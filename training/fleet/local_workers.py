@@ -7,7 +7,10 @@ on the CPU).
 Each worker's `LocalBackend` starts, checks and stops its process (SIGTERM, then SIGKILL after
 `distributed.stop_grace_s`), reads its heartbeat (a regular file only, read capped) and copies
 models into its folder; its supervisor (`training.fleet.fleet`) restarts a dead daemon with backoff.
-The daemons run at nice `WORKER_NICE`, below the coach and its trainer.
+A daemon's stderr goes to `stderr.log` in its folder; the last line it wrote there before it
+exited (`exit_reason`) is the worker's LAST ERROR. The daemons run in the repository (paths
+they are given are absolute: `run_dir.absolute_paths`) at nice `WORKER_NICE`, below the coach
+and its trainer.
 
 Each worker's pid is written to `run_dir/workers/<name>/worker.pid`, so a coach restarted
 after a crash adopts the daemons that still run instead of starting a second copy.
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 PID_NAME = "worker.pid"
+STDERR_NAME = "stderr.log"
+STDERR_TAIL_BYTES = 4096  # what is read of it for a daemon's last words
 WORKER_NICE = 10
 """Local daemons run this much below the coach's CPU priority: a training round or an arena
 on the same cores then takes the CPU it needs (`benchmarks/train.py --beside-selfplay 2`, 2
@@ -84,6 +89,27 @@ def _pid_is_worker(pid: int) -> bool:
         return True
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def last_line(path: Path, start: int = 0, limit: int = STDERR_TAIL_BYTES) -> str:
+    """The last non-blank line of `path` after byte `start`, reading at most its last
+    `limit` bytes ("" when there is none or the file is missing)."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(start, end - limit))
+            text = f.read(limit).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
 class LocalBackend(Backend):
     """One local worker daemon (a subprocess of the coach, or adopted after a restart)."""
 
@@ -97,6 +123,7 @@ class LocalBackend(Backend):
         self.popen: subprocess.Popen | None = None
         self.adopted_pid: int | None = None
         self.log_dir = Path(cfg.logging.dir)
+        self._stderr_from = 0  # stderr.log's size when the daemon was started
 
     def deadline_s(self, op: str) -> float:
         return self.cfg.distributed.stop_grace_s + 30.0 if op == "stop" else 60.0
@@ -128,6 +155,7 @@ class LocalBackend(Backend):
                 old = -1
             if old > 0 and _pid_is_worker(old):
                 self.adopted_pid = old
+                self._stderr_from = _size(self.folder / STDERR_NAME)
                 log.info("worker %s: adopting running daemon pid %d", self.name, old)
                 return old
         cmd = [sys.executable, str(REPO / "start_worker.py"), "--config", str(self.config_file),
@@ -140,7 +168,8 @@ class LocalBackend(Backend):
         # the worker's own log file holds its story; stderr here catches only crashes at import
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with open(self.folder / "stderr.log", "ab") as err:
+            with open(self.folder / STDERR_NAME, "ab") as err:
+                self._stderr_from = err.seek(0, os.SEEK_END)
                 self.popen = subprocess.Popen(cmd, cwd=str(REPO), env=env,
                                               stdin=subprocess.DEVNULL,
                                               stdout=subprocess.DEVNULL, stderr=err,
@@ -151,6 +180,11 @@ class LocalBackend(Backend):
         pid_file.write_text(f"{self.popen.pid}\n")
         log.info("worker %s: started pid %d on %s", self.name, self.popen.pid, self.device)
         return self.popen.pid
+
+    def exit_reason(self) -> str:
+        """The last non-blank line the daemon wrote to stderr.log since its start (at most
+        the file's last `STDERR_TAIL_BYTES` are read)."""
+        return last_line(self.folder / STDERR_NAME, self._stderr_from)
 
     def stop(self) -> None:
         pid = self.pid
@@ -189,6 +223,9 @@ class LocalBackend(Backend):
             return None
         except (OSError, StatusFormatError) as e:
             raise WorkerFault(str(e)) from e
+        except (ValueError, TypeError, ArithmeticError, RecursionError) as e:
+            # e.g. a 400-digit games_per_s (OverflowError as a float): the file is bad
+            raise WorkerFault(f"{HEARTBEAT_NAME}: {type(e).__name__}: {e}"[:200]) from e
 
     def push_model(self, models_dir: Path, manifest: Manifest) -> None:
         """Copy a published model into the worker's models/ folder (manifest last)."""

@@ -147,6 +147,9 @@ def translate(err: Exception) -> Exception:
     return Unreachable(str(err))
 
 
+MODELS_MAX_LISTED = 1000
+"""Entries of any kind a worker's models/ listing may hold (an honest one holds two
+generations' files); past it the model push is refused as WorkerFault, the listing cut there."""
 LEASE_TTL_S = 120.0
 """A worker folder's lease that its coach has not renewed for this long is free (the coach is
 gone); a live coach renews it every `LEASE_RENEW_S`."""
@@ -171,7 +174,9 @@ def take_lease(connector: SSHConnector, name: str, run: str, *, now: float | Non
         held = json.loads(connector.read_bytes(name, path, max_bytes=LEASE_MAX_BYTES))
     except FileNotFoundError:
         held = None
-    except ValueError:  # unreadable: taken over, as an expired one
+    except (ValueError, RecursionError) as e:  # unreadable: taken over, as an expired one
+        log.warning("%s: its lease %s is unreadable (%s); taken over", name, path,
+                    printable(f"{type(e).__name__}: {e}", 120))
         held = None
     if isinstance(held, dict) and held.get("run") != run:
         age = now - float(held.get("time", 0) or 0) if _finite(held.get("time")) else 1e18
@@ -188,8 +193,12 @@ def take_lease(connector: SSHConnector, name: str, run: str, *, now: float | Non
 
 
 def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int of hundreds of digits
+        return False
 
 
 class SSHSource:
@@ -294,15 +303,28 @@ class SSHBackend(Backend):
 
     def push_model(self, models_dir: Path, manifest: Manifest) -> None:
         """Model file, then manifest; then the stale generations there are deleted
-        (`model_store.stale_generations`, the local workers' rule)."""
+        (`model_store.stale_generations`, the local workers' rule), and the temporary files
+        of earlier cut uploads. models/ is listed once, at most MODELS_MAX_LISTED entries:
+        past that the push is WorkerFault."""
         def push() -> None:
             models = self.connector.paths(self.name).models
             for local in (manifest.zst_name, manifest.json_name):
                 self.connector.put(self.name, Path(models_dir) / local,
                                    posixpath.join(models, local))
-            held = model_store.manifest_generations(self.connector.listdir(self.name, models))
+            try:
+                listed = self.connector.listdir(self.name, models, with_temporary=True,
+                                                max_entries=MODELS_MAX_LISTED)
+            except ListingCapError as e:
+                raise WorkerFault(f"{self.name}: {e} (an honest one holds a few models): "
+                                  "empty it on the worker, then restart the worker") from e
+            held = model_store.manifest_generations(listed)
             for old in model_store.stale_generations(held):
                 for name in model_store.stale_files(old):
+                    self.connector.remove(self.name, posixpath.join(models, name))
+            # this connector's uploads just ended: any temporary file of its own left here is
+            # an upload the link cut (of an older generation, never uploaded again)
+            for name in listed:
+                if name.startswith(".model_") and name.endswith(f".{self.name}.tmp"):
                     self.connector.remove(self.name, posixpath.join(models, name))
 
         self._call(push)

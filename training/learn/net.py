@@ -444,6 +444,20 @@ def finite_weights(net: nn.Module, buffers: bool = True) -> bool:
         return all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
 
 
+def _check_shapes(want: dict, weights: Any, config: dict, path: Path) -> None:
+    """ModelError unless `weights` holds exactly the tensors of `want`'s names and shapes: a
+    small file whose config asks for a huge net is refused before the net is built."""
+    if not isinstance(weights, dict):
+        raise ModelError(f"{path}: the weights are not a mapping; the file is damaged")
+    for key in sorted(set(want) | set(weights)):
+        got = weights.get(key)
+        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else None
+        if key not in want or shape != tuple(want[key].shape):
+            expected = tuple(want[key].shape) if key in want else "no such tensor"
+            raise ModelError(f"{path}: the weights do not fit the net config {config!r}: "
+                             f"{key!r:.80} is {shape}, the config makes {expected}")
+
+
 def net_from_payload(payload: dict, path: str | os.PathLike = "<model>") -> PolicyValueNet:
     """Rebuild a PolicyValueNet from a model payload dict (config + state dict); ModelError
     for a config out of range (before any allocation) or a non-finite weight."""
@@ -451,9 +465,12 @@ def net_from_payload(payload: dict, path: str | os.PathLike = "<model>") -> Poli
     _check_payload(payload, path)
     check_net_config(payload["config"], path)
     try:
-        net = PolicyValueNet(**payload["config"])
+        with torch.device("meta"):  # shapes only: nothing is allocated yet
+            shapes = PolicyValueNet(**payload["config"]).state_dict()
     except (TypeError, AssertionError) as e:
         raise ModelError(f"{path}: bad net config {payload['config']!r}: {e}") from e
+    _check_shapes(shapes, payload["state_dict"], payload["config"], path)
+    net = PolicyValueNet(**payload["config"])  # as large as the weights the file holds
     try:
         net.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as e:

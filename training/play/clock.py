@@ -5,6 +5,7 @@ say, and how long the next move may think.
     clock.settings(main=300, byo_time=5, byo_stones=1)   # GTP time_settings 300 5 1
     clock.time_left(BLACK, 281.5, 0)                     # GTP time_left black 281.5 0
     seconds = clock.budget(BLACK, board_size=9, moves_played=12)   # None: no time limit
+    share, limit = clock.allowance(BLACK, board_size=9, moves_played=12)
 
 Kinds (GTP's `time_settings main byo_time byo_stones`):
 - no limit: byo_time > 0 and byo_stones == 0 (GTP's convention), or never set: `budget` is None
@@ -17,8 +18,11 @@ Kinds (GTP's `time_settings main byo_time byo_stones`):
 The budget is a share of what is left, never all of it: in main time, the time left over the
 moves still expected (at least `MIN_MOVES_LEFT`, more early in a game), plus a part of one
 byo-yomi period when there is byo-yomi to fall back on; in byo-yomi, the period over its stones.
-Both keep `SAFETY` (the controller's and the pipes' latency) in hand. Without `time_left` from the
-controller the clock counts down by the time each genmove took.
+Both keep `SAFETY` (the controller's and the pipes' latency) in hand. `allowance` gives the budget
+and the most the move may take without losing on time (the main time left, or the period, less
+the same margins): a search that must do a minimum of simulations may go past the budget up to
+that limit. Without `time_left` from the controller the clock counts down by the time each
+genmove took.
 
 It must not: search or keep the board (the engine calls `budget` and `spent`).
 """
@@ -99,13 +103,21 @@ class Clock:
 
     def budget(self, color: int, board_size: int, moves_played: int) -> float | None:
         """Seconds the next move of `color` may think; None without a time limit."""
+        allowed = self.allowance(color, board_size, moves_played)
+        return None if allowed is None else allowed[0]
+
+    def allowance(self, color: int, board_size: int, moves_played: int
+                  ) -> tuple[float, float] | None:
+        """(budget, limit): the seconds the next move of `color` should think, and the most
+        it may think without losing on time (>= the budget); None without a time limit."""
         if not self.limited:
             return None
         side = self._side(color)
         byo = self.byo_time > 0 and self.byo_stones > 0
         if side.stones > 0:  # in byo-yomi: the period over its stones, some kept in hand
             share = side.period / side.stones
-            return max(MIN_SECONDS, share - SAFETY_S - SAFETY_FRACTION * share)
+            budget = max(MIN_SECONDS, share - SAFETY_S - SAFETY_FRACTION * share)
+            return budget, budget
         expected = max(MIN_MOVES_LEFT, 0.4 * board_size * board_size - moves_played / 2)
         share = side.main / expected
         if byo:
@@ -114,7 +126,8 @@ class Clock:
             limit = side.main + period_share - SAFETY_S - SAFETY_FRACTION * period_share
         else:
             limit = side.main - SAFETY_S
-        return max(MIN_SECONDS, min(share, limit))
+        budget = max(MIN_SECONDS, min(share, limit))
+        return budget, max(budget, limit)
 
     def spent(self, color: int, seconds: float) -> None:
         """Count down `color`'s clock by a move's time (the controller's time_left corrects

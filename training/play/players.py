@@ -46,13 +46,17 @@ class MctsPlayer:
     The budget per move is `simulations`, or with `seconds_per_move` a time: one search of as
     many simulations as the time left allows at the speed of the searches before it (the first
     move of an engine measures it with one chunk first), stopped early if the time runs out
-    and followed by another if time is left (at most `max_simulations`, which also sizes the
-    tree). So with Gumbel one sequential halving spreads the whole budget, as with a fixed
-    number of simulations: the few root moves left at the end get most of the visits. Live
-    analysis (`on_chunk`) reads the same searches every `chunk` simulations: a genmove with
-    analysis plays the move a plain genmove plays, and open-ended analysis (`analyze`) runs
-    searches that each double the tree's visits, so the newest halving always holds at least
-    half of them. `last_simulations` and `last_seconds` tell what the last move used.
+    and followed by another if time is left. So with Gumbel one sequential halving spreads the
+    whole budget, as with a fixed number of simulations: the few root moves left at the end
+    get most of the visits. A game clock's share (`genmove(seconds=...)`) is searched the same
+    way, with `simulations` as a floor rather than a cap: the move searches at least that many
+    while the clock's limit allows. No search runs more than `max_simulations`, which also
+    sizes the tree (the memory bound: about 24 bytes a node, (max_simulations + 1) * (N*N + 1)
+    nodes). Live analysis (`on_chunk`) reads the same searches every `chunk` simulations: a
+    genmove with analysis plays the move a plain genmove plays, and open-ended analysis
+    (`analyze`) runs searches that each double the tree's visits, so the newest halving
+    always holds at least half of them. `last_simulations` and `last_seconds` tell what the
+    last move used.
 
     `early_pass` False (default): never pass first while a real move is left, as in self-play
     (the net never learned what follows its own early pass; against players that never pass
@@ -63,7 +67,7 @@ class MctsPlayer:
     CHUNK = 8
     """Simulations per chunk of a timed search (`mcts.leaf_batch` leaves per net call)."""
     MAX_TIMED_SIMULATIONS = 20_000
-    """Default cap of a timed search: about 33 MB of tree on 9x9."""
+    """Default cap of a timed search: 38 MiB of tree on 9x9."""
     TIME_USE = 0.9
     """Share of the time left that a timed search plans its simulations for (the speed
     varies from position to position; the search also stops at the time)."""
@@ -86,10 +90,12 @@ class MctsPlayer:
         self.evaluate = evaluate
         self.size = go_cfg.board_size
         self.seconds_per_move = seconds_per_move
-        if seconds_per_move is None:
-            self.max_simulations = simulations or mcts_cfg.simulations
-        else:
-            self.max_simulations = max_simulations or self.MAX_TIMED_SIMULATIONS
+        simulations = simulations or mcts_cfg.simulations
+        if max_simulations is None:
+            max_simulations = (self.MAX_TIMED_SIMULATIONS if seconds_per_move is not None
+                               else simulations)
+        self.max_simulations = max(1, max_simulations)
+        self.simulations = min(simulations, self.max_simulations)
         self.chunk = max(self.CHUNK, mcts_cfg.leaf_batch)
         if mcts_cfg.algorithm == "gumbel":
             self.chunk = max(self.chunk, mcts_cfg.gumbel_max_considered)
@@ -115,46 +121,57 @@ class MctsPlayer:
         self.mcts.select_moves([0])
         self.mcts.reset_game(0)
 
+    def forget(self) -> None:
+        """Drop the tree (a move chosen without a search must not be read as its analysis)."""
+        self.mcts.reset_game(0)
+
     def genmove(self, moves: Sequence[int], komi: float, *, seconds: float | None = None,
+                limit: float | None = None,
                 on_chunk: Callable[[], None] | None = None) -> int:
         """The move to play after `moves` (flat indices, PASS = N*N); PASS if the game is over.
 
         `seconds` replaces the budget for this move with a time (a clock's share, see
-        `training.play.clock`); `on_chunk` is called every chunk of simulations of the same
-        search (live analysis: the move is the one a plain genmove plays). Raises ValueError if
-        `moves` holds an illegal move.
+        `training.play.clock`): the search uses it, and does at least `simulations` as long
+        as it ends within `limit` seconds (default `seconds`: the most the clock allows).
+        `on_chunk` is called every chunk of simulations of the same search (live analysis:
+        the move is the one a plain genmove plays). Raises ValueError if `moves` holds an
+        illegal move.
         """
         start = time.perf_counter()
         self.mcts.reset_game(0, moves, komi=komi)
         if self.mcts.is_over(0):
             return self.size * self.size
-        seconds = self.seconds_per_move if seconds is None else seconds
-        if seconds is None:
-            self.last_simulations = self._search(self.max_simulations, on_chunk=on_chunk)[0]
+        if seconds is not None:  # a clock: the time is the budget, the simulations a floor
+            self._timed_search(start + seconds, on_chunk, floor=self.simulations,
+                               limit=start + max(seconds, limit or seconds))
+        elif self.seconds_per_move is not None:
+            self._timed_search(start + self.seconds_per_move, on_chunk)
         else:
-            self._timed_search(start + seconds, on_chunk)
+            self.last_simulations = self._search(self.simulations, on_chunk=on_chunk)[0]
         self.last_value = float(self.mcts.root_values([0])[0])
         move = int(self.mcts.select_moves([0])[0])  # Gumbel: its choice, not the most visited
         self.last_seconds = time.perf_counter() - start
         return move
 
     def analyze(self, moves: Sequence[int], komi: float, stop: threading.Event,
-                on_chunk: Callable[[], None]) -> None:
-        """Search the position after `moves` until `stop` is set or the tree is full
-        (`max_simulations`), calling `on_chunk` every chunk of simulations (GTP's lz-analyze).
+                on_chunk: Callable[[], None], *, seconds: float | None = None) -> None:
+        """Search the position after `moves` until `stop` is set, the tree is full
+        (`max_simulations`) or `seconds` have passed, calling `on_chunk` every chunk of
+        simulations (GTP's lz-analyze).
 
         An anytime search: each search is as large as all before it together (the first one
         chunk), so with Gumbel the newest sequential halving holds at least half the visits
         and the visits gather on the best moves as the analysis runs, as with one long search.
         """
+        deadline = None if seconds is None else time.perf_counter() + seconds
         self.mcts.reset_game(0, moves, komi=komi)
         done = 0
         while not self.mcts.is_over(0) and done < self.max_simulations and not stop.is_set():
             n = min(max(self.chunk, done), self.max_simulations - done)
-            ran, _ = self._search(n, on_chunk=on_chunk, stop=stop)
+            ran, out_of_time = self._search(n, on_chunk=on_chunk, stop=stop, deadline=deadline)
             done += ran
             self.last_simulations = done
-            if ran == 0:
+            if ran == 0 or out_of_time:
                 return
 
     def candidates(self, pv_length: int = 12) -> list[tuple[int, int, float, float, list[int]]]:
@@ -166,10 +183,13 @@ class MctsPlayer:
         chosen = int(self.mcts.select_moves([0])[0])
         return sorted(found, key=lambda c: c[0] != chosen)  # stable: the rest keep their order
 
-    def _timed_search(self, deadline: float,
-                      on_chunk: Callable[[], None] | None = None) -> None:
-        """Searches of the simulations the time left allows (see the class) until `deadline`.
-        The first search always gets a chunk done (a move needs one)."""
+    def _timed_search(self, deadline: float, on_chunk: Callable[[], None] | None = None, *,
+                      floor: int = 0, limit: float | None = None) -> None:
+        """Searches of the simulations the time left allows (see the class) until `deadline`;
+        until `floor` simulations are done, until `limit` instead. The first search always
+        gets a chunk done (a move needs one)."""
+        floor = min(floor, self.max_simulations)
+        limit = deadline if limit is None else max(limit, deadline)
         done = 0
         while done < self.max_simulations:
             t0 = time.perf_counter()
@@ -177,11 +197,11 @@ class MctsPlayer:
                 n = self.chunk  # no speed known yet: measure it on one chunk
             else:
                 n = int(self.rate * (deadline - t0) * self.TIME_USE)
-                if done and n < max(self.chunk, done // 4):
+                if done >= floor and done and n < max(self.chunk, done // 4):
                     return  # a small last search would choose the move by its own halving
-            n = min(max(n, self.chunk), self.max_simulations - done)
+            n = min(max(n, self.chunk, floor - done), self.max_simulations - done)
             ran, out_of_time = self._search(n, deadline=deadline, at_least=self.chunk - done,
-                                            on_chunk=on_chunk)
+                                            floor=floor - done, limit=limit, on_chunk=on_chunk)
             took = time.perf_counter() - t0
             if ran and took > 0:
                 self.rate = ran / took
@@ -191,14 +211,18 @@ class MctsPlayer:
                 return
 
     def _search(self, n: int, *, deadline: float | None = None, at_least: int = 0,
+                floor: int = 0, limit: float | None = None,
                 on_chunk: Callable[[], None] | None = None,
                 stop: threading.Event | None = None) -> tuple[int, bool]:
         """One search of `n` simulations on the tree, step by step: stopped when `stop` is
         set, or (once `at_least` are done) when the next step, as long as the last, would end
-        past `deadline`; `on_chunk` is called every `chunk` simulations. Returns the
-        simulations done and whether the time ran out."""
+        past `limit`, or (once `floor` are done too) past `deadline`; `on_chunk` is called
+        every `chunk` simulations. Returns the simulations done and whether the time ran
+        out."""
         mcts = self.mcts
         mcts.start_search([0], simulations=n)
+        limit = deadline if limit is None else limit
+        floor = max(floor, at_least)
         reported = 0
         out_of_time = False
         while mcts.is_searching():
@@ -206,7 +230,9 @@ class MctsPlayer:
             mcts.step([self.evaluate])
             s1 = time.perf_counter()
             ran = int(mcts.tree.sims_done[0])
-            if deadline is not None and ran >= at_least and s1 + (s1 - s0) > deadline:
+            end = s1 + (s1 - s0)  # when the next step would end
+            if deadline is not None and ran >= at_least and (
+                    end > limit or ran >= floor and end > deadline):
                 mcts.stop_search([0])
                 out_of_time = True
             elif stop is not None and stop.is_set():
@@ -220,9 +246,12 @@ class MctsPlayer:
 class NetPlayer:
     """A `training.gtp.Player` that searches with a trained model (no noise, most visits).
 
-    The budget per move is `simulations`, or `seconds_per_move` when given (see `MctsPlayer`).
-    Any komi the GTP engine accepts is searched with: the config's range and half-point checks
-    apply to config files, not to a controller's komi.
+    The budget per move is `simulations`, or `seconds_per_move` when given (see `MctsPlayer`);
+    under a game clock the clock's share, with `simulations` as a floor. `max_simulations`
+    (default the config's `engine.max_visits`) caps every search and sizes the tree; an
+    analysis also stops after `engine.analysis_max_seconds` when that is set. Any komi the
+    GTP engine accepts is searched with: the config's range and half-point checks apply to
+    config files, not to a controller's komi.
 
     The end of a game is judged the way the opponent's judge will (`training.go.endgame`): the
     net's ownership map (averaged over the 8 symmetries) names the dead stones. Right after
@@ -236,7 +265,8 @@ class NetPlayer:
     """
 
     def __init__(self, model_path: str | os.PathLike, simulations: int, cfg: Config | None = None,
-                 *, device: str = "cpu", seconds_per_move: float | None = None):
+                 *, device: str = "cpu", seconds_per_move: float | None = None,
+                 max_simulations: int | None = None):
         from training.learn.net import load_model, make_evaluator  # torch: only with a model
 
         net, info = load_model(model_path, device)
@@ -248,10 +278,13 @@ class NetPlayer:
         # The move cap is the referee's (4 N*N), so the search never ends a game it plays.
         n = info.board_size
         go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
+        self.analysis_seconds = cfg.engine.analysis_max_seconds or None
         self.player = MctsPlayer(make_evaluator(net, device, jit=cfg.net.inference), go_cfg,
                                  cfg.mcts, simulations,
                                  history=net.history, liberties=net.liberties,
-                                 seconds_per_move=seconds_per_move)
+                                 seconds_per_move=seconds_per_move,
+                                 max_simulations=max_simulations or max(
+                                     cfg.engine.max_visits, simulations))
         self.player.warm_up()
 
     def ownership(self, position: Any, color: int | None = None) -> list[float] | None:
@@ -284,12 +317,15 @@ class NetPlayer:
         return set() if own is None else endgame.dead_stones(position.board, position.size, own)
 
     def genmove(self, position: Any, color: int, *, seconds: float | None = None,
+                limit: float | None = None,
                 on_chunk: Callable[[], None] | None = None) -> int | None:
         """The search's move for `color` after the position's moves; a pass right after the
         opponent's pass when the board without its dead stones is won (see the class).
-        `seconds` and `on_chunk` as in `MctsPlayer.genmove` (a clock's share, live analysis)."""
+        `seconds`, `limit` and `on_chunk` as in `MctsPlayer.genmove` (a clock's share and
+        limit, live analysis)."""
         moves = self._moves(position, color)
-        search = dict(seconds=seconds, on_chunk=on_chunk)
+        self.player.forget()  # a move chosen without a search leaves no analysis behind
+        search = dict(seconds=seconds, limit=limit, on_chunk=on_chunk)
         if not _after_pass(position, color):
             return self.player.genmove(moves, position.komi, **search)
         board, n = position.board, position.size
@@ -305,24 +341,25 @@ class NetPlayer:
             return position.pass_move if dame is None else dame
         return move
 
-    def genmove_cleanup(self, position: Any, color: int, *,
-                        seconds: float | None = None) -> int | None:
+    def genmove_cleanup(self, position: Any, color: int, *, seconds: float | None = None,
+                        limit: float | None = None) -> int | None:
         """`kgs-genmove_cleanup`: capture the dead opponent stones, so that the Tromp-Taylor
         count of the final board is the judged one. After the opponent's pass the capture
         comes first; after a stone (the opponent cleans up too, or attacks) the search answers
         it, and a capture stands in only for a pass or a move inside our own area."""
         self._moves(position, color)  # the size check
+        self.player.forget()
+        clock = dict(seconds=seconds, limit=limit)
         own = self.ownership(position, color)
         if own is None:
-            return self.genmove(position, color, seconds=seconds)
+            return self.genmove(position, color, **clock)
         board, n = position.board, position.size
         dead = {p for p in endgame.dead_stones(board, n, own) if board[p] == -color}
         capture = endgame.cleanup_move(board, n, color, dead,
                                        lambda p: position.is_legal(p, color))
         if _after_pass(position, color):
-            return capture if capture is not None else self.genmove(position, color,
-                                                                    seconds=seconds)
-        move = self.genmove(position, color, seconds=seconds)
+            return capture if capture is not None else self.genmove(position, color, **clock)
+        move = self.genmove(position, color, **clock)
         if capture is not None and (move == position.pass_move or endgame.fills_own_area(
                 board, n, move, color, own)):
             return capture
@@ -341,9 +378,11 @@ class NetPlayer:
 
     def analyze(self, position: Any, color: int, stop: threading.Event,
                 on_chunk: Callable[[], None]) -> None:
-        """Search the position for `color` until `stop` (or a full tree), calling `on_chunk`
-        every chunk of simulations; `move_infos` reads the search meanwhile."""
-        self.player.analyze(self._moves(position, color), position.komi, stop, on_chunk)
+        """Search the position for `color` until `stop`, a full tree (`max_simulations`) or
+        `engine.analysis_max_seconds`, calling `on_chunk` every chunk of simulations;
+        `move_infos` reads the search meanwhile."""
+        self.player.analyze(self._moves(position, color), position.komi, stop, on_chunk,
+                            seconds=self.analysis_seconds)
 
     def move_infos(self, position: Any, color: int, pv_length: int = 12) -> list[MoveInfo]:
         """What the search knows of each move it visited (the move it would play first), with

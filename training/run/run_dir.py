@@ -26,6 +26,10 @@ The worker folder's twin is `distributed/remote.py` (`WorkerPaths`). Model and b
 names are spelled by `model_store.model_stem` and `records.batch_name`; this module composes
 them into paths and never parses files.
 
+A relative `run.dir` or `logging.dir` is taken from the folder the coach was started in and
+made absolute once, at start (`absolute_paths`), so that the coach, its worker daemons and its
+trainer (each started with its own working directory) mean the same folders.
+
 It must not: create, read or delete anything but folders in `create`.
 """
 
@@ -35,6 +39,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from configs import Config, override
 from training.run.model_store import model_stem
 
 CONFIG_NAME = "config.yaml"
@@ -52,6 +57,19 @@ STRENGTH_HISTORY = "strength_history.jsonl"
 STRENGTH_GAMES = "strength_games"
 PAGE_NAME = "index.html"
 SUBDIRS = ("models", "checkpoints", "rounds", "replay", "incoming", "quarantine", "workers")
+
+
+def absolute_paths(cfg: Config, base: str | os.PathLike | None = None) -> Config:
+    """`cfg` with `run.dir` and `logging.dir` absolute: `~` expanded, a relative one taken
+    from `base` (the working directory by default)."""
+    base = Path(base) if base is not None else Path.cwd()
+    changes = {}
+    for key, value in (("run.dir", cfg.run.dir), ("logging.dir", cfg.logging.dir)):
+        path = Path(os.path.expanduser(value))
+        absolute = os.path.normpath(path if path.is_absolute() else base / path)
+        if absolute != value:
+            changes[key] = absolute
+    return override(cfg, changes) if changes else cfg
 
 
 def checkpoint_name(generation: int) -> str:

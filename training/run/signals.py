@@ -19,8 +19,9 @@ from typing import Callable
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def on_stop_signals(callback: Callable[[], None]) -> None:
-    """SIGTERM and SIGINT call `callback()` the first time; later ones are ignored."""
+def on_stop_signals(callback: Callable[..., None], *, with_signal: bool = False) -> None:
+    """SIGTERM and SIGINT call `callback()` the first time (`callback(signum)` with
+    `with_signal`); later ones are ignored."""
     fired = False
 
     def handler(signum: int, frame: object) -> None:
@@ -28,7 +29,7 @@ def on_stop_signals(callback: Callable[[], None]) -> None:
         if fired:
             return
         fired = True
-        callback()
+        callback(signum) if with_signal else callback()
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
