@@ -121,9 +121,15 @@ class NetConfig:
     """How searches run the net (self-play, arena, GTP, analysis): auto (on a CPU ONNX Runtime
     when installed, else a TorchScript trace; on a GPU the trace), onnx, openvino, trace,
     compile or eager. Not part of the model: any value plays the same model."""
+    inference_dtype: str = "auto"
+    """The dtype self-play workers run the net in: auto (bfloat16 on a CUDA GPU that has it,
+    float16 on an older one, float32 on a CPU), float32, bfloat16 or float16. The weights and
+    inputs are cast; priors and values agree with float32 within the tolerances
+    tests/test_net.py states. Not part of the model: any value plays the same model."""
 
     def __post_init__(self) -> None:
         _choice(self, "inference", ("auto", "onnx", "openvino", "trace", "compile", "eager"))
+        _choice(self, "inference_dtype", ("auto", "float32", "bfloat16", "float16"))
         _range(self, "blocks", 1, 80)
         _range(self, "filters", 8, 1024)
         _range(self, "history", 1, 16)

@@ -191,7 +191,8 @@ class Worker:
 
         net, info = load_model(model_path, self.device)
         return make_evaluator(net, self.device, jit=self.cfg.net.inference,
-                              max_batch=self.cfg.self_play.batch_size), (
+                              max_batch=self.cfg.self_play.batch_size,
+                              dtype=self.cfg.net.inference_dtype), (
             info.generation
         )
 
