@@ -487,8 +487,9 @@ class DistributedConfig:
     """A worker also sends a smaller batch once its oldest finished game has waited this long
     (fresh data for the trainer); 0 = only full batches."""
     sync_interval: int = 1
-    """Games between a worker's checks for a newer model (a new one is also used by the games
-    in flight)."""
+    """Games between a worker's rescans of its model folder besides its watcher's events (a
+    newer model loads in a background thread and goes in at the games' next network call,
+    the games in flight included)."""
     load_balancing: bool = True
     """Share each generation's games by worker_weights, or by measured speed when none given."""
     worker_weights: dict[str, float] = field(default_factory=dict)

@@ -158,6 +158,32 @@ def test_new_model_applies_to_games_started_after_it(tiny_cfg):
     assert {r.generation for r in records if r.seed not in started_before} == {5}
 
 
+def test_an_offered_model_goes_in_at_the_next_network_call_within_a_step(tiny_cfg):
+    """A model offered (from another thread, here from inside a network call) is used by
+    the very next call, before the step that was under way ends."""
+    calls: list[str] = []
+    sp = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2)
+
+    def old(planes, legal):
+        calls.append("old")
+        if len(calls) == 2:
+            sp.offer_evaluator(new, 7)
+        return uniform(planes, legal)
+
+    def new(planes, legal):
+        calls.append("new")
+        return uniform(planes, legal)
+
+    sp.set_evaluator(old, 0)
+    sp.step()  # one move of every game: several network calls (tiny_cfg searches 8 times)
+    assert calls[:3] == ["old", "old", "new"] and set(calls[3:]) == {"new"}
+    assert sp.generation == 7 and sp.evaluate is new
+    started = sp.games_started
+    sp.play(max_games=tiny_cfg.self_play.parallel_games + 4)
+    newer = sp.play(max_games=4)
+    assert sp.games_started > started and all(r.generation == 7 for r in newer)
+
+
 def test_discard_unfinished_counts_games_in_progress(tiny_cfg):
     sp = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2)
     sp.step()
