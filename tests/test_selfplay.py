@@ -19,6 +19,7 @@ from training.search.selfplay import (
     play_match,
 )
 from tests.test_mcts import black_to_move, hashed, uniform, winning_point
+from tests.conftest import REPO
 
 
 def white_wins(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -239,6 +240,37 @@ def test_self_play_with_a_real_network(tiny_cfg):
             check_record(r, tiny_cfg)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_breakdown_accounts_for_the_wall_time_on_the_tiny_config():
+    """benchmarks/selfplay.py --breakdown: the worker's own evaluator, its phases timed (the
+    timed evaluator gives the same priors), shares that add up to the wall time."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.selfplay import BREAKDOWN, breakdown
+    from configs import load_config
+    from training.learn.net import make_evaluator, net_from_config
+
+    cfg = load_config(REPO / "configs" / "tiny.yaml")
+    net = net_from_config(cfg.net, cfg.go.board_size).eval()
+    timings: dict = {}
+    planes = np.random.default_rng(0).random((5, net.in_planes, 5, 5)).astype(np.float32)
+    legal = np.ones((5, 26), bool)
+    legal[:, 3] = False
+    p0, v0 = make_evaluator(net, jit="trace")(planes, legal)
+    p1, v1 = make_evaluator(net, jit="trace", timings=timings, max_batch=2)(planes, legal)
+    np.testing.assert_allclose(p1, p0, atol=1e-6)
+    np.testing.assert_allclose(v1, v0, atol=1e-6)
+    assert set(timings) == {"copy_in", "net", "copy_out"} and timings["net"] > 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        b = breakdown(str(REPO / "configs" / "tiny.yaml"), 1.0, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(threads)
+    assert set(b["shares"]) == set(BREAKDOWN)
+    assert sum(b["shares"].values()) == pytest.approx(1.0)
+    assert b["shares"]["net"] > 0.01 and b["shares"]["search"] > 0.01
+    assert b["shares"]["features"] > 0 and b["positions_per_s"] > 0
 
 
 def test_the_benchmark_measures_a_tiny_setting():

@@ -666,6 +666,7 @@ def make_evaluator(
     autocast_dtype: Any = None,
     max_batch: int | None = None,
     dtype: Any = None,
+    timings: dict[str, float] | None = None,
 ) -> Evaluator:
     """A batched evaluator over a private eval-mode copy of `net` on `device`.
 
@@ -688,6 +689,9 @@ def make_evaluator(
     self-play); priors and values come back float32, the softmax in float32. ONNX Runtime and
     OpenVINO run float32 only: another dtype on a CPU uses the trace. `evaluate.dtype` tells
     which dtype is in use.
+    `timings` (a dict): each call adds its seconds to "copy_in" (numpy to a tensor on the
+    device), "net" (the form's forward) and "copy_out" (mask, softmax, back to numpy), the
+    device synchronised between them (`benchmarks/selfplay.py --breakdown`); None: no timing.
     """
     dev = resolve_device(device)
     model = copy.deepcopy(unwrap(net)).to(dev).eval()
@@ -748,6 +752,8 @@ def make_evaluator(
             raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
         priors = np.empty((batch, moves), dtype=np.float32)
         values = np.empty(batch, dtype=np.float32)
+        if timings is not None:
+            return _timed_evaluate(planes, legal, priors, values)
         with torch.inference_mode():
             for lo in range(0, batch, limit):
                 hi = min(batch, lo + limit)
@@ -759,6 +765,36 @@ def make_evaluator(
                 p = torch.softmax(logits, dim=1)
                 priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
                 values[lo:hi] = v.cpu().numpy()
+        return priors, values
+
+    def _timed_evaluate(planes, legal, priors, values):
+        """`evaluate` with its phases timed into `timings`."""
+        import time
+
+        def sync() -> float:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            return time.perf_counter()
+
+        with torch.inference_mode():
+            for lo in range(0, planes.shape[0], limit):
+                hi = min(planes.shape[0], lo + limit)
+                t0 = sync()
+                x = torch.from_numpy(np.ascontiguousarray(planes[lo:hi], dtype=np.float32))
+                x = x.to(dev, non_blocking=True)
+                mask = None if legal is None else torch.from_numpy(
+                    np.ascontiguousarray(legal[lo:hi], dtype=bool)).to(dev)
+                t1 = sync()
+                logits, v = _forward(x)
+                t2 = sync()
+                if mask is not None:
+                    logits = logits.masked_fill(~mask, float("-inf"))
+                p = torch.softmax(logits, dim=1)
+                priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
+                values[lo:hi] = v.cpu().numpy()
+                t3 = time.perf_counter()
+                for key, dt in (("copy_in", t1 - t0), ("net", t2 - t1), ("copy_out", t3 - t2)):
+                    timings[key] = timings.get(key, 0.0) + dt
         return priors, values
 
     def load_weights(new_net: nn.Module) -> None:
