@@ -6,8 +6,11 @@
 On the GPU machine it
 1. installs the dependencies the machine lacks (paramiko, zstandard, watchdog, ruamel.yaml)
    from a wheels folder shipped beside the code, with no network: `pip install --no-index
-   --find-links WHEELS`. Fill that folder on a machine with network first:
+   --find-links WHEELS`. Fill that folder on a machine with network first, for this Python
+   and for the GPU machine's (3.12 on the boxes measured so far; 25 MB for both):
        pip download paramiko zstandard watchdog ruamel.yaml -d .whl
+       pip download paramiko zstandard watchdog ruamel.yaml -d .whl --only-binary=:all: \
+           --python-version 3.12 --platform manylinux2014_x86_64 --platform manylinux_2_34_x86_64
    (`.whl/` is git-ignored; send it along, e.g. as a carried path);
 2. runs `python3 start_main.py --config CONFIG --hours HOURS --run-dir RUN` in a fresh run
    folder (RUN = OUT/scratch/run, deleted at the end unless `--keep-run`), its output in

@@ -322,10 +322,11 @@ def _features_only(boards, games, history, out):
 BREAKDOWN = ("net", "copies", "batching", "search", "features", "moves and games", "other")
 
 
-def breakdown(path: str, seconds: float, device: torch.device) -> dict:
+def breakdown(path: str, seconds: float, device: torch.device, dtype: str | None = None
+              ) -> dict:
     """Where one worker's self-play time goes, on a config's own self-play (its board, net,
-    history, search, games in flight, `net.inference` form and `net.inference_dtype`, the
-    evaluator a worker builds), timed for `seconds` after a warm-up. Shares of the wall time:
+    history, search, games in flight, `net.inference` form and `net.inference_dtype` (or
+    `dtype`), the evaluator a worker builds), timed for `seconds` after a warm-up. Shares of the wall time:
 
     - net: the inference form's forward (the device synchronised around it);
     - copies: planes and legal masks to the device, the mask, softmax and priors back;
@@ -352,7 +353,7 @@ def breakdown(path: str, seconds: float, device: torch.device) -> dict:
     timings: dict[str, float] = {}
     evaluate = make_evaluator(net, device, jit=cfg.net.inference,
                               max_batch=cfg.self_play.batch_size,
-                              dtype=cfg.net.inference_dtype, timings=timings)
+                              dtype=dtype or cfg.net.inference_dtype, timings=timings)
     sums = dict.fromkeys(("select", "backup", "mcts_evaluate", "features", "moves"), 0.0)
     probe = {"out": None}
 
@@ -454,6 +455,8 @@ def main() -> None:
     p.add_argument("--breakdown", default=None, metavar="CONFIG",
                    help="only print where a worker's self-play time goes for this config "
                    "(net, copies, batching, search, features, moves and games, other)")
+    p.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                   help="with --breakdown: the net's dtype instead of net.inference_dtype")
     p.add_argument("--parallel", type=int, default=128, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child-seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -466,7 +469,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if args.breakdown:
-        print_breakdown(breakdown(args.breakdown, seconds, device))
+        print_breakdown(breakdown(args.breakdown, seconds, device, args.dtype))
         return
     print(f"device={device} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()} "
           f"form={args.form} liberties={args.liberties}")
