@@ -380,12 +380,19 @@ class Worker:
                 self._models_changed.wait(timeout=_POLL_MODELS_S)
                 if self._stop.is_set():
                     return
-                manifest = self._newer_manifest()
-                if manifest is None or manifest.generation in self._offered_at:
-                    continue
-                loaded = self._load_timed(manifest)
-                if loaded is None or self._stop.is_set():
-                    continue
+                try:
+                    load_newer()
+                except Exception as e:  # noqa: BLE001 - the loader must outlive any one model
+                    log.exception("model loader")
+                    self._report_error(f"model loader: {type(e).__name__}: {e}")
+                    self._stop.wait(1.0)
+
+        def load_newer() -> None:
+            manifest = self._newer_manifest()
+            if manifest is None or manifest.generation in self._offered_at:
+                return
+            loaded = self._load_timed(manifest)
+            if loaded is not None and not self._stop.is_set():
                 evaluate, generation, phases = loaded
                 with self._lock:
                     self._offered_at[generation] = time.monotonic()
