@@ -326,7 +326,8 @@ def breakdown(path: str, seconds: float, device: torch.device, dtype: str | None
               ) -> dict:
     """Where one worker's self-play time goes, on a config's own self-play (its board, net,
     history, search, games in flight, `net.inference` form and `net.inference_dtype` (or
-    `dtype`), the evaluator a worker builds), timed for `seconds` after a warm-up. Shares of the wall time:
+    `dtype`), the evaluator a worker builds), timed for `seconds` after a warm-up. Shares of
+    the wall time:
 
     - net: the inference form's forward (the device synchronised around it);
     - copies: planes and legal masks to the device, the mask, softmax and priors back;

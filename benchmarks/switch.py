@@ -6,13 +6,13 @@
 A real `training.worker.Worker` runs in this process (its own thread, one torch thread) on a
 temporary folder, with random nets of the config's size published as the coach publishes
 them (`model_store.publish_model`, `copy_published`: the model first, the manifest last).
-After generation 0 has played a move, generations 1..--models arrive --interval seconds apart; for each
-the switch time is from its manifest being written until the worker's games use it (their
-`SelfPlay.generation`, polled every 5 ms). It prints one row per switch, with the worker's own phases when it
-reports them (`Worker.switch_phases`: unpack = verify + decompress, build = read + net +
-inference form + warm-up, waited = from ready until the step that took it in ended), then
-the median and one JSON line. Games/s over the whole window are printed too: a switch that
-stops self-play costs games.
+After generation 0 has played a move, generations 1..--models arrive --interval seconds
+apart; for each the switch time is from its manifest being written until the worker's games
+use it (their `SelfPlay.generation`, polled every 5 ms). It prints one row per switch, with
+the worker's own phases when it reports them (`Worker.switch_phases`: unpack = verify +
+decompress, build = read + net + inference form + warm-up), then the median and one JSON
+line. Games/s over the whole window are printed too: a switch that stops self-play costs
+games.
 
 Timings are only meaningful on a quiet machine.
 """
