@@ -158,6 +158,10 @@ def test_full_outbox_pauses_selfplay_and_says_so(cfg, run_dir):
         for n in outbox_batches(folder / "outbox"):  # the coach collects
             (folder / "outbox" / n).unlink()
         wait_until(lambda: worker.games_done > games, 60, "self-play to resume")
+        wait_until(lambda: _heartbeat(folder).get("paused"), 120, "paused again")
+        _publish(cfg, folder, 1, seed=1)  # a worker waiting for the coach still switches
+        wait_until(lambda: _heartbeat(folder).get("generation") == 1, 30, "generation 1")
+        assert _heartbeat(folder)["paused"]
     finally:
         worker.stop()
         t.join(timeout=60)
