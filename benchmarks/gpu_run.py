@@ -23,6 +23,11 @@ On the GPU machine it
        python3 -m training.strength --run-dir OUT/run --generations G --seconds-per-move 1
            --gnugo 1,10 --gnugo-games 100 --games 2 --jobs 2
 
+While it runs, the newest models are copied to OUT/run every 20 s, so a run stopped from
+outside still leaves them; `--deadline S` stops start_main (SIGTERM, the coach's clean stop)
+in time for the whole command to end within S seconds (a machine that ends commands after
+600 s: `--deadline 590`; `--hours 0.15` is 540 s of it, start-up included).
+
 OUT is `--out`, else $OUT when set, else benchmarks/out/gpu_run_<time>. `--cpu-only` passes
 `--cpu-only` to start_main (self-play on the CPU): the rehearsal on a box without a GPU, e.g.
 `python3 benchmarks/gpu_run.py --cpu-only --hours 0.02 --config configs/tiny.yaml`.
@@ -51,6 +56,9 @@ RUN_FILES = ("config.yaml", "metrics.json", "metrics.csv", "progress.png")
 MODEL_RE = re.compile(r"^model_(\d+)\.pt$")
 MARGIN_S = 600.0
 """start_main's wall time beyond --hours before it is stopped (start-up, last round)."""
+COPY_EVERY_S = 20.0
+"""How often the newest models are copied to OUT while the run goes on (a run cut short by
+the machine's own limit still leaves them)."""
 
 
 def missing_packages() -> list[str]:
@@ -83,14 +91,17 @@ def generations(models: Path) -> list[int]:
 
 
 def keep_run(run: Path, dest: Path, keep: int) -> list[int]:
-    """Copy generation 0, the newest `keep` models and the run's config, metrics and plot
-    into the run folder `dest`; returns the generations copied."""
+    """Make the run folder `dest` hold generation 0 and the newest `keep` models of `run`,
+    and its config, metrics and plot; returns the generations it holds."""
     gens = generations(run / "models")
     chosen = sorted(set(gens[-keep:]) | ({0} & set(gens)))
     (dest / "models").mkdir(parents=True, exist_ok=True)
     for g in chosen:
         name = f"model_{g:06d}.pt"
-        shutil.copy2(run / "models" / name, dest / "models" / name)
+        if not (dest / "models" / name).exists():  # models are written once, atomically
+            shutil.copy2(run / "models" / name, dest / "models" / name)
+    for g in set(generations(dest / "models")) - set(chosen):  # kept earlier, now older
+        (dest / "models" / f"model_{g:06d}.pt").unlink()
     for name in RUN_FILES:
         if (run / name).is_file():
             shutil.copy2(run / name, dest / name)
@@ -131,10 +142,16 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--keep", type=int, default=4, help="newest models kept (default 4)")
     p.add_argument("--cpu-only", action="store_true", help="self-play on the CPU (rehearsal)")
     p.add_argument("--keep-run", action="store_true", help="keep the whole run folder")
+    p.add_argument("--deadline", type=float, default=None, metavar="S",
+                   help="finish within S seconds of starting, whatever --hours says (a "
+                   "machine that stops commands after 600 s: --deadline 590)")
     args = p.parse_args(argv)
     if args.hours <= 0 or args.keep < 1:
         p.error("--hours must be > 0 and --keep >= 1")
     return args, extra
+
+
+STARTED = time.monotonic()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,17 +174,27 @@ def main(argv: list[str] | None = None) -> int:
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     print("+", " ".join(cmd), f"  (output in {out / 'start_main.log'})", flush=True)
     t0 = time.monotonic()
+    limit = args.hours * 3600 + MARGIN_S
+    if args.deadline:  # the whole script's: leave time to stop the coach and copy
+        limit = min(limit, args.deadline - (time.monotonic() - STARTED) - 45.0)
     with open(out / "start_main.log", "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            rc = proc.wait(timeout=args.hours * 3600 + MARGIN_S)
-        except subprocess.TimeoutExpired:
-            proc.terminate()  # the coach stops its workers and trainer on SIGTERM
+        rc = None
+        while rc is None:
+            left = limit - (time.monotonic() - t0)
             try:
-                rc = proc.wait(timeout=60)
+                rc = proc.wait(timeout=max(1.0, min(COPY_EVERY_S, left)))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = proc.wait()
+                keep_run(run, out / "run", args.keep)
+                if time.monotonic() - t0 < limit:
+                    continue
+                print(f"stopping start_main after {limit:.0f} s (SIGTERM)", flush=True)
+                proc.terminate()  # the coach stops its workers and trainer on SIGTERM
+                try:
+                    rc = proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    rc = proc.wait()
     wall = time.monotonic() - t0
     kept = keep_run(run, out / "run", args.keep)
     summary = {"command": cmd, "exit_code": rc, "wall_s": round(wall, 1),

@@ -26,6 +26,9 @@ def test_it_keeps_generation_0_the_newest_models_and_the_plots_as_a_run_folder(t
     assert (dest / "models" / "model_000005.pt").read_bytes() == b"m5"
     assert sorted(p.name for p in dest.iterdir()) == [
         "config.yaml", "metrics.json", "models", "progress.png", "status.txt"]
+    (run / "models" / "model_000007.pt").write_bytes(b"m7")  # the run goes on
+    assert keep_run(run, dest, keep=3) == [0, 5, 6, 7]
+    assert list_models(dest / "models") == [0, 5, 6, 7]
 
 
 def test_missing_packages_without_wheels_say_how_to_get_them(tmp_path):
