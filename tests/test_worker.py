@@ -352,3 +352,42 @@ def test_a_new_model_loads_while_the_games_go_on_then_goes_in(cfg, run_dir):
         t.join(timeout=60)
     assert not t.is_alive()
     assert [p.name for p in (folder / "cache").glob("model_*.pt")] == ["model_000001.pt"]
+
+
+class _PlainEngine:
+    """A custom self-play engine with only the documented methods (no offer_evaluator)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def step(self):
+        return self.inner.step()
+
+    def set_evaluator(self, evaluate, generation):
+        self.inner.set_evaluator(evaluate, generation)
+
+    def discard_unfinished(self):
+        return self.inner.discard_unfinished()
+
+
+class _PlainEngineWorker(Worker):
+    def make_selfplay(self, evaluate, generation):
+        return _PlainEngine(super().make_selfplay(evaluate, generation))
+
+
+def test_a_custom_engine_without_offer_gets_the_new_model_between_steps(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    cfg = override(cfg, {"distributed.max_outbox_batches": 10_000})
+    worker = _PlainEngineWorker(cfg, "w1", folder)
+    t = threading.Thread(target=worker.run, kwargs={"max_games": 100_000})
+    t.start()
+    try:
+        wait_until(lambda: worker.games_done > 0, 60, "generation 0 plays")
+        _publish(cfg, folder, 1, seed=1)
+        wait_until(lambda: worker.generation == 1, 30, "generation 1 in use")
+        assert worker._selfplay.inner.generation == 1
+    finally:
+        worker.stop()
+        t.join(timeout=60)
+    assert not t.is_alive()

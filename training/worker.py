@@ -411,12 +411,14 @@ class Worker:
         a model that is ready goes in now (also for an engine without `offer_evaluator`)."""
         with self._lock:
             ready, self._ready = self._ready, None
+        take = getattr(self._selfplay, "take_offered", None)
         if ready is not None:
             self._selfplay.set_evaluator(*ready)
-        take = getattr(self._selfplay, "take_offered", None)
-        if take is not None:
-            take()
-        generation = int(getattr(self._selfplay, "generation", self.generation))
+            generation = ready[1]
+        else:
+            if take is not None:
+                take()
+            generation = int(getattr(self._selfplay, "generation", self.generation))
         if generation > self.generation:
             with self._lock:
                 ready_at = self._offered_at.get(generation)
