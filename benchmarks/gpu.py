@@ -25,7 +25,10 @@ per check (ok / FAILED, the figure, the command), then one JSON line:
   heartbeat's device is the placement's, and its batches are in its outbox;
 - self-play: `benchmarks/selfplay.py --device cuda --config configs/gpu.yaml` (that config's
   board, net with its liberty planes, search and games in flight: moves/s and the ratio to
-  the network-only limit).
+  the network-only limit), and `--breakdown configs/gpu.yaml` in float32 and in bfloat16
+  (`net.inference_dtype`): net evaluations/s and where the time goes;
+- model switch: `benchmarks/switch.py --device cuda --config configs/gpu.yaml`, a worker's
+  median switch time within 2 s.
 
 Every check is bounded (`--timeout` seconds each); the whole check is sized to run in under
 10 minutes on one GPU. Record its table in docs/PERFORMANCE.md.
@@ -246,6 +249,23 @@ def main() -> int:
               f"{sp['moves_per_s']:.0f} moves/s, {sp['ratio']:.2f} of the net-only limit"
               if sp else err.strip()[-200:])
     figures["selfplay"] = sp
+    for dtype in ("float32", "bfloat16"):  # net.inference_dtype: auto is bf16 on CUDA
+        code, out, err, _ = _run([sys.executable, "benchmarks/selfplay.py", "--device", "cuda",
+                                  "--breakdown", str(GPU_CONFIG), "--dtype", dtype,
+                                  "--seconds", str(args.seconds)], args.timeout)
+        b = _summary(out) if code == 0 else None
+        table.add(f"self-play breakdown {dtype}", b is not None,
+                  f"{b['positions_per_s']:.0f} evals/s, net {b['shares']['net']:.0%}, search "
+                  f"{b['shares']['search']:.0%}, moves {b['shares']['moves and games']:.0%}"
+                  if b else err.strip()[-200:])
+        figures[f"breakdown_{dtype}"] = b
+    code, out, err, _ = _run([sys.executable, "benchmarks/switch.py", "--device", "cuda",
+                              "--config", str(GPU_CONFIG), "--models", "3", "--interval", "3"],
+                             args.timeout)
+    sw = _summary(out) if code == 0 else None
+    table.add("model switch within 2 s", bool(sw) and sw["median_switch_s"] <= 2.0,
+              f"median {sw['median_switch_s']:.2f} s" if sw else err.strip()[-200:])
+    figures["switch"] = sw
     print(json.dumps({"ok": all(r["ok"] for r in table.rows), "rows": table.rows,
                       "figures": figures}))
     return 0 if all(r["ok"] for r in table.rows) else 1

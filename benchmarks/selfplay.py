@@ -32,6 +32,10 @@ and `games_per_hour_per_core`.
 `--config configs/config.yaml` times one setting instead: that config's board, net (pooling,
 liberties), search (PUCT or Gumbel, playout caps, fast simulations) and games in flight.
 
+`--breakdown CONFIG` prints instead where a worker's self-play time goes (net, copies,
+batching, search, features, moves and games, other) on that config's own self-play and
+evaluator (`breakdown`), e.g. `--breakdown configs/gpu.yaml --device cuda` on a GPU.
+
 Usage: python benchmarks/selfplay.py [--quick] [--seconds 15] [--sizes 9 7 19]
        [--searches puct gumbel gumbel-pcr] [--device cpu] [--no-processes] [--cache-stats]
        [--liberties] [--form trace] [--config configs/config.yaml]
@@ -51,7 +55,9 @@ import numpy as np
 import torch
 
 from configs import GoConfig, MctsConfig, SelfPlayConfig
-from training.go.features import num_planes
+from numba import njit
+
+from training.go.features import num_planes, write_planes
 from training.learn.net import (
     INFERENCE_FORMS, PolicyValueNet, compile_for_inference, make_evaluator, resolve_device,
 )
@@ -306,6 +312,124 @@ def cache_stats(evaluate, seconds: float) -> dict:
     return out
 
 
+@njit(cache=False)
+def _features_only(boards, games, history, out):
+    """The input planes of `games` (root boards): what a leaf's features cost, alone."""
+    for i in range(games.shape[0]):
+        write_planes(boards, games[i], history, out[i % out.shape[0]])
+
+
+BREAKDOWN = ("net", "copies", "batching", "search", "features", "moves and games", "other")
+
+
+def breakdown(path: str, seconds: float, device: torch.device, dtype: str | None = None
+              ) -> dict:
+    """Where one worker's self-play time goes, on a config's own self-play (its board, net,
+    history, search, games in flight, `net.inference` form and `net.inference_dtype` (or
+    `dtype`), the evaluator a worker builds), timed for `seconds` after a warm-up. Shares of
+    the wall time:
+
+    - net: the inference form's forward (the device synchronised around it);
+    - copies: planes and legal masks to the device, the mask, softmax and priors back;
+    - batching: gathering the leaves of a search step into network calls (`Mcts._evaluate`
+      less the evaluator);
+    - search: the numba select (descent, leaf position) and backup kernels, the leaf
+      features taken out;
+    - features: the leaf input planes, timed apart on as many positions (they are written
+      inside the select kernel);
+    - moves and games: `SelfPlay` playing the searched moves, resignations, finished games'
+      records, new games and their searches' start;
+    - other: the rest (Python of the step loop, timers).
+    Waiting has no row: one process waits for nothing but its net; a worker's pauses (a full
+    outbox) and model loads (`benchmarks/switch.py`) are the daemon's, and on a shared GPU
+    the wait for the chip is inside `net`.
+    """
+    from configs import load_config
+    from training.learn.net import net_from_config
+    from training.search import mcts as mcts_module
+
+    cfg = load_config(path)
+    torch.manual_seed(0)
+    net = net_from_config(cfg.net, cfg.go.board_size).eval()
+    timings: dict[str, float] = {}
+    evaluate = make_evaluator(net, device, jit=cfg.net.inference,
+                              max_batch=cfg.self_play.batch_size,
+                              dtype=dtype or cfg.net.inference_dtype, timings=timings)
+    sums = dict.fromkeys(("select", "backup", "mcts_evaluate", "features", "moves"), 0.0)
+    probe = {"out": None}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                sums[name] += time.perf_counter() - t0
+        return wrapper
+
+    def play(cfg_sp):
+        return SelfPlay(evaluate, cfg.go, cfg.mcts, cfg_sp, history=cfg.net.history,
+                        liberties=cfg.net.liberties, seed=3)
+
+    # warm-up: numba caches, the form's first calls at this batch size
+    play(replace(cfg.self_play, parallel_games=2, batch_size=2)).step()
+    sp = play(cfg.self_play)
+    sp.step()
+    timings.clear()
+    originals = (mcts_module._select, mcts_module._expand_backup, mcts_module.Mcts._evaluate,
+                 SelfPlay._start_searches, SelfPlay._play_searched)
+    mcts_module._select = timed("select", originals[0])
+    mcts_module._expand_backup = timed("backup", originals[1])
+    mcts_module.Mcts._evaluate = timed("mcts_evaluate", originals[2])
+    SelfPlay._start_searches = timed("moves", originals[3])
+    SelfPlay._play_searched = timed("moves", originals[4])
+    m = sp.mcts
+    out = np.zeros((64, *m._planes.shape[1:]), np.float32)
+    _features_only(m.boards, np.zeros(1, np.int64), cfg.net.history, out)  # compiles it
+    leaves, calls0, moves0 = 0, m.net_calls, sp.moves_played
+    try:
+        start, apart = time.perf_counter(), 0.0
+        while time.perf_counter() - start - apart < seconds:
+            before = m.evaluations
+            sp.step()
+            n = m.evaluations - before
+            leaves += n
+            t0 = time.perf_counter()  # the features of as many positions, timed apart
+            _features_only(m.boards, np.arange(n, dtype=np.int64) % m.n_games,
+                           cfg.net.history, out)
+            dt = time.perf_counter() - t0
+            sums["features"] += dt
+            apart += dt
+        wall = time.perf_counter() - start - apart
+    finally:
+        (mcts_module._select, mcts_module._expand_backup, mcts_module.Mcts._evaluate,
+         SelfPlay._start_searches, SelfPlay._play_searched) = originals
+    in_evaluator = sum(timings.values())
+    shares = {
+        "net": timings.get("net", 0.0),
+        "copies": timings.get("copy_in", 0.0) + timings.get("copy_out", 0.0),
+        "batching": sums["mcts_evaluate"] - in_evaluator,
+        "search": sums["select"] + sums["backup"] - sums["features"],
+        "features": sums["features"],
+        "moves and games": sums["moves"],
+    }
+    shares["other"] = wall - sum(shares.values())
+    return {"config": path, "device": str(device), "form": evaluate.mode,
+            "dtype": str(evaluate.dtype).removeprefix("torch."), "seconds": wall,
+            "positions_per_s": leaves / wall, "moves_per_s": (sp.moves_played - moves0) / wall,
+            "mean_batch": leaves / max(m.net_calls - calls0, 1),
+            "shares": {k: v / wall for k, v in shares.items()}}
+
+
+def print_breakdown(b: dict) -> None:
+    print(f"{b['config']} on {b['device']} ({b['form']}, {b['dtype']}): "
+          f"{b['positions_per_s']:.0f} net evaluations/s, {b['moves_per_s']:.1f} moves/s, "
+          f"mean batch {b['mean_batch']:.0f}, {b['seconds']:.1f} s timed")
+    print("| " + " | ".join(BREAKDOWN) + " |\n|" + "---|" * len(BREAKDOWN))
+    print("| " + " | ".join(f"{b['shares'][k]:.1%}" for k in BREAKDOWN) + " |")
+    print(json.dumps({**b, "shares": {k: round(v, 4) for k, v in b["shares"].items()}}))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="short timings (about a minute)")
@@ -329,6 +453,11 @@ def main() -> None:
     p.add_argument("--form", default="trace", choices=list(INFERENCE_FORMS),
                    help="the network's inference form, in self-play and for the limit "
                    "(default trace: frozen TorchScript)")
+    p.add_argument("--breakdown", default=None, metavar="CONFIG",
+                   help="only print where a worker's self-play time goes for this config "
+                   "(net, copies, batching, search, features, moves and games, other)")
+    p.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                   help="with --breakdown: the net's dtype instead of net.inference_dtype")
     p.add_argument("--parallel", type=int, default=128, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child-seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -340,6 +469,9 @@ def main() -> None:
     seconds = min(args.seconds, 8.0) if args.quick else args.seconds
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.breakdown:
+        print_breakdown(breakdown(args.breakdown, seconds, device, args.dtype))
+        return
     print(f"device={device} torch_threads={torch.get_num_threads()} cpus={os.cpu_count()} "
           f"form={args.form} liberties={args.liberties}")
 

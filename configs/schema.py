@@ -121,9 +121,15 @@ class NetConfig:
     """How searches run the net (self-play, arena, GTP, analysis): auto (on a CPU ONNX Runtime
     when installed, else a TorchScript trace; on a GPU the trace), onnx, openvino, trace,
     compile or eager. Not part of the model: any value plays the same model."""
+    inference_dtype: str = "auto"
+    """The dtype self-play workers run the net in: auto (bfloat16 on a CUDA GPU that has it,
+    float16 on an older one, float32 on a CPU), float32, bfloat16 or float16. The weights and
+    inputs are cast; priors and values agree with float32 within the tolerances
+    tests/test_net.py states. Not part of the model: any value plays the same model."""
 
     def __post_init__(self) -> None:
         _choice(self, "inference", ("auto", "onnx", "openvino", "trace", "compile", "eager"))
+        _choice(self, "inference_dtype", ("auto", "float32", "bfloat16", "float16"))
         _range(self, "blocks", 1, 80)
         _range(self, "filters", 8, 1024)
         _range(self, "history", 1, 16)
@@ -498,8 +504,9 @@ class DistributedConfig:
     """A worker also sends a smaller batch once its oldest finished game has waited this long
     (fresh data for the trainer); 0 = only full batches."""
     sync_interval: int = 1
-    """Games between a worker's checks for a newer model (a new one is also used by the games
-    in flight)."""
+    """Games between a worker's rescans of its model folder besides its watcher's events (a
+    newer model loads in a background thread and goes in at the games' next network call,
+    the games in flight included)."""
     load_balancing: bool = True
     """Share each generation's games by worker_weights, or by measured speed when none given."""
     worker_weights: dict[str, float] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from training.search.selfplay import (
     play_match,
 )
 from tests.test_mcts import black_to_move, hashed, uniform, winning_point
+from tests.conftest import REPO
 
 
 def white_wins(planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,6 +159,32 @@ def test_new_model_applies_to_games_started_after_it(tiny_cfg):
     assert {r.generation for r in records if r.seed not in started_before} == {5}
 
 
+def test_an_offered_model_goes_in_at_the_next_network_call_within_a_step(tiny_cfg):
+    """A model offered (from another thread, here from inside a network call) is used by
+    the very next call, before the step that was under way ends."""
+    calls: list[str] = []
+    sp = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2)
+
+    def old(planes, legal):
+        calls.append("old")
+        if len(calls) == 2:
+            sp.offer_evaluator(new, 7)
+        return uniform(planes, legal)
+
+    def new(planes, legal):
+        calls.append("new")
+        return uniform(planes, legal)
+
+    sp.set_evaluator(old, 0)
+    sp.step()  # one move of every game: several network calls (tiny_cfg searches 8 times)
+    assert calls[:3] == ["old", "old", "new"] and set(calls[3:]) == {"new"}
+    assert sp.generation == 7 and sp.evaluate is new
+    started = sp.games_started
+    sp.play(max_games=tiny_cfg.self_play.parallel_games + 4)
+    newer = sp.play(max_games=4)
+    assert sp.games_started > started and all(r.generation == 7 for r in newer)
+
+
 def test_discard_unfinished_counts_games_in_progress(tiny_cfg):
     sp = SelfPlay(uniform, tiny_cfg.go, tiny_cfg.mcts, tiny_cfg.self_play, history=2)
     sp.step()
@@ -213,6 +240,37 @@ def test_self_play_with_a_real_network(tiny_cfg):
             check_record(r, tiny_cfg)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_breakdown_accounts_for_the_wall_time_on_the_tiny_config():
+    """benchmarks/selfplay.py --breakdown: the worker's own evaluator, its phases timed (the
+    timed evaluator gives the same priors), shares that add up to the wall time."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.selfplay import BREAKDOWN, breakdown
+    from configs import load_config
+    from training.learn.net import make_evaluator, net_from_config
+
+    cfg = load_config(REPO / "configs" / "tiny.yaml")
+    net = net_from_config(cfg.net, cfg.go.board_size).eval()
+    timings: dict = {}
+    planes = np.random.default_rng(0).random((5, net.in_planes, 5, 5)).astype(np.float32)
+    legal = np.ones((5, 26), bool)
+    legal[:, 3] = False
+    p0, v0 = make_evaluator(net, jit="trace")(planes, legal)
+    p1, v1 = make_evaluator(net, jit="trace", timings=timings, max_batch=2)(planes, legal)
+    np.testing.assert_allclose(p1, p0, atol=1e-6)
+    np.testing.assert_allclose(v1, v0, atol=1e-6)
+    assert set(timings) == {"copy_in", "net", "copy_out"} and timings["net"] > 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        b = breakdown(str(REPO / "configs" / "tiny.yaml"), 1.0, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(threads)
+    assert set(b["shares"]) == set(BREAKDOWN)
+    assert sum(b["shares"].values()) == pytest.approx(1.0)
+    assert b["shares"]["net"] > 0.01 and b["shares"]["search"] > 0.01
+    assert b["shares"]["features"] > 0 and b["positions_per_s"] > 0
 
 
 def test_the_benchmark_measures_a_tiny_setting():

@@ -158,6 +158,10 @@ def test_full_outbox_pauses_selfplay_and_says_so(cfg, run_dir):
         for n in outbox_batches(folder / "outbox"):  # the coach collects
             (folder / "outbox" / n).unlink()
         wait_until(lambda: worker.games_done > games, 60, "self-play to resume")
+        wait_until(lambda: _heartbeat(folder).get("paused"), 120, "paused again")
+        _publish(cfg, folder, 1, seed=1)  # a worker waiting for the coach still switches
+        wait_until(lambda: _heartbeat(folder).get("generation") == 1, 30, "generation 1")
+        assert _heartbeat(folder)["paused"]
     finally:
         worker.stop()
         t.join(timeout=60)
@@ -309,3 +313,81 @@ def test_the_one_folder_watcher_sees_writes_and_moves_of_matching_files_only(tmp
     finally:
         observer.stop()
         observer.join(timeout=5)
+
+
+class _SlowToBuild(Worker):
+    """Building generation 1's evaluator takes 3 s (a big net's export and warm-up)."""
+
+    def load_evaluator(self, model_path):
+        evaluate, generation = super().load_evaluator(model_path)
+        if generation >= 1:
+            self.build_started = time.monotonic()
+            time.sleep(3.0)
+        return evaluate, generation
+
+
+def test_a_new_model_loads_while_the_games_go_on_then_goes_in(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    cfg = override(cfg, {"distributed.max_outbox_batches": 10_000})  # never paused here
+    worker = _SlowToBuild(cfg, "w1", folder)
+    t = threading.Thread(target=worker.run, kwargs={"max_games": 100_000})
+    t.start()
+    try:
+        wait_until(lambda: worker.generation == 0 and worker.games_done > 0, 60, "gen 0 plays")
+        _publish(cfg, folder, 1, seed=1)
+        wait_until(lambda: hasattr(worker, "build_started"), 30, "the build of generation 1")
+        before = worker.games_done
+        time.sleep(2.0)  # inside the 3 s build
+        assert worker.generation == 0
+        assert worker.games_done > before, "self-play stopped while the model was built"
+        wait_until(lambda: worker.generation == 1, 30, "generation 1 in use")
+        phases = worker.switch_phases()
+        assert phases["generation"] == 1 and phases["build_s"] >= 3.0
+        assert "waited_s" in phases and phases["unpack_s"] < 5.0
+        wait_until(lambda: _heartbeat(folder).get("generation") == 1, 10, "the heartbeat")
+        assert _heartbeat(folder)["switch"]["generation"] == 1
+    finally:
+        worker.stop()
+        t.join(timeout=60)
+    assert not t.is_alive()
+    assert [p.name for p in (folder / "cache").glob("model_*.pt")] == ["model_000001.pt"]
+
+
+class _PlainEngine:
+    """A custom self-play engine with only the documented methods (no offer_evaluator)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def step(self):
+        return self.inner.step()
+
+    def set_evaluator(self, evaluate, generation):
+        self.inner.set_evaluator(evaluate, generation)
+
+    def discard_unfinished(self):
+        return self.inner.discard_unfinished()
+
+
+class _PlainEngineWorker(Worker):
+    def make_selfplay(self, evaluate, generation):
+        return _PlainEngine(super().make_selfplay(evaluate, generation))
+
+
+def test_a_custom_engine_without_offer_gets_the_new_model_between_steps(cfg, run_dir):
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    cfg = override(cfg, {"distributed.max_outbox_batches": 10_000})
+    worker = _PlainEngineWorker(cfg, "w1", folder)
+    t = threading.Thread(target=worker.run, kwargs={"max_games": 100_000})
+    t.start()
+    try:
+        wait_until(lambda: worker.games_done > 0, 60, "generation 0 plays")
+        _publish(cfg, folder, 1, seed=1)
+        wait_until(lambda: worker.generation == 1, 30, "generation 1 in use")
+        assert worker._selfplay.inner.generation == 1
+    finally:
+        worker.stop()
+        t.join(timeout=60)
+    assert not t.is_alive()

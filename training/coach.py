@@ -42,7 +42,7 @@ the last training round started.
 Resume: everything the loop needs is on disk (published models, checkpoints, the ledger), so
 a coach started again on the same run folder (`--resume`, the default when it exists) picks up
 where the last one stopped; batches are counted exactly once (see `training.fleet.collector`).
-A run keeps the board and net (`go.*`, `net.*` but net.inference) it was started with: a
+A run keeps the board and net (`go.*`, `net.*` but net.inference[_dtype]) it was started with: a
 resumed run whose config says otherwise, or a config edit while it runs, changes its other
 keys only, and the log names what was kept.
 
@@ -739,20 +739,21 @@ def _git_commit() -> str:
 
 
 def _with_fixed_keys(cfg: Config, run: Config) -> Config:
-    """`cfg` with the board and net of `run` (net.inference stays `cfg`'s)."""
-    return dataclasses.replace(cfg, go=run.go,
-                               net=dataclasses.replace(run.net, inference=cfg.net.inference))
+    """`cfg` with the board and net of `run` (net.inference and net.inference_dtype stay
+    `cfg`'s)."""
+    return dataclasses.replace(cfg, go=run.go, net=dataclasses.replace(
+        run.net, inference=cfg.net.inference, inference_dtype=cfg.net.inference_dtype))
 
 
 def _fixed_key_changes(old: Config, new: Config) -> list[tuple[str, Any, Any]]:
     """(key, old value, new value) of the go.* and net.* keys that differ: a running run keeps
-    them (every model, batch and window of the run depends on them). net.inference is not one:
-    it says how searches run the same model."""
+    them (every model, batch and window of the run depends on them). net.inference and
+    net.inference_dtype are not: they say how searches run the same model."""
     changed = []
     for section in ("go", "net"):
         a, b = getattr(old, section), getattr(new, section)
         for f in dataclasses.fields(a):
-            if (section, f.name) != ("net", "inference") and \
+            if (section, f.name) not in (("net", "inference"), ("net", "inference_dtype")) and \
                     getattr(a, f.name) != getattr(b, f.name):
                 changed.append((f"{section}.{f.name}", getattr(a, f.name), getattr(b, f.name)))
     return changed

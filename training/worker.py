@@ -18,12 +18,16 @@ and that message, before either could reserve a sequence number.
 
 Loop: wait for a model (state Syncing) -> play `self_play.parallel_games` games at once ->
 every `distributed.batch_size` finished games write one batch to outbox/ (or fewer, once the
-oldest of them has waited `distributed.batch_max_wait_s`) -> every
-`distributed.sync_interval` finished games, if the model folder changed (a watchdog observer
-sets a flag; a slow poll backs it up), load the newest model (Syncing while it loads). A model
-whose size or sha256 disagrees with its manifest, or that does not load, is refused: the worker
-keeps the model it has, reports Error with the reason in its heartbeat, and carries on. When
-`distributed.max_outbox_batches` batches wait uncollected it pauses (heartbeat `paused: true`).
+oldest of them has waited `distributed.batch_max_wait_s`). Newer models load in a thread
+while the games go on (the "model-loader": a watchdog observer of the model folder wakes it;
+every `distributed.sync_interval` finished games a slow rescan backs it up): it verifies,
+decompresses and builds the new evaluator (inference form and warm-up included), then offers
+it to the games, which take it in at their next network call (`SelfPlay.offer_evaluator`),
+in the middle of a move's search if need be; the heartbeat's `switch` says how long each
+phase of the last switch took. A model whose size or sha256 disagrees with its manifest, or
+that does not load, is refused: the worker keeps the model it has, reports Error with the
+reason in its heartbeat, and carries on. When `distributed.max_outbox_batches` batches wait
+uncollected it pauses (heartbeat `paused: true`).
 
 Stopping: SIGTERM/SIGINT (or `stop()`) ends the loop after the current step; the finished
 games not yet in a batch are written as a last, smaller batch, the unfinished ones are
@@ -144,6 +148,10 @@ class Worker:
         self._rate: collections.deque[tuple[float, int, int]] = collections.deque()
         self._next_seq = self._load_next_seq(min_seq)
         self._selfplay: Any = None
+        self._loader: threading.Thread | None = None  # loads newer models while games go on
+        self._offered_at: dict[int, float] = {}  # generation -> monotonic time it was ready
+        self._ready: tuple[Callable, int] | None = None  # for an engine without offer_evaluator
+        self._switch: dict[str, float] = {}  # the last switch's phases (heartbeat "switch")
         self._pending: list[Any] = []  # finished games not yet in a batch
         self._pending_since = 0.0  # monotonic time the oldest of them finished
         self._reserved: int | None = None  # a sequence number reserved, its batch unwritten
@@ -191,7 +199,8 @@ class Worker:
 
         net, info = load_model(model_path, self.device)
         return make_evaluator(net, self.device, jit=self.cfg.net.inference,
-                              max_batch=self.cfg.self_play.batch_size), (
+                              max_batch=self.cfg.self_play.batch_size,
+                              dtype=self.cfg.net.inference_dtype), (
             info.generation
         )
 
@@ -241,9 +250,13 @@ class Worker:
                     if not self._sync():
                         self._wait_for_models()
                     continue
+                if self._loader is None:
+                    self._start_loader()
+                self._note_switch()  # also while paused: a model that is ready goes in
                 if self._outbox_full() or not self._flush_full_batches():
                     continue
                 finished = self._selfplay.step()
+                self._note_switch()
                 if finished and not self._pending:
                     self._pending_since = time.monotonic()
                 for rec in finished:
@@ -257,9 +270,8 @@ class Worker:
                 if max_games is not None and self.games_done >= max_games:
                     break
                 due = games_since_sync >= self.cfg.distributed.sync_interval
-                stale = time.monotonic() - last_scan > _POLL_MODELS_S
-                if due and (self._models_changed.is_set() or stale):
-                    self._sync()
+                if due and time.monotonic() - last_scan > _POLL_MODELS_S:
+                    self._models_changed.set()  # the loader rescans
                     games_since_sync = 0
                     last_scan = time.monotonic()
         finally:
@@ -268,6 +280,11 @@ class Worker:
                              self.generation)
 
     def _shutdown(self, observer: Any) -> None:
+        self._stop.set()
+        self._models_changed.set()  # wakes the loader, which then ends
+        if self._loader is not None:
+            self._loader.join(timeout=120)
+            self._loader = None
         if self._selfplay is not None:
             n = int(self._selfplay.discard_unfinished() or 0)
             with self._lock:
@@ -298,50 +315,144 @@ class Worker:
         """No usable model yet: wait for the model folder to change (or a short poll)."""
         self._models_changed.wait(timeout=min(5.0, self.cfg.distributed.heartbeat_interval_s))
 
-    def _sync(self) -> bool:
-        """Load the newest valid model if it is newer than ours; True when one is in use."""
+    def _newer_manifest(self) -> Manifest | None:
+        """The newest manifest when it is newer than the model in use and not refused."""
         self._models_changed.clear()
         try:
             manifest = model_store.newest_manifest(self.models_dir)
         except ModelStoreError as e:
             self._report_error(str(e))
-            return self._selfplay is not None
+            return None
         if manifest is None or manifest.generation <= self.generation:
-            return self._selfplay is not None
+            return None
         if self._refused.get(manifest.generation) == (manifest.sha256, manifest.size):
-            return self._selfplay is not None
-        with self._lock:
-            self.state = WorkerState.SYNCING
-        self._write_heartbeat()
+            return None
+        return manifest
+
+    def _load_timed(self, manifest: Manifest) -> tuple[Callable, int, dict] | None:
+        """Unpack and build `manifest`'s model: (evaluate, generation, phase seconds), or None
+        when it is refused (reported: state Error, the reason in the heartbeat)."""
         t0 = time.perf_counter()
         try:
-            evaluate, generation = self._load(manifest)
+            dest = self._unpack(manifest)
+            t1 = time.perf_counter()
+            evaluate, generation = self._build(manifest, dest)
         except (ModelStoreError, OSError, ValueError, RuntimeError) as e:
             # Error until a good model arrives; self-play goes on with the model we have
             self._refused[manifest.generation] = (manifest.sha256, manifest.size)
             if self._selfplay is not None:
                 log.error("keeping model generation %d", self.generation)
             self._report_error(f"model generation {manifest.generation} refused: {e}")
+            return None
+        t2 = time.perf_counter()
+        return evaluate, generation, {"unpack_s": t1 - t0, "build_s": t2 - t1}
+
+    def _sync(self) -> bool:
+        """Load the newest valid model if it is newer than ours, the games waiting (the first
+        model; later ones load in the background, `_start_loader`); True when one is in use."""
+        manifest = self._newer_manifest()
+        if manifest is None:
             return self._selfplay is not None
+        with self._lock:
+            self.state = WorkerState.SYNCING
+        self._write_heartbeat()
+        loaded = self._load_timed(manifest)
+        if loaded is None:
+            return self._selfplay is not None
+        evaluate, generation, phases = loaded
         if self._selfplay is None:
             self._selfplay = self.make_selfplay(evaluate, generation)
         else:
             self._selfplay.set_evaluator(evaluate, generation)
         with self._lock:
+            self._offered_at[generation] = time.monotonic()
+            self._switch = {"generation": generation, **phases}
+        self._in_use(generation)
+        return True
+
+    def _start_loader(self) -> None:
+        """Load each newer model in a thread while self-play goes on (KataGo's self-play
+        swaps nets the same way), then offer it to the games: it goes in at their next
+        network call (`SelfPlay.offer_evaluator`). Woken by the model folder's watcher (and
+        the main loop's slow rescan); ends with the daemon."""
+        def loop() -> None:
+            while not self._stop.is_set():
+                self._models_changed.wait(timeout=_POLL_MODELS_S)
+                if self._stop.is_set():
+                    return
+                try:
+                    load_newer()
+                except Exception as e:  # noqa: BLE001 - the loader must outlive any one model
+                    log.exception("model loader")
+                    self._report_error(f"model loader: {type(e).__name__}: {e}")
+                    self._stop.wait(1.0)
+
+        def load_newer() -> None:
+            manifest = self._newer_manifest()
+            if manifest is None or manifest.generation in self._offered_at:
+                return
+            loaded = self._load_timed(manifest)
+            if loaded is not None and not self._stop.is_set():
+                evaluate, generation, phases = loaded
+                with self._lock:
+                    self._offered_at[generation] = time.monotonic()
+                    self._switch = {"generation": generation, **phases}
+                    offer = getattr(self._selfplay, "offer_evaluator", None)
+                    if offer is None:  # a custom engine: swapped after its step
+                        self._ready = (evaluate, generation)
+                if offer is not None:
+                    offer(evaluate, generation)
+
+        self._loader = threading.Thread(target=loop, name="model-loader", daemon=True)
+        self._loader.start()
+
+    def _note_switch(self) -> None:
+        """Between steps: the bookkeeping of a model that went in during the last one, and
+        a model that is ready goes in now (also for an engine without `offer_evaluator`)."""
+        with self._lock:
+            ready, self._ready = self._ready, None
+        take = getattr(self._selfplay, "take_offered", None)
+        if ready is not None:
+            self._selfplay.set_evaluator(*ready)
+            generation = ready[1]
+        else:
+            if take is not None:
+                take()
+            generation = int(getattr(self._selfplay, "generation", self.generation))
+        if generation > self.generation:
+            with self._lock:
+                ready_at = self._offered_at.get(generation)
+                if ready_at is not None:  # at most this long: the rest of one step
+                    self._switch["waited_s"] = time.monotonic() - ready_at
+            self._in_use(generation)
+
+    def _in_use(self, generation: int) -> None:
+        """Generation `generation` plays now: heartbeat, log, the cache's older models go."""
+        with self._lock:
             self.generation = generation
             self.state = WorkerState.ACTIVE
             if self.last_error.startswith("model"):
                 self.last_error = ""
-        log.info("loaded model generation %d in %.2fs", generation, time.perf_counter() - t0)
+            for g in [g for g in self._offered_at if g < generation]:
+                del self._offered_at[g]
+            phases = " ".join(f"{k}={v:.2f}s" for k, v in self._switch.items()
+                              if k.endswith("_s"))
+        log.info("model generation %d in use (%s)", generation, phases)
         self._write_heartbeat()
-        for old in self.cache_dir.glob("model_*.pt"):
-            if old.name != f"{manifest.stem}.pt":
+        for old in self.cache_dir.glob("model_*.pt"):  # older ones only: the loader may be
+            digits = old.stem.removeprefix("model_")    # reading a newer one
+            if digits.isdigit() and int(digits) < generation:
                 old.unlink(missing_ok=True)
-        return True
 
-    def _load(self, manifest: Manifest) -> tuple[Callable, int]:
+    def _unpack(self, manifest: Manifest) -> Path:
+        """Verify (size, sha256) and decompress into cache/."""
         dest = self.cache_dir / f"{manifest.stem}.pt"
         model_store.unpack_model(self.models_dir, manifest, dest)
+        return dest
+
+    def _build(self, manifest: Manifest, dest: Path) -> tuple[Callable, int]:
+        """The evaluator of the unpacked model `dest` (`load_evaluator`), checked against
+        its manifest."""
         try:
             evaluate, generation = self.load_evaluator(dest)
         except Exception as e:  # noqa: BLE001 - any load failure means: refuse this model
@@ -477,6 +588,13 @@ class Worker:
                 time=now,
             )
 
+    def switch_phases(self) -> dict[str, float]:
+        """The last model switch: its generation and seconds spent to unpack (verify,
+        decompress), build (read, net, inference form, warm-up) and, once it is in use,
+        waited (from ready to the step that took it in ended)."""
+        with self._lock:
+            return {k: round(v, 3) for k, v in self._switch.items()}
+
     def _rates(self, now: float) -> tuple[float, float]:
         """Games/s and positions/s over the last minute (caller holds the lock)."""
         self._rate.append((now, self.games_done, self.positions_done))
@@ -491,7 +609,8 @@ class Worker:
     def _write_heartbeat_file(self) -> None:
         hb = self.heartbeat()
         extra = {"discarded_games": self.discarded_games, "batches_written":
-                 self.batches_written, "next_seq": self._next_seq, "device": self.device}
+                 self.batches_written, "next_seq": self._next_seq, "device": self.device,
+                 "switch": self.switch_phases()}
         write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
 
     def _write_heartbeat(self) -> None:

@@ -529,6 +529,35 @@ def _autocast_dtype(value: Any) -> torch.dtype | None:
     raise ValueError(f"autocast_dtype must be bf16, fp16 or a torch dtype, got {value!r}")
 
 
+INFERENCE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""The dtypes an evaluator may run the net in (`net.inference_dtype`)."""
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def inference_dtype(name: Any, device: str | torch.device | int = "cpu") -> torch.dtype:
+    """The dtype an evaluator on `device` runs the net in for `name` (`net.inference_dtype`):
+    "float32", "bfloat16", "float16", a torch dtype, None (float32) or "auto": bfloat16 on a
+    CUDA device that supports it (float16 on an older one), float32 elsewhere (on a CPU the
+    float32 forms, ONNX Runtime and the trace, are the fast ones; torch's bf16 convolutions
+    there are slower)."""
+    if name is None:
+        return torch.float32
+    if isinstance(name, torch.dtype):
+        if name not in _DTYPES.values():
+            raise ValueError(f"inference dtype must be float32, bfloat16 or float16, got {name}")
+        return name
+    if name == "auto":
+        dev = resolve_device(device)
+        if dev.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if name not in _DTYPES:
+        raise ValueError(f"inference dtype must be one of {', '.join(INFERENCE_DTYPES)}, "
+                         f"got {name!r}")
+    return _DTYPES[name]
+
+
 INFERENCE_FORMS = ("eager", "trace", "compile", "onnx", "openvino")
 _CPU_ONLY = frozenset({"onnx", "openvino"})
 
@@ -619,8 +648,10 @@ def compile_for_inference(
     if mode == "eager":
         return net
     mode = _form_for(mode, device)
+    weights = next(net.parameters(), None)
     example = torch.zeros(
-        example_batch, net.in_planes, net.board_size, net.board_size, device=device
+        example_batch, net.in_planes, net.board_size, net.board_size, device=device,
+        dtype=weights.dtype if weights is not None else torch.float32,
     )
     try:
         with torch.inference_mode(), warnings.catch_warnings():
@@ -651,6 +682,8 @@ def make_evaluator(
     jit: bool | str = True,
     autocast_dtype: Any = None,
     max_batch: int | None = None,
+    dtype: Any = None,
+    timings: dict[str, float] | None = None,
 ) -> Evaluator:
     """A batched evaluator over a private eval-mode copy of `net` on `device`.
 
@@ -668,20 +701,34 @@ def make_evaluator(
     be built falls back to eager with a warning).
     `autocast_dtype` ("bf16", "fp16" or a dtype) applies on GPUs only. `max_batch` splits
     larger inputs into several network calls.
+    `dtype` (`inference_dtype`: "auto", "float32", "bfloat16", "float16"; None is float32):
+    the weights and inputs are cast to it and the form is built in it (KataGo's half-precision
+    self-play); priors and values come back float32, the softmax in float32. ONNX Runtime and
+    OpenVINO run float32 only: another dtype on a CPU uses the trace. `evaluate.dtype` tells
+    which dtype is in use.
+    `timings` (a dict): each call adds its seconds to "copy_in" (numpy to a tensor on the
+    device), "net" (the form's forward) and "copy_out" (mask, softmax, back to numpy), the
+    device synchronised between them (`benchmarks/selfplay.py --breakdown`); None: no timing.
     """
     dev = resolve_device(device)
     model = copy.deepcopy(unwrap(net)).to(dev).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    dtype = _autocast_dtype(autocast_dtype)
-    if dtype is not None and dev.type not in ("cuda", "mps"):
-        log.info("autocast %s ignored on %s (GPUs only)", dtype, dev)
-        dtype = None
+    autocast = _autocast_dtype(autocast_dtype)
+    if autocast is not None and dev.type not in ("cuda", "mps"):
+        log.info("autocast %s ignored on %s (GPUs only)", autocast, dev)
+        autocast = None
     mode = {True: "auto", False: "eager"}.get(jit, jit)  # type: ignore[arg-type]
     if mode == "auto":
         mode = automatic_form(dev)
     mode = _form_for(mode, dev)
-    if dtype is not None and mode == "trace":
+    run_dtype = inference_dtype(dtype, dev)
+    if run_dtype != torch.float32:
+        model.to(run_dtype)
+        if mode in _CPU_ONLY:
+            log.info("%s runs float32 only; a TorchScript trace in %s", mode, run_dtype)
+            mode = "trace"
+    if autocast is not None and mode == "trace":
         # TorchScript freezing does not keep autocast regions; eager under autocast on a GPU
         # is network-bound anyway.
         mode = "eager"
@@ -694,8 +741,10 @@ def make_evaluator(
 
     def _forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         fn = forms["fn"]
-        if dtype is not None:
-            with torch.autocast(device_type=dev.type, dtype=dtype):
+        if run_dtype != torch.float32:
+            x = x.to(run_dtype)
+        if autocast is not None:
+            with torch.autocast(device_type=dev.type, dtype=autocast):
                 logits, values = fn(x)
             return logits.float(), values.float()
         if mode == "compile":
@@ -706,8 +755,9 @@ def make_evaluator(
             if padded != rows:
                 x = torch.cat([x, x.new_zeros((padded - rows, *x.shape[1:]))])
                 logits, values = fn(x)
-                return logits[:rows], values[:rows]
-        return fn(x)
+                return logits[:rows].float(), values[:rows].float()
+        logits, values = fn(x)
+        return logits.float(), values.float()
 
     def evaluate(
         planes: np.ndarray, legal: np.ndarray | None = None
@@ -719,6 +769,8 @@ def make_evaluator(
             raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
         priors = np.empty((batch, moves), dtype=np.float32)
         values = np.empty(batch, dtype=np.float32)
+        if timings is not None:
+            return _timed_evaluate(planes, legal, priors, values)
         with torch.inference_mode():
             for lo in range(0, batch, limit):
                 hi = min(batch, lo + limit)
@@ -730,6 +782,36 @@ def make_evaluator(
                 p = torch.softmax(logits, dim=1)
                 priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
                 values[lo:hi] = v.cpu().numpy()
+        return priors, values
+
+    def _timed_evaluate(planes, legal, priors, values):
+        """`evaluate` with its phases timed into `timings`."""
+        import time
+
+        def sync() -> float:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            return time.perf_counter()
+
+        with torch.inference_mode():
+            for lo in range(0, planes.shape[0], limit):
+                hi = min(planes.shape[0], lo + limit)
+                t0 = sync()
+                x = torch.from_numpy(np.ascontiguousarray(planes[lo:hi], dtype=np.float32))
+                x = x.to(dev, non_blocking=True)
+                mask = None if legal is None else torch.from_numpy(
+                    np.ascontiguousarray(legal[lo:hi], dtype=bool)).to(dev)
+                t1 = sync()
+                logits, v = _forward(x)
+                t2 = sync()
+                if mask is not None:
+                    logits = logits.masked_fill(~mask, float("-inf"))
+                p = torch.softmax(logits, dim=1)
+                priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
+                values[lo:hi] = v.cpu().numpy()
+                t3 = time.perf_counter()
+                for key, dt in (("copy_in", t1 - t0), ("net", t2 - t1), ("copy_out", t3 - t2)):
+                    timings[key] = timings.get(key, 0.0) + dt
         return priors, values
 
     def load_weights(new_net: nn.Module) -> None:
@@ -749,6 +831,7 @@ def make_evaluator(
             forms["fn"] = compile_for_inference(model, dev, mode)
 
     evaluate.mode = mode  # type: ignore[attr-defined]
+    evaluate.dtype = run_dtype  # type: ignore[attr-defined]
     evaluate.device = dev  # type: ignore[attr-defined]
     evaluate.load_weights = load_weights  # type: ignore[attr-defined]
     return evaluate

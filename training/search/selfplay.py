@@ -46,7 +46,8 @@ see "Passes" in `training.search.mcts`), nor does `training.play.players.MctsPla
 GTP engine) by default; `play_match` plays the full rules unless given `early_pass=False`.
 
 A record's `generation` is the model generation when the game STARTED; after
-`set_evaluator(evaluate, generation)` games in progress continue with the new model.
+`set_evaluator(evaluate, generation)` games in progress continue with the new model, and
+`offer_evaluator` (from any thread) puts it in between two network calls of a step.
 
 This module imports no torch and reads no files: the evaluator comes in as a callable
 (`training.learn.net.make_evaluator`), and the caller writes the records (`training.go.records`).
@@ -56,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -176,11 +178,31 @@ class SelfPlay:
         self._pending: list[GameRecord] = []
         self._searching = np.zeros(self.n_slots, bool)  # a search of this slot is under way
         self._slots: list[_Game] = [self._new_game(g) for g in range(self.n_slots)]
+        self._offered: tuple[Evaluate, int] | None = None
+        self._offer_lock = threading.Lock()
 
     def set_evaluator(self, evaluate: Evaluate, generation: int) -> None:
         """Use a new model from the next move on; games in progress continue with it."""
         self.evaluate = evaluate
         self.generation = generation
+
+    def offer_evaluator(self, evaluate: Evaluate, generation: int) -> None:
+        """Use a new model from the next network call on, also in the middle of a `step()`
+        (safe from another thread, e.g. one that loaded the model while this one played):
+        the searches under way finish with it, as games in progress do. A newer offer not
+        yet taken replaces an older one."""
+        with self._offer_lock:
+            self._offered = (evaluate, generation)
+
+    def take_offered(self) -> None:
+        """Put an offered model in now (between steps; `step()` does it before each of its
+        network calls)."""
+        if self._offered is None:  # the common case, without the lock
+            return
+        with self._offer_lock:
+            offered, self._offered = self._offered, None
+        if offered is not None:
+            self.set_evaluator(*offered)
 
     @property
     def full_simulations(self) -> int:
@@ -208,6 +230,7 @@ class SelfPlay:
         finished: list[GameRecord] = []
         moved = np.zeros(self.n_slots, bool)
         while not moved.all():
+            self.take_offered()
             idle = np.flatnonzero(~self._searching)
             if len(idle):
                 self._start_searches(idle)
