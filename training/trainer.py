@@ -50,6 +50,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -59,6 +60,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from configs import Config, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
 from training.learn import phases
+from training.learn.continuous import train_continuously
 from training.learn.ddp import (
     DistContext,
     init_distributed,
@@ -76,7 +78,7 @@ from training.learn.steps import loss_weights  # noqa: F401
 from training.learn.steps import losses as _losses  # noqa: F401
 from training.learn.training_error import TrainingError
 from training.run.logsetup import configure_logging
-from training.run.signals import die_with_parent
+from training.run.signals import die_with_parent, on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,22 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     return phases.finish(cfg, run_dir, ctx, trainee, plan, dataset, batches, totals, new_gen)
 
 
+def _train_continuously(cfg: Config, run_dir: Path, hooks: FaultHooks,
+                        run_hours: float | None) -> None:
+    """The long-lived trainer (training.learn.continuous) in this process's group, until
+    SIGTERM or SIGINT."""
+    stop = threading.Event()
+    on_stop_signals(stop.set)
+    try:
+        ctx = init_distributed(cfg.training.timeout_s, cfg.training.backend)
+    except ValueError as e:
+        raise TrainingError(str(e)) from e
+    try:
+        train_continuously(cfg, run_dir, ctx, run_hours=run_hours, hooks=hooks, stop=stop)
+    finally:
+        shutdown(ctx)
+
+
 # ------------------------------------------------------------------------------ command line
 
 
@@ -195,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--run-hours", type=float, default=None,
                     help="hours the run has run (the coach's): with run.hours, places the LR "
                          "drops of training.lr_schedule_by_time")
+    ap.add_argument("--continuous", action="store_true",
+                    help="the long-lived trainer of training.mode continuous: train from the "
+                         "run's admission log and publish a generation every "
+                         "training.steps_per_generation steps until stopped (the coach starts "
+                         "it)")
     ap.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default config)")
     # Fault injection for tests/test_ddp.py and tests/test_trainer.py.
     ap.add_argument("--test-fake-oom-at", type=int, default=None, help=argparse.SUPPRESS)
@@ -298,7 +321,19 @@ def main(argv: list[str] | None = None) -> int:
         kill_rank_at_step=_rank_step(args.test_kill_rank_at),
         hang_rank_at_step=_rank_step(args.test_hang_rank_at),
     )
+    if args.continuous:
+        given = [flag for flag, value in (("--samples", args.samples), ("--steps", args.steps),
+                                          ("--checkpoint", args.checkpoint),
+                                          ("--generation", args.generation),
+                                          ("--cache-dir", args.cache_dir)) if value is not None]
+        if given:
+            log.error("--continuous trains from the run's admission log and resumes from its "
+                      "newest checkpoint: leave out %s", ", ".join(given))
+            return 2
     try:
+        if args.continuous:
+            _train_continuously(cfg, run_dir, hooks, args.run_hours)
+            return 0
         dataset = None
         if args.samples:
             dataset = SampleArrays.load(args.samples, cfg.replay.validation_fraction)
