@@ -235,3 +235,61 @@ def test_continuous_mode_refuses_training_nodes_naming_both_keys():
     with pytest.raises(ConfigError, match="training.mode.*distributed.training_nodes"):
         override(cfg, {"training.mode": "continuous", "distributed.training_nodes": [
             {"host": "127.0.0.1", "user": "me", "name": "node1"}]})
+
+
+def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generations(
+        tmp_path, batches, caplog):
+    """`ContinuousRounds` driven alone, as the coach drives it: ingested batches become
+    admissions, the real trainer publishes through the rounds' path (published, concluded),
+    a trainer killed with SIGKILL is started again and resumes from its checkpoint, and
+    stopping ends it."""
+    import logging
+    import threading
+
+    from training.continuous_rounds import ContinuousRounds
+    from training.rounds import Counts, ModelPublished, RoundConcluded
+
+    caplog.set_level(logging.INFO)
+    run = tmp_path / "run"
+    (_, n1), (_, n2) = batches[0], batches[1]
+    ratio = 1.5 * SPG * BATCH / n1
+    cfg = load_config(_config(tmp_path, run, ratio, **{
+        "logging.dir": str(tmp_path / "logs"), "evaluation.games": 0,
+        "evaluation.gnugo_games": 0, "distributed.backoff_max_s": 1.0}))
+    paths = RunDir(run).create()
+    paths.config.write_text(dump_config(cfg))
+    rounds = ContinuousRounds(cfg, paths, threading.Event())
+    rounds.ensure_first_model()
+    ingested: list[tuple[str, int]] = []
+
+    def ingest(batch: tuple[Path, int]) -> None:  # what the collector does
+        shutil.copy(batch[0], paths.replay / batch[0].name)
+        ingested.append((batch[0].name, batch[1]))
+
+    events: list = []
+
+    def drive_until(generation: int) -> None:
+        def published() -> bool:
+            events.extend(rounds.advance(Counts(8 * len(ingested), 8, ingested=lambda: list(
+                ingested))))
+            return ModelPublished(generation) in events
+        wait_until(published, 120, f"generation {generation} published", interval_s=0.2)
+
+    try:
+        ingest(batches[0])
+        drive_until(1)
+        assert any(isinstance(e, RoundConcluded) and e.generation == 1 for e in events)
+        assert [a.name for a in AdmissionReader(paths.admissions).poll()] == [ingested[0][0]]
+        assert (paths.models / "model_000001.json").exists()  # published for the workers
+        first = rounds.trainer
+        os.kill(first.pid, signal.SIGKILL)
+        ingest(batches[1])
+        drive_until(2)
+        assert rounds.trainer is not None and rounds.trainer is not first
+    finally:
+        rounds.abandon()
+    assert first.poll() is not None and rounds.trainer is None
+    text = caplog.text
+    assert "the continuous trainer exited (code -9" in text
+    assert "it resumes from checkpoint_000001.pt" in text
+    assert load_checkpoint(paths.checkpoint(2))["data"]["new_samples"] == n1 + n2
