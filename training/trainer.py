@@ -7,6 +7,9 @@ Owns `train_round(cfg, run_dir, ...)` and its command line. The same code runs
 - relaunched by itself:     python -m training.trainer --gpus N [--nodes M --node-rank R ...]
                             (re-executes itself through torch.distributed.run)
 - from the coach, as a subprocess of one of the above; the last stdout line is a JSON summary.
+- long-lived, with --continuous (training.mode continuous): the coach starts one for the run;
+  it trains from the run's admission log and publishes a generation every
+  training.steps_per_generation steps until SIGTERM (training.learn.continuous).
 
 Vocabulary (torchrun's): `rank`, `local_rank`, `world_size`; rank 0 is the main process, the
 only one that logs progress and writes files. A **round** trains `training.steps_per_generation`
