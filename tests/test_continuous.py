@@ -81,7 +81,7 @@ def _state(run: Path) -> dict:
         return {}
 
 
-def _start(config: Path, log_path: Path, nproc: int = 1) -> subprocess.Popen:
+def _start(config: Path, log_path: Path, nproc: int = 1, *extra: str) -> subprocess.Popen:
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", "-m", "training.trainer"]
@@ -90,7 +90,7 @@ def _start(config: Path, log_path: Path, nproc: int = 1) -> subprocess.Popen:
     out = open(log_path, "ab")
     try:
         return subprocess.Popen([*cmd, "--config", str(config), "--continuous",
-                                 "--no-progress"], cwd=REPO, stdout=out,
+                                 "--no-progress", *extra], cwd=REPO, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
     finally:
@@ -158,7 +158,7 @@ def test_two_gloo_ranks_publish_generations_from_batches_admitted_while_they_run
 
 def test_the_trainer_holds_the_sample_ratio_and_waits_for_new_data(tmp_path, batches):
     run = RunDir(tmp_path / "run").create().root
-    ratio = 2.0
+    ratio = 1.0
     config = _config(tmp_path, run, ratio, **{"training.steps_per_generation": 1000})
     log = AdmissionLog(RunDir(run).admissions)
     proc = _start(config, tmp_path / "trainer.log")
@@ -183,13 +183,16 @@ def test_the_trainer_holds_the_sample_ratio_and_waits_for_new_data(tmp_path, bat
 
 def test_a_killed_trainer_resumes_from_its_checkpoint_and_counts_each_batch_once(
         tmp_path, batches):
+    """Also the LR drop by the clock: a run of one hour (run.hours) whose trainer starts at
+    0.5 hours trains at the full LR, and one started again at 0.85 at a tenth of it."""
     run = RunDir(tmp_path / "run").create().root
     (_, n1), (_, n2), (_, n3) = batches
     ratio = 1.5 * SPG * BATCH / n1  # the first batch: one generation, then a few steps
-    config = _config(tmp_path, run, ratio)
+    config = _config(tmp_path, run, ratio, **{"run.hours": 1.0,
+                                              "training.lr_schedule_by_time": [[0.8, 0.1]]})
     log = AdmissionLog(RunDir(run).admissions)
     log_path = tmp_path / "trainer.log"
-    proc = _start(config, log_path)
+    proc = _start(config, log_path, 1, "--run-hours", "0.5")
     try:
         _admit(run, log, batches[0])
         wait_until(lambda: _waiting_at(run, _budget(ratio, n1)), 120, "the first batch")
@@ -199,7 +202,7 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_and_counts_each_batch_once
         _stop(proc, signal.SIGKILL)  # no chance to save anything
     assert load_checkpoint(RunDir(run).checkpoint(1))["data"]["admitted_seq"] == 1
     _admit(run, log, batches[2])  # admitted while no trainer runs
-    proc = _start(config, log_path)
+    proc = _start(config, log_path, 1, "--run-hours", "0.85")
     try:
         wait_until(lambda: _waiting_at(run, _budget(ratio, n1 + n2 + n3)), 120,
                    "the resumed trainer's steps")
@@ -211,6 +214,9 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_and_counts_each_batch_once
     state = _state(run)
     assert state["new_samples"] == n1 + n2 + n3, "an admission counted twice or lost"
     assert state["trained_samples"] <= ratio * (n1 + n2 + n3)
+    lr = load_config(config).training.lr  # lr_reference_batch is the batch: no scaling
+    assert round_result.read(RunDir(run).round_result(1)).lr == pytest.approx(lr)
+    assert round_result.read(RunDir(run).round_result(2)).lr == pytest.approx(lr * 0.1)
 
 
 def test_the_admission_log_is_read_by_complete_lines_and_a_torn_tail_is_cut(tmp_path):

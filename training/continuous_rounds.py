@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import subprocess
 import sys
 import time
@@ -47,6 +49,7 @@ from training.run.signals import die_with_parent
 log = logging.getLogger(__name__)
 
 LOG_NAME = "trainer_continuous.log"
+_ROUND_RE = re.compile(r"^round_(\d{6,})\.json$")
 
 
 class ContinuousRounds(Rounds):
@@ -103,11 +106,8 @@ class ContinuousRounds(Rounds):
     def _take_newest(self, counts: Counts) -> None:
         """The newest generation the trainer wrote since the last one taken, through the
         rounds' path (skipping older ones not taken yet)."""
-        gen = self.taken + 1
-        newest = None
-        while self.paths.round_result(gen).exists():
-            newest = gen
-            gen += 1
+        newest = max((g for g in _round_generations(self.paths.rounds) if g > self.taken),
+                     default=None)
         if newest is None:
             return
         if newest > self.taken + 1:
@@ -197,6 +197,16 @@ class ContinuousRounds(Rounds):
         if self.rating is not None:
             self.rating.join(timeout=15)
             self.rating = None
+
+
+def _round_generations(folder: Path) -> list[int]:
+    """The generations of the round results in rounds/ (a trainer killed between its
+    checkpoint and its result leaves a gap: the next one publishes past it)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return [int(m.group(1)) for n in names if (m := _ROUND_RE.match(n))]
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -223,10 +223,14 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
 def _report(paths: RunDir, last: dict[str, Any], generation: int, trainee: phases.Trainee,
             counters: _Counters, ratio: float, waiting: bool, stopped: bool = False
             ) -> dict[str, Any]:
-    """trainer.json when something in it changed; returns what it holds."""
+    """trainer.json when something in it changed (the step alone: at most once a second,
+    since a GPU takes many a second); returns what it holds."""
     state = {"generation": generation, "global_step": trainee.schedule.step,
              **counters.as_dict(), "samples_per_new_sample": ratio, "waiting": waiting,
              "stopped": stopped}
-    if state != last:
+    now = time.monotonic()
+    moved = {k for k in state if state[k] != last.get(k)}
+    if moved - {"global_step", "trained_samples"} or (moved and now - last.get("_at", 0) >= 1):
         write_json_atomic(paths.trainer_state, {**state, "time": time.time()})
-    return state
+        return {**state, "_at": now}
+    return last
