@@ -219,6 +219,30 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_and_counts_each_batch_once
     assert round_result.read(RunDir(run).round_result(2)).lr == pytest.approx(lr * 0.1)
 
 
+def test_a_run_that_trained_in_rounds_goes_on_without_taking_its_window_as_new_data(
+        tmp_path, batches):
+    """A round's checkpoint has no admission seq: what was admitted before is the window the
+    rounds trained on, and only later admissions buy steps."""
+    from training.trainer import train_round
+
+    run = RunDir(tmp_path / "run").create().root
+    config = _config(tmp_path, run, 1.0)
+    log = AdmissionLog(RunDir(run).admissions)
+    _admit(run, log, batches[0])
+    cfg = override(load_config(config), {"training.mode": "rounds"})
+    train_round(cfg, run, steps=2, progress=False)
+    proc = _start(config, tmp_path / "trainer.log")
+    try:
+        wait_until(lambda: _waiting_at(run, 0), 120, "the trainer waiting")
+        assert _state(run)["admitted_seq"] == 1 and _state(run)["new_samples"] == 0
+        _admit(run, log, batches[1])
+        wait_until(lambda: _waiting_at(run, _budget(1.0, batches[1][1])), 120,
+                   "the new batch's steps")
+    finally:
+        _stop(proc)
+    assert "is a round's checkpoint" in (tmp_path / "trainer.log").read_text()
+
+
 def test_the_admission_log_is_read_by_complete_lines_and_a_torn_tail_is_cut(tmp_path):
     path = tmp_path / "admitted.jsonl"
     log = AdmissionLog(path)

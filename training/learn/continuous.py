@@ -23,8 +23,9 @@ started again (after Ctrl-C, kill -9 of it or of the coach) resumes from the new
 its window is the admissions up to `admitted_seq`, each later admission is new data once, and
 the counters go on from the checkpoint's, so nothing is trained beyond the ratio and nothing
 is lost but the steps after the checkpoint (trained again within the ratio). The log says what
-was resumed from and what was lost. A checkpoint of a round (training.mode: rounds) has no
-`admitted_seq`: every admission is then new data.
+was resumed from and what was lost. A checkpoint of a round (training.mode: rounds, a run
+that changed mode) has no `admitted_seq`: the admissions in the log when the trainer starts are
+then its window, not new data (the rounds trained on them).
 
 The LR drop by the clock (training.lr_schedule_by_time with run.hours) reads the run's hours
 from `run_hours` at the start plus this process's time since (rank 0's, broadcast).
@@ -118,13 +119,20 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
     if ctx.is_main:
         while batch := reader.poll():
             known += batch
+        if ckpt is not None and "admitted_seq" not in ckpt.get("data", {}):
+            # a round's checkpoint (the run trained in rounds before): what was admitted so
+            # far is its window, data the rounds have trained on, not new data
+            counters.admitted_seq = reader.seq
+            log.info("continuous trainer: %s is a round's checkpoint; the %d batches admitted "
+                     "so far are its window, not new data", start_path, reader.seq)
         if counters.admitted_seq > reader.seq:
             raise TrainingError(
                 f"{paths.admissions}: ends at seq {reader.seq}, but the checkpoint took in "
                 f"admissions up to {counters.admitted_seq}; the run folder is not the one "
                 "this checkpoint trained in (or the log was cut): start a new run")
     names = [a.name for a in known if a.seq <= counters.admitted_seq]
-    names = broadcast_json(names, ctx) if ctx.is_distributed else names
+    if ctx.is_distributed:
+        names, counters.admitted_seq = broadcast_json([names, counters.admitted_seq], ctx)
     window = _open_window(cfg, run_dir, names) if ctx.is_main else None
     if ctx.is_distributed:
         broadcast_json(None, ctx)  # rank 0 built the sidecars first
