@@ -63,6 +63,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from configs import Config, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
 from training.learn import phases
+from training.learn.admissions import AdmissionError
 from training.learn.continuous import train_continuously
 from training.learn.ddp import (
     DistContext,
@@ -176,6 +177,8 @@ def _train_continuously(cfg: Config, run_dir: Path, hooks: FaultHooks,
         raise TrainingError(str(e)) from e
     try:
         train_continuously(cfg, run_dir, ctx, run_hours=run_hours, hooks=hooks, stop=stop)
+    except AdmissionError as e:
+        raise TrainingError(str(e)) from e
     finally:
         shutdown(ctx)
 

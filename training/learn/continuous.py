@@ -109,7 +109,7 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
     ratio = tcfg.samples_per_new_sample
     t_start = time.monotonic()
 
-    kind, start_path, _ = start_file(run_dir, None) if ctx.is_main else ("", None, 0)
+    _, start_path, _ = start_file(run_dir, None) if ctx.is_main else ("", None, 0)
     ckpt, payload, generation = resolve_start_shared(run_dir, None, ctx, None)
     counters = _Counters(ckpt.get("data", {}) if ckpt is not None else {})
 
