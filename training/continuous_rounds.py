@@ -17,8 +17,9 @@ and everything after a generation is trained is the rounds' own path, unchanged
      tail and what the new one resumes from;
   3. take in each generation the trainer published (rounds/round_<gen>.json appears after its
      model and checkpoint): the newest one not yet taken goes through the rounds' path; an
-     older one still waiting when a newer arrives (its arena was still running) is skipped,
-     said in the log, and the trainer goes on from its own net either way.
+     older one still waiting when a newer arrives (an arena was still gating, or the trainer
+     published two between passes) is skipped, said in the log, and the trainer goes on
+     from its own net either way.
 
 Stopping (Ctrl-C, run.hours, run.iterations) ends the trainer with SIGTERM; it saves nothing
 then, and the next one resumes from its newest checkpoint, as after a kill -9 of it or of the
@@ -111,9 +112,9 @@ class ContinuousRounds(Rounds):
         if newest is None:
             return
         if newest > self.taken + 1:
-            log.info("generations %d..%d trained while generation %d was evaluated: taking "
-                     "in %d (the others stay on disk, unpublished)", self.taken + 1,
-                     newest - 1, self.taken, newest)
+            log.info("generations %d..%d were trained since generation %d was taken in: "
+                     "taking in the newest, %d (the others stay on disk, unpublished)",
+                     self.taken + 1, newest - 1, self.taken, newest)
         self.taken = newest
         now = time.monotonic()
         self.current = Round(newest, self.trainer, self.last_taken_at, self.log_path,
