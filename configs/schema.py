@@ -329,8 +329,22 @@ class TrainingConfig:
     lr_schedule applies."""
     momentum: float = 0.9
     weight_decay: float = 1e-4
+    mode: str = "rounds"
+    """rounds: the coach starts a trainer process per generation (reads the window, trains
+    steps_per_generation steps, writes the generation, exits). continuous: one long-lived
+    trainer for the whole run keeps the net, optimizer and window in memory, takes in each
+    batch as the coach admits it, trains at samples_per_new_sample and publishes a generation
+    every steps_per_generation steps (or publish_interval_s); not with
+    distributed.training_nodes."""
+    samples_per_new_sample: float = 4.0
+    """continuous: trained samples per new self-play sample (KataGo's samples per data); the
+    trainer waits for new games rather than train the window beyond it."""
+    publish_interval_s: float = 0.0
+    """continuous: also publish a generation after this many seconds with at least one step
+    (0 = every steps_per_generation steps only)."""
     steps_per_generation: int = 200
-    """Optimizer steps per training round (one new generation)."""
+    """Optimizer steps per training round (one new generation); in continuous mode the steps
+    between two published generations."""
     epochs: int = 0
     """If > 0, train this many passes over the window instead of steps_per_generation."""
     grad_accumulation: int = 1
@@ -389,6 +403,12 @@ class TrainingConfig:
             last = share
         _range(self, "momentum", 0.0, 1.0)
         _range(self, "weight_decay", 0.0, 1.0)
+        _choice(self, "mode", ("rounds", "continuous"))
+        _range(self, "samples_per_new_sample", 0.01, 10_000.0)
+        _range(self, "publish_interval_s", 0.0, 86400.0)
+        _check(self.mode == "rounds" or self.epochs == 0, "epochs",
+               "sets the length of a round (training.mode: rounds); training.mode continuous "
+               "publishes every steps_per_generation steps: set epochs to 0")
         _range(self, "steps_per_generation", 1, 10**9)
         _range(self, "epochs", 0, 10**6)
         _range(self, "grad_accumulation", 1, 1024)
@@ -636,6 +656,11 @@ class Config:
                 "distributed.workers",
                 f"worker names must be unique, {name!r} appears twice",
             )
+        _check(self.training.mode == "rounds" or not self.distributed.training_nodes,
+               "training.mode",
+               "continuous runs one trainer on the main node and does not take "
+               "distributed.training_nodes yet: set training.mode: rounds to train with "
+               "training nodes, or empty distributed.training_nodes")
         known = {w.name for w in self.distributed.workers}
         for name in self.distributed.worker_weights:
             _check(

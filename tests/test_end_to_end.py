@@ -207,3 +207,49 @@ def test_coach_killed_mid_run_resumes_with_every_batch_counted_once(setup):
     log_text = (run.parent / "logs" / "distributed_training.log").read_text()
     assert f"adopting running daemon pid {pid}" in log_text
     assert not list((run / "workers" / "worker1" / "outbox").glob("*.npz.zst"))
+
+
+def test_continuous_mode_publishes_and_resumes_after_the_coach_is_killed(setup):
+    """training.mode continuous through start_main.py: one trainer for the run publishes
+    generations that the coach publishes, plots and shows; after a SIGKILL of the coach (the
+    trainer dies with it) a new coach admits what was missed and its trainer resumes from
+    the newest checkpoint with every admitted batch counted once."""
+    from training.learn.admissions import AdmissionReader
+    from training.learn.train_state import latest, load_checkpoint
+
+    cfg, config, run, status = setup
+    config.write_text(dump_config(override(cfg, {
+        "training.mode": "continuous", "training.samples_per_new_sample": 1.0,
+        "training.steps_per_generation": 4, "training.batch_size": 16,
+        "training.lr_reference_batch": 16, "evaluation.games": 0})))
+    logs = run.parent / "logs"
+    proc = _start_main(config, status, "--iterations", "5")
+    try:
+        wait_until(lambda: len(model_store.list_manifests(run / "models")) >= 3, 240,
+                   "two generations published")
+    finally:
+        proc.kill()  # SIGKILL: the trainer gets SIGTERM as its parent dies
+        proc.wait()
+    assert (run / "progress.png").stat().st_size > 0
+    assert {1, 2} <= {r["generation"] for r in json.loads((run / "metrics.json").read_text())}
+    proc = _start_main(config, status, "--iterations", "1")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    coach_log = (logs / "distributed_training.log").read_text()
+    assert "starting the continuous trainer: it resumes from checkpoint_" in coach_log
+    trainer_log = (logs / "trainer_continuous.log").read_text()
+    assert "continuous trainer: resumed from" in trainer_log
+    entries = _assert_exactly_once(run)
+    admitted = []
+    reader = AdmissionReader(run / "admitted.jsonl")
+    while batch := reader.poll():
+        admitted += batch
+    names = [a.name for a in admitted]
+    assert len(names) == len(set(names)), "a batch admitted twice"
+    assert set(names) <= {e["name"] for e in entries if e["status"] == "ingested"}
+    gen, newest = latest(run / "checkpoints", "checkpoint")
+    data = load_checkpoint(newest)["data"]
+    taken = [a for a in admitted if a.seq <= data["admitted_seq"]]
+    assert data["new_samples"] == sum(a.positions for a in taken), "a batch counted twice"
+    assert data["trained_samples"] <= data["new_samples"] * 1.0
+    assert read_status(status).generation >= 3

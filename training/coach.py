@@ -80,6 +80,7 @@ from distributed.status import (
 from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
+from training.continuous_rounds import ContinuousRounds
 from training.fleet.collector import (Collector, batch_rules, partial_batch_pace,
                                       validate_with_records)
 from training.fleet.fleet import Fleet
@@ -162,9 +163,11 @@ class Coach:
         self.fleet: Fleet | None = None
         self.collector: Collector | None = None
         # training rounds and published models; the coach reacts to their events
-        self.rounds = Rounds(self.cfg, self.paths, self._stop, trainer_cmd=trainer_cmd,
-                             distributed=self.distributed, initial_model=initial_model,
-                             run_hours=self.run_hours)
+        # training.mode continuous: one long-lived trainer (its mode is fixed for the coach)
+        kind = ContinuousRounds if cfg.training.mode == "continuous" else Rounds
+        self.rounds = kind(self.cfg, self.paths, self._stop, trainer_cmd=trainer_cmd,
+                           distributed=self.distributed, initial_model=initial_model,
+                           run_hours=self.run_hours)
         self.model_sync_s: float | None = None  # push to every active worker running it
         self._push_started: dict[int, float] = {}
         self._started = time.monotonic()
@@ -511,7 +514,10 @@ class Coach:
             return sum(e.positions for e in self.collector.ingested_entries()
                        if e.coach_generation >= generation)
 
-        return Counts(self.total_games(), self.generation_target(), new_positions)
+        def ingested() -> list[tuple[str, int]]:
+            return [(e.name, e.positions) for e in self.collector.ingested_entries()]
+
+        return Counts(self.total_games(), self.generation_target(), new_positions, ingested)
 
     def _advance_training(self) -> None:
         for event in self.rounds.advance(self.counts()):

@@ -76,6 +76,9 @@ class Counts:
     target: int  # new games a round needs (training.fleet.balance.generation_target)
     new_positions: Callable[[int], int] = lambda generation: 0
     """Positions ingested since `generation` was the newest published one."""
+    ingested: Callable[[], list[tuple[str, int]]] = lambda: []
+    """(batch name, positions) of every batch ingested into replay/, in the ledger's order
+    (training.mode continuous admits them to its trainer)."""
 
 
 @dataclass(frozen=True)
@@ -185,14 +188,10 @@ class Rounds:
             gen = 0
             self._adopt_initial_model(Path(self.initial_model))
         else:
-            from training.learn.net import net_from_config, save_model
+            from training.learn.train_state import write_initial_model
 
-            import torch
-
-            torch.manual_seed(self.cfg.run.seed)
-            net = net_from_config(self.cfg.net, self.cfg.go.board_size)
             gen = 0
-            save_model(self.paths.model(0), net, 0, meta={"random": True})
+            write_initial_model(self.cfg, self.paths.root)
             log.info("wrote generation 0 (a random net)")
         self.publish(gen)
 

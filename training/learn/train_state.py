@@ -4,8 +4,9 @@ Owns the learning-rate rules (`scaled_lr`, `WarmupSchedule`), this process's RNG
 (torch, numpy, python, CUDA: `rng_state`, `set_rng_state`, and `rng_json` / `rng_from_json`
 to send them between ranks as JSON), the checkpoint format (`save_checkpoint`,
 `load_checkpoint`), and the file a round starts from: the given checkpoint, else the newest
-checkpoint, else the newest model, else a fresh net (`start_file`, `load_start`). Generation
-0's model is `write_initial_model`. Paths come from run_dir.RunDir:
+checkpoint, else the newest model, else a fresh net (`start_file`, `load_start`), and the
+restore beside the save (`save_checkpoint`, `restore_checkpoint`). Generation 0's model, a
+random net seeded by run.seed, is written in one place: `write_initial_model`. Paths come from run_dir.RunDir:
 checkpoints/checkpoint_<gen:06d>.pt and models/model_<gen:06d>.pt.
 
 A checkpoint holds the model (net.model_payload), the optimizer, the schedule, the global step,
@@ -17,6 +18,7 @@ It must not: touch torch.distributed, train, or decide which rank writes (the ro
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -40,6 +42,8 @@ from training.learn.net import (
 )
 from training.learn.training_error import TrainingError
 from training.run.run_dir import RunDir
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "azgo-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -180,11 +184,12 @@ def latest(folder: Path, kind: str) -> tuple[int, Path] | None:
 
 
 def write_initial_model(cfg: Config, run_dir: str | os.PathLike) -> Path:
-    """models/model_000000.pt: a freshly initialised net seeded by run.seed (idempotent)."""
+    """models/model_000000.pt: a freshly initialised net seeded by run.seed (idempotent); the
+    one place generation 0 is made (the coach's new run, the tests)."""
     path = RunDir(run_dir).model(0)
     if not path.exists():
         torch.manual_seed(cfg.run.seed)
-        save_model(path, net_from_config(cfg.net, cfg.go.board_size), 0, {"initial": True})
+        save_model(path, net_from_config(cfg.net, cfg.go.board_size), 0, {"random": True})
     return path
 
 
@@ -221,6 +226,40 @@ def save_checkpoint(path: Path, cfg: Config, net: torch.nn.Module, generation: i
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, save_bytes(state))
+
+
+def restore_checkpoint(ckpt: dict[str, Any], source: str, optimizer: torch.optim.Optimizer,
+                       schedule: WarmupSchedule, *, length: int, per_rank: int, rank: int,
+                       world_size: int, seed: int) -> tuple[int, int]:
+    """What `save_checkpoint` saved, back into `optimizer`, `schedule` and this rank's RNGs.
+
+    Returns the data position (epoch, offset) to go on from: the saved one when the window
+    (`length`), the batch per rank and the ranks are the same, else the start of the next
+    pass. RNG states of another number of ranks are replaced by a seed from `seed`, the rank
+    and the step (logged). `source` names the checkpoint in errors."""
+    try:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    except (ValueError, KeyError) as e:
+        raise TrainingError(
+            f"{source}: its optimizer state does not fit this net ({e}); pass --checkpoint "
+            "none to start afresh"
+        ) from e
+    schedule.step = int(ckpt["schedule"]["step"])
+    data = ckpt.get("data", {})
+    if (data.get("length"), data.get("per_rank"), data.get("world_size")) == (
+        length, per_rank, world_size
+    ):
+        epoch, offset = int(data["epoch"]), int(data["offset"])
+    else:
+        epoch, offset = int(data.get("epoch", -1)) + 1, 0  # the window changed: a new pass
+    rng = ckpt.get("rng") or []
+    if len(rng) == world_size:
+        set_rng_state(rng[rank])
+    else:
+        log.warning("checkpoint has RNG states for %d ranks, this run has %d; reseeding",
+                    len(rng), world_size)
+        seed_everything(seed + 1000 * rank + schedule.step)
+    return epoch, offset
 
 
 # ----------------------------------------------------------------------- where a round starts

@@ -13,6 +13,9 @@
       quarantine/                 batches that failed validation, bounded (collector)
       workers/                    local workers' folders (training/fleet/local_workers.py)
       ledger.jsonl                one line per ingested batch: exactly once (collector)
+      admitted.jsonl              the batches admitted to the long-lived trainer, in order
+                                    (training.mode continuous; training/learn/admissions.py)
+      trainer.json                the long-lived trainer's counters: step, samples, waiting
       metrics.json, metrics.csv   one row per generation (metrics)
       metrics.lock                held while a process merges its columns into them (metrics)
       progress.png                the plot of those rows (metrics)
@@ -47,6 +50,8 @@ WORKER_CONFIG_NAME = "worker_config.yaml"
 NODE_CONFIG_NAME = "node_config.yaml"
 LOCK_NAME = "coach.lock"
 LEDGER_NAME = "ledger.jsonl"
+ADMISSIONS_NAME = "admitted.jsonl"
+TRAINER_STATE_NAME = "trainer.json"
 METRICS_JSON = "metrics.json"
 METRICS_CSV = "metrics.csv"
 METRICS_LOCK = "metrics.lock"
@@ -147,6 +152,16 @@ class RunDir:
     @property
     def ledger(self) -> Path:
         return self.root / LEDGER_NAME
+
+    @property
+    def admissions(self) -> Path:
+        """The admission log of the long-lived trainer (training/learn/admissions.py)."""
+        return self.root / ADMISSIONS_NAME
+
+    @property
+    def trainer_state(self) -> Path:
+        """What the long-lived trainer last reported of itself (training/learn/continuous.py)."""
+        return self.root / TRAINER_STATE_NAME
 
     @property
     def metrics_json(self) -> Path:

@@ -1,0 +1,244 @@
+"""The long-lived trainer (training.mode: continuous): one training process for the whole run.
+
+`train_continuously(cfg, run_dir, ...)` runs in every rank of the group (alone, under torchrun
+with DDP across the node's GPUs, or Gloo ranks on the CPU) until it is stopped (SIGTERM or
+SIGINT; `stop`). It keeps the net, the optimizer and the replay window in memory and:
+
+  1. takes in each batch the coach admits: rank 0 reads the new lines of the admission log
+     (`training.learn.admissions`), adds their files to its window (building their sidecars)
+     and broadcasts them; every other rank adds the same files, in the same order;
+  2. trains at `training.samples_per_new_sample` trained samples per new self-play sample:
+     after admissions of N positions in all, it has trained at most ratio x N samples (whole
+     steps of the total batch); with the budget spent it waits for data rather than overfit
+     the window it holds (`waiting` in trainer.json);
+  3. publishes a generation every `training.steps_per_generation` steps, or after
+     `training.publish_interval_s` seconds with at least one step (0 = by steps only), by
+     writing exactly what a round writes (`phases.finish`: checkpoint, model, metrics row,
+     rounds/round_<gen>.json), so that the coach's arena, gating, publishing and hot reload
+     take it as a round's.
+
+Resume rule: a checkpoint records, beside the data position, `admitted_seq` (the last
+admission taken in), `new_samples` and `trained_samples` (the ratio's counters). A trainer
+started again (after Ctrl-C, kill -9 of it or of the coach) resumes from the newest checkpoint:
+its window is the admissions up to `admitted_seq`, each later admission is new data once, and
+the counters go on from the checkpoint's, so nothing is trained beyond the ratio and nothing
+is lost but the steps after the checkpoint (trained again within the ratio). The log says what
+was resumed from and what was lost. A checkpoint of a round (training.mode: rounds, a run
+that changed mode) has no `admitted_seq`: the admissions in the log when the trainer starts are
+then its window, not new data (the rounds trained on them).
+
+The LR drop by the clock (training.lr_schedule_by_time with run.hours) reads the run's hours
+from `run_hours` at the start plus this process's time since (rank 0's, broadcast).
+
+rank 0 writes trainer.json (`RunDir.trainer_state`) when its counters change: generation,
+global step, admitted_seq, new and trained samples, the ratio, and whether it waits.
+
+It must not: validate or choose batches (the coach admits them), read the ledger, or talk to
+workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from configs import Config
+from distributed.transfer import write_json_atomic
+from training.learn import phases
+from training.learn.admissions import Admission, AdmissionReader
+from training.learn.ddp import DistContext, broadcast_json
+from training.learn.steps import FaultHooks, IndexBatches
+from training.learn.train_state import start_file
+from training.learn.node_relay import resolve_start_shared
+from training.learn.training_error import TrainingError
+from training.run.run_dir import RunDir
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5
+"""How often a waiting trainer reads the admission log again."""
+CHUNK_STEPS = 10
+"""Steps between two reads of the admission log while there is budget."""
+
+
+def _open_window(cfg: Config, run_dir: Path, files: list[str]) -> Any:
+    from training.learn.replay_buffer import WINDOW_SHARE_SLACK, ReplayWindow
+
+    return ReplayWindow(RunDir(run_dir).replay, cfg.replay, cfg.net.history, cfg.go.board_size,
+                        seed=cfg.run.seed, files=files,
+                        worker_weights=cfg.distributed.worker_weights,
+                        share_slack=WINDOW_SHARE_SLACK, liberties=cfg.net.liberties)
+
+
+def _admit(window: Any, run_dir: Path, names: list[str]) -> None:
+    """Add the admitted files to the window, in order (a file gone from replay/ is skipped and
+    logged by the window)."""
+    replay = RunDir(run_dir).replay
+    for name in names:
+        try:
+            window.add_file(replay / name)
+        except OSError as e:
+            log.warning("admitted batch %s cannot be read (%s); left out of the window", name, e)
+
+
+class _Counters:
+    """The ratio's counters and the admissions taken in (saved in each checkpoint)."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.admitted_seq = int(data.get("admitted_seq", 0))
+        self.new_samples = int(data.get("new_samples", 0))
+        self.trained_samples = int(data.get("trained_samples", 0))
+
+    def as_dict(self) -> dict[str, int]:
+        return {"admitted_seq": self.admitted_seq, "new_samples": self.new_samples,
+                "trained_samples": self.trained_samples}
+
+
+def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
+                       run_hours: float | None = None, hooks: FaultHooks | None = None,
+                       stop: threading.Event | None = None) -> int:
+    """Train and publish until `stop` is set; returns the generations published. Collective."""
+    tcfg = cfg.training
+    hooks = hooks or FaultHooks()
+    stop = stop or threading.Event()
+    paths = RunDir(run_dir)
+    ratio = tcfg.samples_per_new_sample
+    t_start = time.monotonic()
+
+    _, start_path, _ = start_file(run_dir, None) if ctx.is_main else ("", None, 0)
+    ckpt, payload, generation = resolve_start_shared(run_dir, None, ctx, None)
+    counters = _Counters(ckpt.get("data", {}) if ckpt is not None else {})
+
+    # the window of the checkpoint: the admissions it had taken in
+    reader = AdmissionReader(paths.admissions)
+    known: list[Admission] = []
+    if ctx.is_main:
+        while batch := reader.poll():
+            known += batch
+        if ckpt is not None and "admitted_seq" not in ckpt.get("data", {}):
+            # a round's checkpoint (the run trained in rounds before): what was admitted so
+            # far is its window, data the rounds have trained on, not new data
+            counters.admitted_seq = reader.seq
+            log.info("continuous trainer: %s is a round's checkpoint; the %d batches admitted "
+                     "so far are its window, not new data", start_path, reader.seq)
+        if counters.admitted_seq > reader.seq:
+            raise TrainingError(
+                f"{paths.admissions}: ends at seq {reader.seq}, but the checkpoint took in "
+                f"admissions up to {counters.admitted_seq}; the run folder is not the one "
+                "this checkpoint trained in (or the log was cut): start a new run")
+    names = [a.name for a in known if a.seq <= counters.admitted_seq]
+    if ctx.is_distributed:
+        names, counters.admitted_seq = broadcast_json([names, counters.admitted_seq], ctx)
+    window = _open_window(cfg, run_dir, names) if ctx.is_main else None
+    if ctx.is_distributed:
+        broadcast_json(None, ctx)  # rank 0 built the sidecars first
+        if window is None:
+            window = _open_window(cfg, run_dir, names)
+    pending = [a for a in known if a.seq > counters.admitted_seq]
+
+    p = phases.plan(tcfg, ctx)
+    trainee = phases.start_net(cfg, ctx, p, payload, start_path or run_dir, run_hours)
+    epoch, offset = phases.restore(cfg, ctx, trainee, p, ckpt, str(start_path),
+                                   len(window))
+    batches: IndexBatches | None = None
+    if len(window) >= p.total:
+        batches = IndexBatches(window, p.per_rank, ctx, cfg.run.seed, epoch, offset)
+    if ctx.is_main:
+        if ckpt is not None:
+            log.info(
+                "continuous trainer: resumed from %s (generation %d, global step %d, "
+                "admissions through seq %d, trained %d samples for %d new x ratio %g); steps "
+                "after that checkpoint, if any, were lost and are trained again within the "
+                "ratio; %d admissions since are new data",
+                start_path, generation, trainee.schedule.step, counters.admitted_seq,
+                counters.trained_samples, counters.new_samples, ratio, len(pending))
+        else:
+            log.info("continuous trainer: started from %s (no checkpoint); %d admissions "
+                     "so far are new data", start_path or "a fresh net", len(pending))
+        log.info("continuous trainer: world_size=%d total_batch=%d ratio=%g publish every %d "
+                 "steps%s device=%s", ctx.world_size, p.total, ratio, tcfg.steps_per_generation,
+                 f" or {tcfg.publish_interval_s:g}s" if tcfg.publish_interval_s > 0 else "",
+                 ctx.device)
+
+    totals = phases.Totals()
+    last_publish = time.monotonic()
+    published = 0
+    reported: dict[str, Any] = {}
+    while True:
+        # rank 0 decides, every rank follows: the same admissions, clock and stop everywhere
+        msg = None
+        if ctx.is_main:
+            fresh = pending + reader.poll()
+            pending = []
+            _admit(window, run_dir, [a.name for a in fresh])
+            now = time.monotonic()
+            msg = {"new": [[a.seq, a.name, a.positions] for a in fresh],
+                   "hours": None if run_hours is None else run_hours + (now - t_start) / 3600,
+                   "time_due": tcfg.publish_interval_s > 0
+                   and now - last_publish >= tcfg.publish_interval_s,
+                   "stop": stop.is_set()}
+        if ctx.is_distributed:
+            msg = broadcast_json(msg, ctx)
+            if not ctx.is_main:
+                _admit(window, run_dir, [name for _, name, _ in msg["new"]])
+        if msg["stop"]:
+            break
+        if msg["new"]:
+            counters.admitted_seq = msg["new"][-1][0]
+            counters.new_samples += sum(n for _, _, n in msg["new"])
+            if len(window) >= p.total:  # a new pass over the new window
+                epoch = batches.epoch + 1 if batches is not None else epoch
+                batches = IndexBatches(window, p.per_rank, ctx, cfg.run.seed, epoch, 0)
+        trainee.schedule.time_factor = phases.time_factor(cfg, msg["hours"])
+
+        due = totals.steps >= tcfg.steps_per_generation or (msg["time_due"] and totals.steps)
+        if due:
+            generation += 1
+            result = phases.finish(cfg, run_dir, ctx, trainee, p, window, batches, totals,
+                                   generation, counters.as_dict())
+            published += 1
+            if ctx.is_main:
+                log.info("published generation %d: steps=%d global_step=%d loss=%.4f "
+                         "trained_samples=%d new_samples=%d samples_per_new_sample=%.2f",
+                         generation, result.steps, result.global_step, result.loss,
+                         counters.trained_samples, counters.new_samples,
+                         counters.trained_samples / max(counters.new_samples, 1))
+            totals = phases.Totals()
+            last_publish = time.monotonic()
+            continue
+        budget = math.floor((ratio * counters.new_samples - counters.trained_samples) / p.total)
+        n = 0 if batches is None else min(budget, CHUNK_STEPS,
+                                          tcfg.steps_per_generation - totals.steps)
+        if ctx.is_main:
+            reported = _report(paths, reported, generation, trainee, counters, ratio, n <= 0)
+        if n <= 0:
+            stop.wait(POLL_S)  # every rank waits alike; rank 0's stop reaches them next pass
+            continue
+        phases.run_steps(trainee, batches, window, n, ctx, p, hooks, totals)
+        counters.trained_samples += n * p.total
+    if ctx.is_main:
+        log.info("continuous trainer stopped: generation %d, %d steps since its checkpoint "
+                 "are not saved (trained again within the ratio on resume)", generation,
+                 totals.steps)
+        _report(paths, reported, generation, trainee, counters, ratio, False, stopped=True)
+    return published
+
+
+def _report(paths: RunDir, last: dict[str, Any], generation: int, trainee: phases.Trainee,
+            counters: _Counters, ratio: float, waiting: bool, stopped: bool = False
+            ) -> dict[str, Any]:
+    """trainer.json when something in it changed (the step alone: at most once a second,
+    since a GPU takes many a second); returns what it holds."""
+    state = {"generation": generation, "global_step": trainee.schedule.step,
+             **counters.as_dict(), "samples_per_new_sample": ratio, "waiting": waiting,
+             "stopped": stopped}
+    now = time.monotonic()
+    moved = {k for k in state if state[k] != last.get(k)}
+    if moved - {"global_step", "trained_samples"} or (moved and now - last.get("_at", 0) >= 1):
+        write_json_atomic(paths.trainer_state, {**state, "time": time.time()})
+        return {**state, "_at": now}
+    return last

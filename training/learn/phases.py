@@ -1,0 +1,275 @@
+"""The phases of training, shared by a round and the long-lived trainer.
+
+A round is `plan` -> `start_net` -> `restore` -> `run_steps` -> `finish`; the long-lived
+trainer (`training.learn.continuous`) runs the first three once and then `run_steps` and
+`finish` for as long as the run lasts, each `finish` publishing one generation.
+
+- `plan(tcfg, ctx) -> Plan`: the batch arithmetic (per rank, total, micro-batches).
+- `start_net(cfg, ctx, plan, payload, ...) -> Trainee`: the net (from the starting model or
+  fresh, seeded by run.seed so every rank starts equal), DDP around it, autocast, the LR
+  schedule and the optimizer: everything a step changes, kept in memory.
+- `restore(...)`: a checkpoint back into the trainee (`train_state.restore_checkpoint`, beside
+  `save_checkpoint`), or this rank's seed for a fresh start; returns the data position.
+- `run_steps(trainee, batches, n, ...)`: n optimizer steps, summed into a `Totals`.
+- `finish(...)`: the totals reduced over ranks, the non-finite check, validation, and on rank
+  0 the generation's files (checkpoint, model, metrics row, rounds/round_<gen>.json) before a
+  barrier. Returns the `RoundResult`.
+
+Vocabulary as in `training.trainer` (rank, world_size, round, micro-batch). It must not:
+choose the data (the window is opened by the caller), parse the command line, or decide when
+a generation is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from configs import Config
+from training.learn import round_result
+from training.learn.ddp import DistContext, all_gather_json, all_reduce_sum, barrier
+from training.learn.net import ModelError, finite_weights, net_from_config, net_from_payload
+from training.learn.net import save_model
+from training.learn.round_result import RoundResult
+from training.learn.samples import SampleDataset, fetch_batch
+from training.learn.steps import (AUX_LOSSES, FaultHooks, IndexBatches, autocast_dtype, is_oom,
+                                  loss_weights, maybe_inject_fault, one_step, validate,
+                                  weights_checksums)
+from training.learn.train_state import (WarmupSchedule, drop_multiplier, restore_checkpoint,
+                                        rng_from_json, rng_json, rng_state, save_checkpoint,
+                                        scaled_lr, seed_everything)
+from training.learn.training_error import TrainingError
+from training.run import metrics
+from training.run.run_dir import RunDir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The batch arithmetic of this group: `per_rank` samples per rank and step, `total` over
+    all ranks, `accumulation` micro-batches of `micro` samples each."""
+
+    per_rank: int
+    total: int
+    accumulation: int
+    micro: int
+
+
+@dataclass
+class Trainee:
+    """The net and everything a step changes, in memory for as long as training lasts."""
+
+    net: torch.nn.Module
+    model: torch.nn.Module  # the net, or DDP around it
+    optimizer: torch.optim.Optimizer
+    schedule: WarmupSchedule
+    scaler: torch.amp.GradScaler | None
+    autocast: torch.dtype | None
+    micro: int  # halved after an out-of-memory micro-batch
+    peak_lr: float
+    weights: dict[str, float]
+
+
+@dataclass
+class Totals:
+    """What steps since the last `finish` added up to on this rank."""
+
+    sums: np.ndarray = field(default_factory=lambda: np.zeros(4 + len(AUX_LOSSES)))
+    """policy loss * n, value loss * n, correct, n, then each AUX_LOSSES loss * n."""
+    step_losses: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_losses)
+
+
+def plan(tcfg: Any, ctx: DistContext) -> Plan:
+    """The batch per rank from training.batch_size (or batch_size_per_gpu), and its
+    micro-batches (training.grad_accumulation)."""
+    if tcfg.batch_size_per_gpu > 0:
+        per_rank = tcfg.batch_size_per_gpu
+        log.info("batch %d per rank x %d ranks = %d total (training.batch_size_per_gpu)",
+                 per_rank, ctx.world_size, per_rank * ctx.world_size)
+    else:
+        per_rank = tcfg.batch_size // ctx.world_size
+    if per_rank < 1:
+        raise TrainingError(
+            f"training.batch_size {tcfg.batch_size} is smaller than the {ctx.world_size} ranks"
+        )
+    if not tcfg.batch_size_per_gpu and per_rank * ctx.world_size != tcfg.batch_size:
+        log.warning("batch_size %d does not split over %d ranks; using %d total",
+                    tcfg.batch_size, ctx.world_size, per_rank * ctx.world_size)
+    accumulation = min(tcfg.grad_accumulation, per_rank)
+    return Plan(per_rank, per_rank * ctx.world_size, accumulation, per_rank // accumulation)
+
+
+def time_factor(cfg: Config, run_hours: float | None) -> float | None:
+    """The LR multiplier of training.lr_schedule_by_time at `run_hours` (None: by step)."""
+    tcfg = cfg.training
+    if cfg.run.hours > 0 and tcfg.lr_schedule_by_time and run_hours is not None:
+        return drop_multiplier(tcfg.lr_schedule_by_time, run_hours / cfg.run.hours)
+    return None
+
+
+def start_net(cfg: Config, ctx: DistContext, p: Plan, payload: dict | None, source: Any,
+              run_hours: float | None) -> Trainee:
+    """The net from `payload` (a model or checkpoint's, named by `source`) or fresh, on this
+    rank's device, in DDP when there are several ranks, with its optimizer and schedule."""
+    tcfg = cfg.training
+    # Same initial weights everywhere (DDP also broadcasts rank 0's at construction).
+    seed_everything(cfg.run.seed)
+    if payload is not None:
+        try:
+            net = net_from_payload(payload, source)
+        except ModelError as e:
+            raise TrainingError(str(e)) from e
+        if net.liberties != cfg.net.liberties:
+            raise TrainingError(
+                f"the starting model {'reads' if net.liberties else 'does not read'} the "
+                f"liberty planes, and the config says net.liberties: {cfg.net.liberties}; "
+                "the input features of a run cannot change: start a new run (another "
+                "run.dir, or --fresh)")
+        if net.config != net_from_config(cfg.net, cfg.go.board_size).config:
+            log.warning("the starting model's net %s differs from the config's net section; "
+                        "continuing with the model's", net.config)
+    else:
+        net = net_from_config(cfg.net, cfg.go.board_size)
+    net.to(ctx.device).train()
+    model: torch.nn.Module = net
+    if ctx.is_distributed:
+        on_gpu = ctx.device.startswith("cuda")
+        model = DDP(net, device_ids=[torch.device(ctx.device).index] if on_gpu else None)
+    autocast, use_scaler = autocast_dtype(ctx, tcfg.mixed_precision, tcfg.amp_dtype)
+    scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+    peak = scaled_lr(tcfg.lr, p.total, tcfg.lr_reference_batch, tcfg.lr_scaling)
+    schedule = WarmupSchedule(peak, tcfg.warmup_steps, drops=tcfg.lr_schedule,
+                              time_factor=time_factor(cfg, run_hours))
+    optimizer = torch.optim.SGD(net.parameters(), lr=schedule.lr(), momentum=tcfg.momentum,
+                                weight_decay=tcfg.weight_decay)
+    return Trainee(net, model, optimizer, schedule, scaler, autocast, p.micro, peak,
+                   loss_weights(tcfg))
+
+
+def restore(cfg: Config, ctx: DistContext, trainee: Trainee, p: Plan, ckpt: dict | None,
+            source: str, length: int) -> tuple[int, int]:
+    """The checkpoint `ckpt` (or None: a fresh start, this rank's seed) into `trainee`;
+    returns the data position (epoch, offset) over a window of `length` samples."""
+    if ckpt is None:
+        seed_everything(cfg.run.seed + 1000 * ctx.rank)
+        return 0, 0
+    return restore_checkpoint(ckpt, source, trainee.optimizer, trainee.schedule,
+                              length=length, per_rank=p.per_rank, rank=ctx.rank,
+                              world_size=ctx.world_size, seed=cfg.run.seed)
+
+
+def run_steps(trainee: Trainee, batches: IndexBatches, dataset: SampleDataset, n: int,
+              ctx: DistContext, p: Plan, hooks: FaultHooks, totals: Totals,
+              bar: Any = None) -> None:
+    """`n` optimizer steps over `batches` of `dataset`, added to `totals`; an out-of-memory
+    micro-batch is halved (down to 1) and the step taken again."""
+    t0 = time.perf_counter()
+    schedule, optimizer = trainee.schedule, trainee.optimizer
+    for step in range(totals.steps, totals.steps + n):
+        t_step = time.perf_counter()
+        maybe_inject_fault(hooks, ctx.rank, step)
+        batch = fetch_batch(dataset, batches.next())
+        for g in optimizer.param_groups:
+            g["lr"] = schedule.lr()
+        while True:
+            try:
+                step_sums = one_step(trainee.model, optimizer, trainee.scaler, batch,
+                                     trainee.micro, trainee.autocast, ctx, hooks,
+                                     trainee.weights)
+                break
+            except RuntimeError as e:
+                if not is_oom(e) or trainee.micro == 1:
+                    raise
+                optimizer.zero_grad(set_to_none=True)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                trainee.micro = max(1, trainee.micro // 2)
+                log.warning("rank %d: out of memory at step %d; micro-batch halved to %d "
+                            "(%d micro-batches per step)", ctx.rank, schedule.step,
+                            trainee.micro, math.ceil(p.per_rank / trainee.micro))
+        schedule.step += 1
+        totals.sums += step_sums
+        reduced = all_reduce_sum([step_sums[0] + step_sums[1], step_sums[3]], ctx)
+        totals.step_losses.append(reduced[0] / reduced[1])
+        totals.step_seconds.append(time.perf_counter() - t_step)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{totals.step_losses[-1]:.3f}", lr=f"{schedule.lr():.3g}")
+    totals.seconds += time.perf_counter() - t0
+
+
+def finish(cfg: Config, run_dir: Path, ctx: DistContext, trainee: Trainee, p: Plan,
+           dataset: SampleDataset, batches: IndexBatches, totals: Totals, generation: int,
+           extra_data: dict[str, int] | None = None) -> RoundResult:
+    """Reduce `totals`, check them, validate, and write `generation`'s files (rank 0: the
+    checkpoint with the data position and `extra_data`, the model, the metrics row, the round
+    result); every rank waits at a barrier until they are written. Collective."""
+    net, schedule = trainee.net, trainee.schedule
+    steps = totals.steps
+    p_sum, v_sum, correct, n, *aux_sums = (float(v) for v in
+                                           all_reduce_sum(list(totals.sums), ctx))
+    n = max(n, 1.0)
+    aux_losses = {f"{k}_loss": a / n for k, a in zip(AUX_LOSSES, aux_sums)}
+    losses = [p_sum / n, v_sum / n, *aux_losses.values()]
+    bad = not all(math.isfinite(v) for v in losses) or not finite_weights(net, buffers=False)
+    # The same on every rank: sums are reduced and DDP keeps the parameters equal (buffers
+    # may differ by rank; the coach checks the saved file's).
+    if bad:
+        raise TrainingError(
+            f"generation {generation}: a non-finite loss or weight after {steps} steps "
+            f"(policy {p_sum / n:.4g}, value {v_sum / n:.4g}); nothing is written, the round "
+            "fails and the last model stays in use (lower training.lr, check the data)")
+    checksums = weights_checksums(net, ctx)
+    # RNG states before validation, so that a resumed run continues as an unbroken one would
+    rng_states = [rng_from_json(r) for r in all_gather_json(rng_json(rng_state()), ctx)]
+    val_loss = validate(trainee.model, getattr(dataset, "validation", None), p.per_rank, ctx,
+                        trainee.autocast)
+
+    paths = RunDir(run_dir)
+    model_file, ckpt_file = paths.model(generation), paths.checkpoint(generation)
+    elapsed = totals.seconds
+    result = RoundResult(
+        generation=generation, steps=steps, global_step=schedule.step,
+        samples=int(n), seconds=elapsed, samples_per_s=n / max(elapsed, 1e-9),
+        loss=(p_sum + v_sum) / n, policy_loss=p_sum / n, value_loss=v_sum / n,
+        policy_accuracy=correct / n, val_loss=val_loss, lr=schedule.lr(),
+        world_size=ctx.world_size, micro_batch=trainee.micro,
+        accumulation=math.ceil(p.per_rank / trainee.micro),
+        model_path=str(model_file), checkpoint_path=str(ckpt_file),
+        step_losses=totals.step_losses, step_seconds=totals.step_seconds,
+        rank_checksums=checksums,
+        **aux_losses,
+    )
+    if ctx.is_main:
+        meta = {"global_step": schedule.step, "loss": result.loss, "samples": result.samples}
+        save_model(model_file, net, generation, meta)
+        position = {"length": len(dataset), "per_rank": p.per_rank,
+                    "world_size": ctx.world_size, "epoch": batches.epoch,
+                    "offset": batches.offset, **(extra_data or {})}
+        save_checkpoint(ckpt_file, cfg, net, generation, meta, trainee.optimizer, schedule,
+                        position, rng_states)
+        metrics.record_metrics(
+            run_dir, generation, loss=result.loss, policy_loss=result.policy_loss,
+            value_loss=result.value_loss, policy_accuracy=result.policy_accuracy,
+            val_loss=val_loss, train_samples_per_s=result.samples_per_s, **aux_losses,
+            train_steps=steps, global_step=schedule.step, lr=result.lr,
+            world_size=ctx.world_size, time=time.time(),
+        )
+        round_result.write(paths.round_result(generation), result)
+    barrier(ctx)  # nobody reads the new files before they are all written
+    return result
