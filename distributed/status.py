@@ -130,15 +130,23 @@ def heartbeat_from_dict(d: dict) -> Heartbeat:
     return Heartbeat(state=state, **kwargs)
 
 
-def parse_heartbeat(data: bytes | str) -> Heartbeat:
-    """Parse the bytes of a `status.json` file (as read over SFTP)."""
+def parse_heartbeat(data: bytes | str, source: str = "heartbeat") -> Heartbeat:
+    """Parse the bytes of a `status.json` file (as read over SFTP); `source` names it in the
+    error of a value Python cannot take."""
     try:
         d = json.loads(data)
     except (ValueError, RecursionError) as e:  # JSON and Unicode errors, and ints too long
         raise StatusFormatError(f"heartbeat is not JSON: {type(e).__name__}: {e}"[:200]) from e
     if not isinstance(d, dict):
         raise StatusFormatError(f"heartbeat is not a JSON object: {d!r:.100}")
-    return heartbeat_from_dict(d)
+    try:
+        return heartbeat_from_dict(d)
+    except StatusFormatError:
+        raise
+    except (ValueError, TypeError, ArithmeticError, RecursionError) as e:
+        # e.g. a 400-digit games_per_s (OverflowError as a float): the file is bad, which is
+        # the worker's fault, not a bug of the coach
+        raise StatusFormatError(f"{source}: {type(e).__name__}: {e}"[:200]) from e
 
 
 def write_heartbeat(path: str | os.PathLike, hb: Heartbeat) -> None:
@@ -167,7 +175,7 @@ def read_heartbeat(path: str | os.PathLike, max_bytes: int = HEARTBEAT_MAX_BYTES
             os.close(fd)
     if len(data) > max_bytes:
         raise StatusFormatError(f"{name} grew over {max_bytes} bytes while read")
-    return parse_heartbeat(data)
+    return parse_heartbeat(data, name)
 
 
 class HeartbeatTracker:

@@ -742,11 +742,7 @@ class ReplayWindow(WindowView):
                 return None
             info = _read_info(folder)
             assert info is not None, folder
-        if self._board_size is None:
-            self._board_size = int(info["board_size"])
-        if int(info["board_size"]) != self._board_size:
-            self._skip(name, f"board size {info['board_size']}, the window is "
-                       f"{self._board_size}x{self._board_size}")
+        if not self._same_board(name, info):
             return None
         try:
             ingested_ns = os.stat(self.replay_dir / name).st_mtime_ns
@@ -758,6 +754,17 @@ class ReplayWindow(WindowView):
             self._index[name] = info
             _append_index(self.cache_dir, info)
         return car
+
+    def _same_board(self, name: str, info: dict) -> bool:
+        """Whether batch `name` is of the window's board (the first batch sets it); a batch of
+        another board is skipped."""
+        if self._board_size is None:
+            self._board_size = int(info["board_size"])
+        if int(info["board_size"]) != self._board_size:
+            self._skip(name, f"board size {info['board_size']}, the window is "
+                       f"{self._board_size}x{self._board_size}")
+            return False
+        return True
 
     def _read_index(self) -> None:
         """Take in the index lines appended since the last read (complete lines only)."""
@@ -791,11 +798,7 @@ class ReplayWindow(WindowView):
         except ValueError as e:
             self._skip(name, str(e))
             return None
-        if self._board_size is None:
-            self._board_size = int(info["board_size"])
-        if int(info["board_size"]) != self._board_size:
-            self._skip(name, f"board size {info['board_size']}, the window is "
-                       f"{self._board_size}x{self._board_size}")
+        if not self._same_board(name, info):
             return None
         car = self._all.get(name)
         if car is not None:
