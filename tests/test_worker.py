@@ -176,6 +176,36 @@ class MarkingWorker(Worker):
 
 
 @pytest.mark.slow
+def test_an_older_heartbeat_snapshot_never_lands_after_a_newer_one(cfg, run_dir, monkeypatch):
+    """The beat thread and the main loop both write status.json: a beat that took its
+    snapshot first must not overwrite what the main loop wrote after it (here: a heartbeat
+    that said "paused" after the worker had resumed)."""
+    import training.worker as worker_module
+
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    worker = Worker(cfg, "w1", folder)
+    real_write = worker_module.write_json_atomic
+    snapshot_taken = threading.Event()
+
+    def slow_for_the_beat(path, data):
+        if threading.current_thread().name == "slow-beat":
+            snapshot_taken.set()
+            time.sleep(0.5)  # the main loop changes state and writes meanwhile
+        real_write(path, data)
+
+    monkeypatch.setattr(worker_module, "write_json_atomic", slow_for_the_beat)
+    worker.paused = True
+    beat = threading.Thread(target=worker._write_heartbeat, name="slow-beat")
+    beat.start()
+    assert snapshot_taken.wait(10)
+    with worker._lock:
+        worker.paused = False  # resumed
+    worker._write_heartbeat()
+    beat.join()
+    assert _heartbeat(folder)["paused"] is False
+
+
 def test_daemon_stops_cleanly_on_sigterm_with_a_custom_worker_class(cfg, run_dir):
     folder = run_dir / "workers" / "w1"
     _publish(cfg, folder, 0)

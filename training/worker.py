@@ -136,6 +136,9 @@ class Worker:
         self._models_changed = threading.Event()
         self._models_changed.set()  # look once at start
         self._lock = threading.Lock()  # guards the fields the heartbeat thread reads
+        # Two threads write the heartbeat (the beat every interval, the main loop on a
+        # change): one snapshot-and-write at a time, so an older snapshot never lands last.
+        self._beat_lock = threading.Lock()
         self.state = WorkerState.SYNCING
         self.generation = -1
         self.games_done = 0
@@ -607,11 +610,12 @@ class Worker:
         return (self.games_done - g0) / dt, (self.positions_done - p0) / dt
 
     def _write_heartbeat_file(self) -> None:
-        hb = self.heartbeat()
-        extra = {"discarded_games": self.discarded_games, "batches_written":
-                 self.batches_written, "next_seq": self._next_seq, "device": self.device,
-                 "switch": self.switch_phases()}
-        write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
+        with self._beat_lock:
+            hb = self.heartbeat()
+            extra = {"discarded_games": self.discarded_games, "batches_written":
+                     self.batches_written, "next_seq": self._next_seq, "device": self.device,
+                     "switch": self.switch_phases()}
+            write_json_atomic(self.heartbeat_path, {**hb.to_dict(), **extra})
 
     def _write_heartbeat(self) -> None:
         try:
