@@ -213,6 +213,11 @@ def running_command(paths: WorkerPaths) -> str:
     )
 
 
+def log_tail_command(paths: WorkerPaths, max_bytes: int) -> str:
+    """Print at most the last `max_bytes` of the daemon's log (nothing when there is none)."""
+    return f"tail -c {int(max_bytes)} {q(paths.log)} 2>/dev/null; exit 0"
+
+
 def stop_command(paths: WorkerPaths, grace_s: float) -> str:
     """SIGTERM the daemon's process group, SIGKILL it after `grace_s`; prints what happened."""
     ticks = max(1, int(grace_s / 0.1))

@@ -81,6 +81,8 @@ HEARTBEAT_MAX_BYTES = 1 << 16
 COMMAND_OUTPUT_MAX_BYTES = 1 << 20
 LISTING_MAX_ENTRIES = 10_000
 """The most entries a remote folder listing reads unless its caller says otherwise."""
+LOG_TAIL_BYTES = 4096
+"""What `log_tail` reads of a daemon's log: room for a traceback's last lines."""
 
 
 class SSHError(Exception):
@@ -957,6 +959,12 @@ class SSHConnector:
             raise self._err(RemoteCommandError, name, "check daemon",
                             f"unexpected output {out[-200:]!r}")
         return int(out.split()[0])
+
+    def log_tail(self, name: str, max_bytes: int = LOG_TAIL_BYTES) -> str:
+        """The end of the worker daemon's log (its output and a crash's last words), at most
+        `max_bytes`; "" when it has none."""
+        return self.run(name, remote.log_tail_command(self.paths(name), max_bytes),
+                        retry=True).stdout
 
     def read_heartbeat(self, name: str) -> Heartbeat:
         """The worker's status.json (raises FileNotFoundError before its first heartbeat)."""

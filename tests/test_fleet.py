@@ -5,6 +5,7 @@ connection closed, and a fresh one carrying on."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -235,3 +236,38 @@ def test_a_custom_worker_class_outside_the_project_is_shipped_and_imports_there(
                        "print(i(\"my_workers:Loud\").LOUD)'")
         assert res.stdout.strip() == "42", res
 
+
+
+def test_an_ssh_daemon_that_keeps_exiting_shows_its_logs_last_line_then_stays_in_error(
+        sshd_server, tmp_path, monkeypatch):
+    """The daemon on the host starts, logs, then dies with a message: LAST ERROR carries that
+    message, read from the end of its log on the host, and after MAX_QUICK_EXITS quick exits in
+    a row the worker stays in Error with it instead of restarting forever."""
+    from training.fleet import fleet as fleet_mod
+    from training.fleet.ssh_workers import SSHFleet
+
+    monkeypatch.setattr(fleet_mod, "MAX_QUICK_EXITS", 2)
+    script = tmp_path / "dying_daemon.py"
+    script.write_text(
+        "import sys, time\n"
+        "print('worker starting', flush=True)\n"
+        "time.sleep(1.0)\n"  # past the start command's own check
+        "sys.exit('RuntimeError: CUDA error: no kernel image for this device')\n")
+    cfg = _cfg(sshd_server, tmp_path)
+    cfg = dataclasses.replace(cfg, distributed=dataclasses.replace(  # worker1 alone
+        cfg.distributed, workers=cfg.distributed.workers[:1], worker_weights={}))
+    (tmp_path / "run").mkdir()
+    fleet = SSHFleet(cfg, tmp_path / "run", tmp_path / "run" / "config.yaml",
+                     start_command=(sys.executable, str(script)))
+    member = fleet.members["worker1"]
+    fleet.start(collector=None)
+    try:
+        wait_until(lambda: member.fault, 90, "worker1 in Error")
+    finally:
+        fleet.stop_all(timeout_s=20)
+        fleet.close()
+    log_text = (tmp_path / "host1" / "logs" / "worker_worker1.log").read_text()
+    assert log_text.count("worker starting") == 2 and member.restarts == 1, log_text
+    assert member.fault.startswith(
+        "daemon exited: RuntimeError: CUDA error: no kernel image for this device"), member.fault
+    assert "exited 2 times in a row" in member.fault and "--restart worker1" in member.fault

@@ -25,7 +25,8 @@ below); the loop reads members without locks, so nothing a stuck thread holds ca
 Failure kinds: `Unreachable` (network, host down: the worker reads Offline once its heartbeat
 ages) and `WorkerFault` (the worker itself is wrong: a bad heartbeat, a failed preflight, a
 daemon that exits at start: it reads Error with the reason). A daemon that exits is restarted
-with backoff, its LAST ERROR the last line of its stderr; after `MAX_QUICK_EXITS` quick exits
+with backoff, its LAST ERROR the last line of its stderr (a local daemon's stderr.log, an SSH
+daemon's log on its host); after `MAX_QUICK_EXITS` quick exits
 in a row it is left in Error with that line instead of restarting forever. Any other
 `Exception` in a supervisor pass is a bug: logged with its traceback, the pass retried after a
 backoff.
@@ -79,6 +80,13 @@ class WorkerFault(Exception):
     """The worker itself is wrong (bad heartbeat, failed preflight, daemon exits at start)."""
 
 
+def last_nonblank_line(text: str) -> str:
+    """The last line of `text` that is not blank, stripped ("" when there is none): a
+    daemon's last words in what it wrote."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
 class Backend(ABC):
     """One worker's machine: each method is one operation with a deadline (`deadline_s`).
 
@@ -121,8 +129,8 @@ class Backend(ABC):
         return False
 
     def exit_reason(self) -> str:
-        """The last line the daemon wrote to its stderr since it was started, once it has
-        exited ("" when not known)."""
+        """The last line the daemon wrote to its stderr (a local daemon: since it was started;
+        an SSH daemon: its log's last line), once it has exited ("" when not known)."""
         return ""
 
     def abort(self) -> None:

@@ -32,7 +32,7 @@ from typing import Callable
 from configs import Config
 from distributed.status import HEARTBEAT_NAME, Heartbeat, StatusFormatError, read_heartbeat
 from training.fleet.collector import LocalSource
-from training.fleet.fleet import Backend, Fleet, WorkerFault
+from training.fleet.fleet import Backend, Fleet, WorkerFault, last_nonblank_line
 from training.run import model_store
 from training.run.model_store import Manifest
 from training.run.run_dir import RunDir
@@ -106,8 +106,7 @@ def last_line(path: Path, start: int = 0, limit: int = STDERR_TAIL_BYTES) -> str
             text = f.read(limit).decode("utf-8", errors="replace")
     except OSError:
         return ""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+    return last_nonblank_line(text)
 
 
 class LocalBackend(Backend):

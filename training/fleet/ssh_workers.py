@@ -61,7 +61,7 @@ from distributed.transfer import (
 )
 from training.fleet.collector import (MAX_BATCH_BYTES, MAX_LISTED, BatchRefused, FetchTooSlow,
                                       ListingTooLong, SourceError)
-from training.fleet.fleet import Backend, Fleet, Unreachable, WorkerFault
+from training.fleet.fleet import Backend, Fleet, Unreachable, WorkerFault, last_nonblank_line
 from training.go.records import batch_names_among
 from training.run import model_store
 from training.run.model_store import Manifest
@@ -289,6 +289,11 @@ class SSHBackend(Backend):
 
     def stop(self) -> None:
         self._call(self.connector.stop, self.name)
+
+    def exit_reason(self) -> str:
+        """The last non-blank line of the daemon's log on the host (of its last
+        `LOG_TAIL_BYTES`): a crash's last words, or the last thing it logged before a kill."""
+        return last_nonblank_line(self._call(self.connector.log_tail, self.name))
 
     def read_heartbeat(self) -> Heartbeat | None:
         if self.run is not None and time.monotonic() - self._leased_at > LEASE_RENEW_S:
