@@ -1487,6 +1487,34 @@ def test_remote_text_never_forges_a_log_line_or_an_escape(tmp_path):
     assert "disk full\\n2026-01-01" in lines[0] and "\\x1b[2J" in lines[0]
 
 
+def test_the_stderr_log_follows_sys_stderr_and_never_writes_to_a_closed_one(monkeypatch):
+    """The stderr handler writes to the sys.stderr of when a record comes: after stderr is
+    replaced (and the old one closed), records reach the new one, and logging never fails
+    with "I/O operation on closed file"."""
+    import io
+    import logging
+
+    from training.run.logsetup import configure_logging
+
+    first, second = io.StringIO(), io.StringIO()
+    restore = logging_root_state()
+    failures = []
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    monkeypatch.setattr(logging.Handler, "handleError",
+                        lambda self, record: failures.append(record.getMessage()))
+    try:
+        monkeypatch.setattr(sys, "stderr", first)
+        configure_logging(None, "INFO")
+        logging.getLogger("training.worker").info("to the first")
+        monkeypatch.setattr(sys, "stderr", second)
+        first.close()
+        logging.getLogger("training.worker").info("to the second")
+    finally:
+        restore()
+    assert not failures, failures
+    assert "to the second" in second.getvalue() and "to the first" not in second.getvalue()
+
+
 def test_fresh_holds_the_run_lock_while_it_moves_the_folder_aside(tmp_path, monkeypatch):
     """No coach can start on the old folder between the check and the rename."""
     import start_main

@@ -717,8 +717,11 @@ class Coach:
         snap = self._snap or self.snapshot()
         rnd, total = self.rounds.current, self.total_games()
         training = f" training={rnd.generation}" if rnd else ""
-        line = (f"gen={self.rounds.generation} games={total} "
-                f"next_round={self.rounds.new_games(total)}/{self.generation_target()} "
+        if isinstance(self.rounds, ContinuousRounds):  # no round: games since the last one
+            pace = f"since_generation={self.rounds.new_games(total)} "
+        else:
+            pace = f"next_round={self.rounds.new_games(total)}/{self.generation_target()} "
+        line = (f"gen={self.rounds.generation} games={total} {pace}"
                 f"games_per_s={snap.games_per_s:.2f} workers_active={snap.workers_active}/"
                 f"{snap.workers_total} window_positions={snap.window_positions} "
                 f"model_sync_s={_fmt(snap.model_sync_s)} "

@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from training.run.logsetup import CurrentStderrHandler
+
 
 class ChildStopped(Exception):
     """The call was stopped before it finished (the coach is stopping)."""
@@ -36,7 +38,8 @@ def _logging_of_this_process() -> tuple[str | None, str, bool]:
     """(log file, level, to stderr) of the root logger, for the child to log the same way."""
     root = logging.getLogger()
     files = [h.baseFilename for h in root.handlers if isinstance(h, logging.FileHandler)]
-    to_stderr = any(type(h) is logging.StreamHandler and h.stream is sys.stderr
+    to_stderr = any(isinstance(h, CurrentStderrHandler)
+                    or (type(h) is logging.StreamHandler and h.stream is sys.stderr)
                     for h in root.handlers)
     return (files[0] if files else None), logging.getLevelName(root.level), to_stderr
 

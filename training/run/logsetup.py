@@ -44,6 +44,23 @@ class OneLineFormatter(logging.Formatter):
         return escape_controls(super().formatException(ei), keep_newlines=True)
 
 
+class CurrentStderrHandler(logging.StreamHandler):
+    """A StreamHandler to whatever `sys.stderr` is when a record comes, not the stream of
+    when it was made (logging's own last resort does the same): a stderr replaced or
+    redirected later still gets the records, and a closed one never does."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ and setStream assign it
+        pass
+
+
 def configure_logging(log_file: str | os.PathLike | None, level: str = "INFO",
                       *, stderr: bool = True) -> None:
     """Send the root logger to `log_file` (appended; folder created) and to stderr."""
@@ -60,7 +77,7 @@ def configure_logging(log_file: str | os.PathLike | None, level: str = "INFO",
         file_handler.setFormatter(formatter)
         root.addHandler(file_handler)
     if stderr:
-        err = logging.StreamHandler(sys.stderr)
+        err = CurrentStderrHandler()
         err.setFormatter(formatter)
         root.addHandler(err)
     # third-party chatter stays out of our INFO logs
