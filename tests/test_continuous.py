@@ -25,6 +25,7 @@ from tests.conftest import REPO, wait_until
 from training.learn import round_result
 from training.learn.admissions import AdmissionError, AdmissionLog, AdmissionReader
 from training.learn.continuous import cpu_threads
+from training.trainer import selfplay_cores
 from training.learn.train_state import load_checkpoint
 from training.run.run_dir import RunDir
 
@@ -181,7 +182,8 @@ def test_the_trainer_holds_the_sample_ratio_and_waits_for_new_data(tmp_path, bat
         code = _stop(proc)
     text = (tmp_path / "trainer.log").read_text()
     assert code == 0, text[-3000:]
-    threads = cpu_threads(load_config(config), os.cpu_count(), 0, 1)
+    threads = cpu_threads(os.cpu_count(), selfplay_cores(load_config(config), 0,
+                                                         os.cpu_count()), 1)
     assert f"continuous trainer: {threads} torch thread(s) per rank on the CPU" in text
     state = _state(run)
     assert state["new_samples"] == new
@@ -260,20 +262,23 @@ def test_a_run_that_trained_in_rounds_goes_on_without_taking_its_window_as_new_d
 def test_on_the_cpu_the_trainer_takes_the_cores_the_local_workers_leave():
     """Beside local self-play the long-lived trainer takes the cores the workers leave (at
     least one), shared by the node's ranks; with the workers on other hosts, every core."""
+    def threads(cfg, n_cpus, n_gpus, ranks):
+        return cpu_threads(n_cpus, selfplay_cores(cfg, n_gpus, n_cpus), ranks)
+
     cfg = load_config(TINY)
     auto = override(cfg, {"self_play.workers": 0, "self_play.workers_per_gpu": 0,
                           "self_play.threads_per_worker": 1})  # one worker per core
-    assert cpu_threads(auto, 2, 0, 1) == 1
-    assert cpu_threads(auto, 16, 0, 1) == 1
+    assert threads(auto, 2, 0, 1) == 1
+    assert threads(auto, 16, 0, 1) == 1
     four = override(cfg, {"self_play.workers": 4, "self_play.threads_per_worker": 1})
-    assert cpu_threads(four, 16, 0, 1) == 12 and cpu_threads(four, 16, 0, 2) == 6
-    assert cpu_threads(override(four, {"self_play.threads_per_worker": 2}), 16, 0, 1) == 8
-    assert cpu_threads(override(four, {"self_play.workers": 40}), 16, 0, 1) == 1
+    assert threads(four, 16, 0, 1) == 12 and threads(four, 16, 0, 2) == 6
+    assert threads(override(four, {"self_play.threads_per_worker": 2}), 16, 0, 1) == 8
+    assert threads(override(four, {"self_play.workers": 40}), 16, 0, 1) == 1
     remote = override(cfg, {"distributed.enabled": True})
-    assert cpu_threads(remote, 16, 0, 1) == 16 and cpu_threads(remote, 16, 0, 4) == 4
+    assert threads(remote, 16, 0, 1) == 16 and threads(remote, 16, 0, 4) == 4
     # two GPUs, automatic: 2 to 4 workers per GPU, each with its search on a core
-    assert cpu_threads(override(auto, {"self_play.cpu_only": False}), 16, 2, 1) == 8
-    assert cpu_threads(override(auto, {"self_play.cpu_only": True}), 16, 2, 1) == 1
+    assert threads(override(auto, {"self_play.cpu_only": False}), 16, 2, 1) == 8
+    assert threads(override(auto, {"self_play.cpu_only": True}), 16, 2, 1) == 1
 
 
 def test_the_admission_log_is_read_by_complete_lines_and_a_torn_tail_is_cut(tmp_path):

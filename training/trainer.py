@@ -62,6 +62,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from configs import Config, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
+from training.fleet.placement import plan_workers
 from training.learn import phases
 from training.learn.admissions import AdmissionError
 from training.learn.continuous import train_continuously
@@ -165,6 +166,17 @@ def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset 
     return phases.finish(cfg, run_dir, ctx, trainee, plan, dataset, batches, totals, new_gen)
 
 
+def selfplay_cores(cfg: Config, n_gpus: int, n_cpus: int) -> int:
+    """The cores the coach's local self-play workers hold on this machine: each worker's
+    `self_play.threads_per_worker`, on the CPU or beside its GPU (its search); none in
+    distributed mode, where the workers are other hosts."""
+    if cfg.distributed.enabled:
+        return 0
+    sp = cfg.self_play
+    devices, _ = plan_workers(sp.workers, sp.workers_per_gpu, sp.cpu_only, n_gpus, n_cpus)
+    return len(devices) * sp.threads_per_worker
+
+
 def _train_continuously(cfg: Config, run_dir: Path, hooks: FaultHooks,
                         run_hours: float | None) -> None:
     """The long-lived trainer (training.learn.continuous) in this process's group, until
@@ -176,7 +188,9 @@ def _train_continuously(cfg: Config, run_dir: Path, hooks: FaultHooks,
     except ValueError as e:
         raise TrainingError(str(e)) from e
     try:
-        train_continuously(cfg, run_dir, ctx, run_hours=run_hours, hooks=hooks, stop=stop)
+        train_continuously(cfg, run_dir, ctx, run_hours=run_hours, hooks=hooks, stop=stop,
+                           selfplay_cores=selfplay_cores(cfg, torch.cuda.device_count(),
+                                                         os.cpu_count() or 1))
     except AdmissionError as e:
         raise TrainingError(str(e)) from e
     finally:

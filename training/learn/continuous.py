@@ -31,7 +31,8 @@ The LR drop by the clock (training.lr_schedule_by_time with run.hours) reads the
 from `run_hours` at the start plus this process's time since (rank 0's, broadcast).
 
 Threads: on the CPU each rank takes the cores the local self-play workers leave it, at least
-one (`cpu_threads`; an OMP_NUM_THREADS in the environment wins). It trains beside the workers
+one (`cpu_threads`, from the count the trainer's command works out; an OMP_NUM_THREADS in
+the environment wins). It trains beside the workers
 the whole run: two OpenMP threads beside two workers on two cores made a third of its steps 2
 to 15 times slower (their threads waited on each other while the workers held the cores),
 halving both its steps and the workers' games.
@@ -72,32 +73,23 @@ CHUNK_STEPS = 10
 """Steps between two reads of the admission log while there is budget."""
 
 
-def cpu_threads(cfg: Config, n_cpus: int, n_gpus: int, local_ranks: int) -> int:
-    """torch threads for each CPU rank on this node: the cores that local self-play leaves
-    (none in distributed mode, where the workers are other hosts), shared by the node's
-    ranks, at least 1. A local worker holds `self_play.threads_per_worker` cores, on the CPU
-    or beside its GPU (its search)."""
-    from training.fleet.placement import plan_workers
-
-    busy = 0
-    if not cfg.distributed.enabled:
-        sp = cfg.self_play
-        devices, _ = plan_workers(sp.workers, sp.workers_per_gpu, sp.cpu_only, n_gpus, n_cpus)
-        busy = len(devices) * sp.threads_per_worker
-    return max(1, (n_cpus - busy) // max(1, local_ranks))
+def cpu_threads(n_cpus: int, selfplay_cores: int, local_ranks: int) -> int:
+    """torch threads for each CPU rank on this node: the cores that local self-play does not
+    hold, shared by the node's ranks, at least 1."""
+    return max(1, (n_cpus - selfplay_cores) // max(1, local_ranks))
 
 
-def _set_cpu_threads(cfg: Config, ctx: DistContext) -> None:
+def _set_cpu_threads(ctx: DistContext, selfplay_cores: int) -> None:
     if ctx.device != "cpu" or "OMP_NUM_THREADS" in os.environ:
         return
     import torch
 
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-    n = cpu_threads(cfg, os.cpu_count() or 1, torch.cuda.device_count(), local_ranks)
+    n = cpu_threads(os.cpu_count() or 1, selfplay_cores, local_ranks)
     torch.set_num_threads(n)
     if ctx.is_main:
-        log.info("continuous trainer: %d torch thread(s) per rank on the CPU (%d cores, the "
-                 "local self-play workers hold the rest)", n, os.cpu_count() or 1)
+        log.info("continuous trainer: %d torch thread(s) per rank on the CPU (%d cores, %d "
+                 "of them held by local self-play)", n, os.cpu_count() or 1, selfplay_cores)
 
 
 def _open_window(cfg: Config, run_dir: Path, files: list[str]) -> Any:
@@ -135,15 +127,17 @@ class _Counters:
 
 def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
                        run_hours: float | None = None, hooks: FaultHooks | None = None,
-                       stop: threading.Event | None = None) -> int:
-    """Train and publish until `stop` is set; returns the generations published. Collective."""
+                       stop: threading.Event | None = None, selfplay_cores: int = 0) -> int:
+    """Train and publish until `stop` is set; returns the generations published. Collective.
+    `selfplay_cores`: the cores local self-play workers hold on this node (a CPU rank takes
+    the others)."""
     tcfg = cfg.training
     hooks = hooks or FaultHooks()
     stop = stop or threading.Event()
     paths = RunDir(run_dir)
     ratio = tcfg.samples_per_new_sample
     t_start = time.monotonic()
-    _set_cpu_threads(cfg, ctx)
+    _set_cpu_threads(ctx, selfplay_cores)
 
     _, start_path, _ = start_file(run_dir, None) if ctx.is_main else ("", None, 0)
     ckpt, payload, generation = resolve_start_shared(run_dir, None, ctx, None)
