@@ -435,6 +435,25 @@ def test_add_file_takes_in_a_new_batch(replay):
         w.add_file(replay.parent / "elsewhere.npz.zst")
 
 
+def test_add_files_takes_in_several_batches_with_one_selection(replay, monkeypatch):
+    """What the long-lived trainer does with a poll's admissions: every batch in, the window
+    selected once; a batch gone from the folder is skipped and the others still come in."""
+    _fill(replay, 1)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H)
+    n = len(w)
+    rng = np.random.default_rng(6)
+    paths = [_write(replay, [random_record(N, KOMI, rng, generation=g)], seq=g) for g in (3, 4)]
+    gone = replay / batch_name("w1", 4, 9)
+    selections = []
+    real_select = ReplayWindow._select
+    monkeypatch.setattr(ReplayWindow, "_select", lambda self: (selections.append(1),
+                                                                 real_select(self)))
+    assert w.add_files([paths[0], gone, paths[1]]) == [True, False, True]
+    assert len(selections) == 1
+    assert len(w) > n and w.stats().generation_max == 4
+    assert "cannot read the file" in w.skipped[gone.name]  # left out, with its reason
+
+
 def test_an_empty_folder_gives_an_empty_window(replay):
     w = ReplayWindow(replay, _cfg(), history=H, board_size=N)
     assert len(w) == 0 and len(w.validation) == 0 and w.stats().positions == 0

@@ -102,14 +102,11 @@ def _open_window(cfg: Config, run_dir: Path, files: list[str]) -> Any:
 
 
 def _admit(window: Any, run_dir: Path, names: list[str]) -> None:
-    """Add the admitted files to the window, in order (a file gone from replay/ is skipped and
-    logged by the window)."""
-    replay = RunDir(run_dir).replay
-    for name in names:
-        try:
-            window.add_file(replay / name)
-        except OSError as e:
-            log.warning("admitted batch %s cannot be read (%s); left out of the window", name, e)
+    """Add the admitted files to the window, in order, reselecting it once (a file gone from
+    replay/ is left out and logged by the window)."""
+    if names:
+        replay = RunDir(run_dir).replay
+        window.add_files([replay / name for name in names])
 
 
 class _Counters:

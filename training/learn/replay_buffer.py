@@ -820,15 +820,30 @@ class ReplayWindow(WindowView):
         """Take in one newly ingested batch (build its sidecar) and reselect the window.
 
         Returns False if the file was skipped (see `skipped`)."""
-        path = Path(path)
+        ok = self._take_in(Path(path))
+        self._select()
+        return ok
+
+    def add_files(self, paths: Sequence[str | os.PathLike]) -> list[bool]:
+        """`add_file` for several batches in order, the window reselected once; a batch that
+        cannot be read (OSError) is logged and left out (False), not skipped for good."""
+        oks = []
+        for path in map(Path, paths):
+            try:
+                oks.append(self._take_in(path))
+            except OSError as e:
+                log.warning("batch %s cannot be read (%s); left out of the window", path.name, e)
+                oks.append(False)
+        self._select()
+        return oks
+
+    def _take_in(self, path: Path) -> bool:
         if path.parent.resolve() != self.replay_dir.resolve():
             raise ValueError(f"{path}: not in the replay folder {self.replay_dir}")
         if self._fixed_files is not None and path.name not in self._fixed_files:
             self._fixed_files = [*self._fixed_files, path.name]
-        ok = self._open(path.name, build=True) is not None and \
+        return self._open(path.name, build=True) is not None and \
             self._meta(path.name, build=True) is not None
-        self._select()
-        return ok
 
     def refresh(self) -> int:
         """Scan the replay folder, build missing sidecars, reselect; returns new files seen.
