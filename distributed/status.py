@@ -250,6 +250,7 @@ class StatusSnapshot:
     run_hours: float | None = None  # hours the run has run, resumes included
     hours_limit: float = 0.0  # run.hours: the run stops there (0: no limit)
     batches_deferred: int = 0  # batches left in outboxes at the last listing (paced, per pass)
+    games_repeated: int = 0  # games dropped from ingested batches: repeats of games before
     updated: str = ""  # UTC time of writing, "YYYY-MM-DD HH:MM:SS"
     finished: str = ""  # UTC time the run finished ("" while it runs)
     finished_after: str = ""  # why it finished: "run.hours 2", "run.iterations 2", "Ctrl-C"
@@ -351,6 +352,7 @@ def render_status(snap: StatusSnapshot) -> str:
         f"Elo: {_opt(snap.elo, '.1f')}",
         f"Run time: {run_time(snap)}",
         f"Batches deferred: {snap.batches_deferred}",
+        f"Games repeated: {snap.games_repeated}",
     ]
     if snap.training_nodes:
         lines.append("Training nodes: " + " ".join(snap.training_nodes.split()))
@@ -418,6 +420,8 @@ def parse_status_text(text: str) -> StatusSnapshot:
                 snap.elo = _num(value, float)
             elif key == "Batches deferred":
                 snap.batches_deferred = int(value)
+            elif key == "Games repeated":
+                snap.games_repeated = int(value)
             elif key == "Training nodes":
                 snap.training_nodes = value
             elif key == "Finished":

@@ -18,6 +18,7 @@ Every case prints one line `hostile case=<case> kind=<kind> rejected=1 ingested=
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -40,6 +41,7 @@ from training.fleet.collector import (
     Collector,
     LocalSource,
     SourceError,
+    game_key,
     validate_with_records,
 )
 
@@ -503,32 +505,79 @@ def test_same_bytes_under_a_new_name_are_refused(run_dir, outbox):
                      ingested=1)
 
 
-def test_a_game_ingested_before_is_refused_in_a_new_batch(run_dir, outbox):
-    games = _games(3, seed=5)
+def _stored_keys(path: Path) -> list[str]:
+    """The game keys of the games a stored batch file holds."""
+    return [game_key(g.moves) for g in records.read_batch(path)[1]]
+
+
+def test_a_repeated_game_is_dropped_and_the_rest_of_its_batch_ingested(run_dir, outbox):
+    """An honest worker plays the same short game twice now and then: the repeat costs that
+    game, counted in the ledger and the tally, not the batch, and not the worker's budget."""
+    games = _games(4, seed=5)
     first = _write(outbox, 0, games[:2])
     col = _collector(run_dir)
     assert col.collect(WORKER, LocalSource(outbox)).ingested == [first]
     mixed = _write(outbox, 1, [games[2], games[1]])  # one new game, one seen
-    reason = _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), mixed,
-                              "repeats a game of " + first, ingested=1)
-    assert "game 1" in reason
-    twice = _write(outbox, 2, [games[2], games[2]])  # within one batch
-    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), twice,
-                     "repeats game 0 of the same batch", ingested=1)
+    sent = hashlib.sha256((outbox / mixed).read_bytes()).hexdigest()
+    res = col.collect(WORKER, LocalSource(outbox))
+    assert res.ingested == [mixed] and res.rejected == [] and res.repeats == 1
+    assert res.games == 1 and res.positions == games[2].num_moves
+    assert _stored_keys(run_dir / "replay" / mixed) == [game_key(games[2].moves)]
+    twice = _write(outbox, 2, [games[3], games[3]])  # within one batch: the first is kept
+    res = col.collect(WORKER, LocalSource(outbox))
+    assert res.ingested == [twice] and res.repeats == 1 and res.games == 1
+    assert _stored_keys(run_dir / "replay" / twice) == [game_key(games[3].moves)]
+    line = {e["name"]: e for e in _ledger(run_dir)}
+    assert (line[mixed]["repeats"], line[mixed]["games"]) == (1, 1)
+    assert line[mixed]["game_keys"] == [game_key(games[2].moves)]
+    assert line[mixed]["sha256"] == sent  # the worker's bytes, not the rewritten file's
+    assert line[mixed]["size"] == (run_dir / "replay" / mixed).stat().st_size
+    for c in (col, _collector(run_dir)):  # counted from the ledger after a restart too
+        t = c.tally[WORKER]
+        assert (t.batches, t.games, t.repeats, t.rejected) == (3, 4, 2, 0)
+    assert not os.listdir(outbox)
 
 
-def test_the_same_moves_under_a_new_seed_are_refused(run_dir, outbox):
-    """A game's key is its moves: the seed a worker writes does not make a game new."""
-    games = _games(2, seed=6)
+def test_a_batch_of_nothing_but_repeats_is_refused(run_dir, outbox):
+    games = _games(2, seed=5)
     first = _write(outbox, 0, games)
+    col = _collector(run_dir)
+    assert col.collect(WORKER, LocalSource(outbox)).ingested == [first]
+    again = _write(outbox, 1, [games[1], games[0]])
+    reason = _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), again,
+                              "every game repeats", ingested=1)
+    assert "game 0 repeats a game of " + first in reason
+
+
+def test_a_dropped_repeat_leaves_a_sidecar_of_the_games_kept(run_dir, outbox):
+    """The trainer reads the sidecar the coach writes at ingest: it holds the kept games."""
+    from training.learn.replay_buffer import sidecar_dir
+
+    games = _games(3, seed=8)
+    cache = sidecar_dir(run_dir / "replay")
+    col = Collector(run_dir, validate_with_records(N, KOMI, sidecar_dir=cache,
+                                                   max_generation=lambda: 0))
+    _write(outbox, 0, games[:1])
+    assert len(col.collect(WORKER, LocalSource(outbox)).ingested) == 1
+    mixed = _write(outbox, 1, [games[0], games[1], games[2]])
+    assert col.collect(WORKER, LocalSource(outbox)).ingested == [mixed]
+    info = json.loads((cache / mixed.removesuffix(records.BATCH_SUFFIX) / "info.json")
+                      .read_text())
+    assert (info["games"], info["positions"]) == (2, games[1].num_moves + games[2].num_moves)
+
+
+def test_the_same_moves_under_a_new_seed_are_a_repeat(run_dir, outbox):
+    """A game's key is its moves: the seed a worker writes does not make a game new."""
+    games = _games(3, seed=6)
+    first = _write(outbox, 0, games[:2])
     col = _collector(run_dir)
     assert col.collect(WORKER, LocalSource(outbox)).ingested == [first]
     reseeded = _write(outbox, 1, [dataclasses.replace(games[1], seed=games[1].seed + 12345)])
     _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), reseeded,
                      "repeats a game of " + first, ingested=1)
-    twice = _write(outbox, 2, [games[0], dataclasses.replace(games[0], seed=99)])
-    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), twice,
-                     "repeats game 0 of the same batch", ingested=1)
+    twice = _write(outbox, 2, [games[2], dataclasses.replace(games[2], seed=99)])
+    res = col.collect(WORKER, LocalSource(outbox))
+    assert res.ingested == [twice] and res.repeats == 1 and res.games == 1
 
 
 def test_games_per_batch_is_checked_before_the_arrays_are_decoded(tmp_path):

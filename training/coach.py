@@ -684,7 +684,8 @@ class Coach:
             training_nodes=nodes.describe() if (nodes := self.rounds.training_nodes) else "",
             run_hours=self.run_hours(), hours_limit=self.cfg.run.hours, updated=_utc_now(),
             finished=self._finished, finished_after=self._finished_after,
-            batches_deferred=sum(self.collector.deferred.get(n, 0) for n in members))
+            batches_deferred=sum(self.collector.deferred.get(n, 0) for n in members),
+            games_repeated=sum(t.repeats for t in list(self.collector.tally.values())))
 
     def _write_status(self) -> None:
         snap = self.snapshot()

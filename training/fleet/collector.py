@@ -28,7 +28,10 @@ The steps for one batch, in this order, each safe to repeat after a crash:
   3. validate by replay (`records.read_batch`: every game through the rules) and check the
      board size and komi against the run's config; a bad batch, or ANY failure while
      validating (deep JSON, a huge shape, an unknown zip method, a bomb), goes to
-     `quarantine/` with `<name>.reason.txt` and is counted against its worker;
+     `quarantine/` with `<name>.reason.txt` and is counted against its worker; a game whose
+     moves repeat a game ingested before (or one earlier in the batch) is dropped from the
+     file and counted (`repeats` in the ledger, the tally and status.txt), the rest ingested;
+     a batch of nothing but repeats, or the same bytes under a new name, is rejected;
   4. `os.replace` into `replay/<name>`, fsync the folder (the replay window sees all or
      nothing);
   5. append the ledger line (fsync);
@@ -68,7 +71,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -79,7 +82,7 @@ from training.fleet.ledger import LedgerEntry
 from training.run.run_dir import RunDir
 
 if TYPE_CHECKING:
-    from training.go.records import BatchRules
+    from training.go.records import Batch, BatchRules
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +151,12 @@ class BatchInfo:
     games: int
     positions: int
     generations: tuple[int, ...]  # model generation of each game
-    game_keys: tuple[str, ...] = ()  # `game_key` of each game: the same game twice is refused
+    game_keys: tuple[str, ...] = ()  # `game_key` of each game: a repeated game is dropped
+    keep: "Callable[[Sequence[int]], BatchInfo] | None" = field(
+        default=None, compare=False, repr=False)
+    """Rewrites the validated file (and its sidecar) with only the games at these indices and
+    returns their info; None when the validator cannot (a batch with a repeated game is then
+    refused whole)."""
 
 
 @dataclass
@@ -160,6 +168,7 @@ class WorkerTally:
     positions: int = 0
     rejected: int = 0
     bytes: int = 0
+    repeats: int = 0  # games dropped from its ingested batches as repeats
 
 
 @dataclass
@@ -170,6 +179,7 @@ class CollectResult:
     games: int = 0
     positions: int = 0
     bytes: int = 0
+    repeats: int = 0  # games dropped from ingested batches: they repeat games ingested before
     deferred: int = 0  # names left for a later pass (names_per_pass reached, or paced)
     paced: int = 0  # of those, the worker's batches waiting for its partial-batch pace
     over_budget: str = ""  # non-empty: this worker's collection is stopped, and why
@@ -222,9 +232,9 @@ def validate_with_records(board_size: int, komi: float, *,
     replay every game (`records.load_batch`) under the run's `rules` (`batch_rules(cfg)`, or
     a function returning them, read per batch so that a reloaded config applies:
     move cap, simulations, games per batch, early passes, a CPU budget), check the board
-    size, komi, that no game claims a model newer than the coach published and that no game
-    appears twice; then, with `sidecar_dir`, write the replay window's sidecar from that one
-    replay."""
+    size, komi, and that no game claims a model newer than the coach published; then, with
+    `sidecar_dir`, write the replay window's sidecar from that one replay. The info's `keep`
+    rewrites the file and its sidecar with some of its games (the collector drops repeats)."""
 
     def validate(path: Path) -> BatchInfo:
         from distributed.transfer import TransferError, check_decompressed_size
@@ -244,11 +254,6 @@ def validate_with_records(board_size: int, komi: float, *,
         games = batch.records
         if not games:
             raise BatchRejected(f"{path.name}: holds no games")
-        keys = tuple(game_key(g.moves) for g in games)
-        if len(set(keys)) < len(keys):
-            first = next(i for i, k in enumerate(keys) if keys.index(k) != i)
-            raise BatchRejected(f"{path.name}: game {first} repeats game {keys.index(keys[first])} "
-                                "of the same batch (the same moves)")
         for i, g in enumerate(games):
             if g.board_size != board_size or float(g.komi) != float(komi):
                 raise BatchRejected(
@@ -256,6 +261,10 @@ def validate_with_records(board_size: int, komi: float, *,
                     f"this run plays {board_size}x{board_size} komi {komi}; check the "
                     "worker's config"
                 )
+        return info_of(path, batch)
+
+    def info_of(path: Path, batch: "Batch") -> BatchInfo:
+        """The batch's info, after writing its sidecar (with `sidecar_dir`)."""
         if sidecar_dir is not None:
             from training.learn.replay_buffer import write_sidecar
 
@@ -263,8 +272,19 @@ def validate_with_records(board_size: int, komi: float, *,
                 write_sidecar(batch, path.name, sidecar_dir)
             except OSError as e:  # the trainer rebuilds a missing sidecar itself
                 log.warning("%s: sidecar not written: %s", path.name, e)
+        games = batch.records
+
+        def keep(indices: Sequence[int]) -> BatchInfo:
+            from training.go import records
+
+            kept = records.Batch(batch.meta, [games[i] for i in indices],
+                                 [batch.boards[i] for i in indices])
+            records.write_batch(path, kept.records, kept.meta)
+            return info_of(path, kept)
+
         return BatchInfo(len(games), sum(g.num_moves for g in games),
-                         tuple(int(g.generation) for g in games), keys)
+                         tuple(int(g.generation) for g in games),
+                         tuple(game_key(g.moves) for g in games), keep)
 
     return validate
 
@@ -403,6 +423,7 @@ class Collector:
             t.games += entry.games
             t.positions += entry.positions
             t.bytes += entry.size
+            t.repeats += entry.repeats
         else:
             t.rejected += 1
 
@@ -570,23 +591,36 @@ class Collector:
                          f"{name}: validation failed: {type(e).__name__}: {e}", source, result)
             return 0
         with self._lock:
-            entry = self._entry(name, incoming, "ingested", None, parsed)
-            repeated = self._repeats(entry.sha256, info.game_keys)
-            if not repeated:
+            entry = self._entry(name, incoming, "ingested", None, parsed)  # the worker's bytes
+            refused, repeats = self._repeats(entry.sha256, info)
+            if not refused:
+                if repeats:
+                    try:
+                        info = info.keep([i for i in range(info.games) if i not in repeats])
+                    except Exception as e:  # noqa: BLE001 - the batch is kept in quarantine
+                        refused = (f"its {len(repeats)} repeated games could not be dropped: "
+                                   f"{type(e).__name__}: {e}")
+            if not refused:
                 os.utime(incoming)  # the window orders batches by the coach's clock
                 os.replace(incoming, self.replay_dir / name)
                 fsync_dir(self.replay_dir)  # the rename is durable before the ledger says so
                 self._append(dataclasses.replace(
-                    entry, games=info.games, positions=info.positions,
-                    generation_mean=_mean(info.generations),
-                    coach_generation=current_generation, game_keys=info.game_keys))
-        if repeated:
-            self._reject(worker, name, name, incoming, f"{name}: {repeated}", source, result)
+                    entry, size=(self.replay_dir / name).stat().st_size, games=info.games,
+                    positions=info.positions, generation_mean=_mean(info.generations),
+                    coach_generation=current_generation, game_keys=info.game_keys,
+                    repeats=len(repeats)))
+        if refused:
+            self._reject(worker, name, name, incoming, f"{name}: {refused}", source, result)
             return 0
         source.delete(name)
         result.ingested.append(name)
         result.games += info.games
         result.positions += info.positions
+        result.repeats += len(repeats)
+        if repeats:
+            log.warning("%s from %s: dropped %d of its games, which repeat games ingested "
+                        "before (%s); ingested the other %d", name, worker, len(repeats),
+                        "; ".join(repeats[i] for i in sorted(repeats)[:3]), info.games)
         log.info("ingested %s from %s: games=%d positions=%d bytes=%d", name, worker,
                  info.games, info.positions, nbytes)
         return info.games
@@ -660,15 +694,34 @@ class Collector:
         self._reject(worker, name, key, local, reason, source, result)
         return True
 
-    def _repeats(self, sha256: str, game_keys: tuple[str, ...]) -> str:
-        """Why a validated batch repeats what was ingested before ("" if it does not): the
-        same file under a new name, or a game (its moves) already in the run."""
+    def _repeats(self, sha256: str, info: BatchInfo) -> tuple[str, dict[int, str]]:
+        """What a validated batch repeats of what was ingested before (under the lock):
+        (why it is refused whole, or ""; the games to drop, index -> what each repeats).
+
+        The same file under a new name is refused. A game whose moves are already in the run
+        (or earlier in the batch) is dropped: an honest worker plays the same short game twice
+        now and then (small boards, forced lines). A batch of nothing but repeats is refused,
+        and so is one with repeats whose validator cannot drop games (`BatchInfo.keep`)."""
         if sha256 in self._contents:
-            return f"the same bytes as {self._contents[sha256]}, ingested before"
-        for i, key in enumerate(game_keys):
+            return f"the same bytes as {self._contents[sha256]}, ingested before", {}
+        repeats: dict[int, str] = {}
+        first: dict[str, int] = {}
+        for i, key in enumerate(info.game_keys):
             if key in self._games:
-                return f"game {i} repeats a game of {self._games[key]}, ingested before"
-        return ""
+                repeats[i] = f"game {i} repeats a game of {self._games[key]}"
+            elif key in first:
+                repeats[i] = f"game {i} repeats game {first[key]} of the same batch"
+            else:
+                first[key] = i
+        if not repeats:
+            return "", {}
+        example = repeats[min(repeats)]
+        if len(repeats) == len(info.game_keys):
+            return (f"every game repeats a game ingested before or of the same batch "
+                    f"({example})"), repeats
+        if info.keep is None:
+            return f"{example} (the same moves)", repeats
+        return "", repeats
 
     def _stop_collecting(self, worker: str, why: str) -> None:
         """Collection from `worker` stops (its state shows Error with `why`) until `resume`."""

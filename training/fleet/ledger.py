@@ -31,14 +31,15 @@ class LedgerEntry:
     seq: int = -1
     games: int = 0
     positions: int = 0
-    size: int = 0  # bytes of the file
-    sha256: str = ""
+    size: int = 0  # bytes of the file in replay/ (or quarantine/)
+    sha256: str = ""  # of the bytes the worker sent (before any repeated game was dropped)
     reason: str = ""
     kept: bool | None = None  # a rejected file's bytes are in quarantine/
     listed_name: str = ""  # what the worker listed, when the key is not the name itself
     generation_mean: float | None = None  # mean model generation of its games
     coach_generation: int = -1  # the newest published generation when it was ingested
     game_keys: tuple[str, ...] = ()  # `game_key` of each game
+    repeats: int = 0  # games dropped from the batch: they repeated games ingested before
 
     @property
     def ingested(self) -> bool:
@@ -60,7 +61,8 @@ class LedgerEntry:
         for k in ("name", "worker", "status"):
             if not isinstance(getattr(entry, k), str):
                 raise ValueError(f"ledger {k} must be a string")
-        for k in ("generation", "seq", "games", "positions", "size", "coach_generation"):
+        for k in ("generation", "seq", "games", "positions", "size", "coach_generation",
+                  "repeats"):
             if not isinstance(getattr(entry, k), int) or isinstance(getattr(entry, k), bool):
                 raise ValueError(f"ledger {k} must be an integer")
         return entry
