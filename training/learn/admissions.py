@@ -9,8 +9,10 @@ coach's; the trainer sees admitted batches only); the long-lived trainer reads
 resumed trainer takes every later line as new data and none before it again.
 
 Atomicity: each line is written with one `write` on a file opened for appending and fsynced;
-a reader takes complete lines only (ending in a newline), so a line cut by a crash is never
-read, and the coach cuts such a torn tail off when it opens the log again.
+a write that comes up short (a full disk, a file-size limit) is cut back off and raised, so a
+torn line never sits in the middle of the log; a reader takes complete lines only (ending in a
+newline), so a line cut by a crash is never read, and the coach cuts such a torn tail off when
+it opens the log again.
 
 Bounds: a line is at most `MAX_LINE_BYTES`, a poll reads at most `MAX_POLL_BYTES`; a line
 that is not an admission (bad JSON, a seq out of order, a name that is not a batch file
@@ -21,6 +23,7 @@ It must not: import torch, read batch files, or decide what is admitted (the coa
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import dataclass
@@ -135,8 +138,16 @@ class AdmissionLog:
                           sort_keys=True).encode() + b"\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)
-            os.fsync(fd)
+            end = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(errno.ENOSPC, f"{self.path}: only {written} of {len(line)} "
+                                  "bytes of an admission were written (is the disk full?)")
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, end)  # never leave a torn line for the next one to follow
+                raise
         finally:
             os.close(fd)
         self.seq += 1
