@@ -580,6 +580,58 @@ def test_the_same_moves_under_a_new_seed_are_a_repeat(run_dir, outbox):
     assert res.ingested == [twice] and res.repeats == 1 and res.games == 1
 
 
+def test_a_meta_of_megabytes_is_refused_from_its_header(tmp_path):
+    """A `meta` of two million characters (valid JSON) is refused from its npy header: it is
+    never decoded into a string nor parsed."""
+    arrays = _arrays(_games(1, seed=3))
+    meta = json.loads(str(arrays["meta"]))
+    meta["worker"] = "w" * 2_000_000
+    arrays["meta"] = np.array(json.dumps(meta))
+    path = tmp_path / records.batch_name(WORKER, 0, 0)
+    _write_arrays(path, arrays)
+    raw = path.read_bytes()
+    with _peak_python_memory() as unpacked:  # the zstd layer alone: the floor
+        records.decompress_bytes(raw, records.DEFAULT_MAX_BYTES)
+    with _peak_python_memory() as peak:
+        with pytest.raises(records.BatchError, match="characters, more than 4096") as err:
+            records.decode_batch(raw, path, rules=RULES)
+    assert err.value.kind == "bad_meta"
+    assert peak["mb"] < 1.1 * unpacked["mb"], (peak["mb"], unpacked["mb"])
+
+
+def test_the_zstd_layer_is_decompressed_no_further_than_the_rules_allow(run_dir, outbox):
+    """A batch whose zstd layer unpacks to more than any batch of the run can hold (here an
+    extra array of 4 MB of zeros beside 5x5 games) is refused while streaming, before it is
+    held in memory, not after 256 MiB."""
+    bound = records.decompressed_bound(RULES, N)
+    arrays = _arrays(_games(2, seed=4))
+    arrays["padding"] = np.zeros(4 << 20, np.uint8)
+    name = records.batch_name(WORKER, 0, 0)
+    _write_arrays(outbox / name, arrays)
+    assert bound < 4 << 20 < records.DEFAULT_MAX_BYTES
+    col = _ruled_collector(run_dir)
+    _assert_rejected(run_dir, col, col.collect(WORKER, LocalSource(outbox)), name,
+                     "cannot decompress within bounds")
+
+
+def test_the_decompressed_bound_holds_the_largest_honest_batch():
+    """The bound is no tighter than what the rules allow, and not loose: `max_games` games
+    at the move cap, every optional array present (configs/config.yaml's 9x9 rules), fill it
+    but for the room kept for headers."""
+    n, rules = 9, records.BatchRules(move_cap=162, max_games=164)
+    rng = np.random.default_rng(0)
+    rec = records.random_record(n, 7.0, rng, simulations=8, seed=0)
+    t = rules.move_cap  # every game's arrays padded to the move cap: the largest a batch is
+    rec = dataclasses.replace(
+        rec, moves=np.resize(rec.moves, t), visits=np.resize(rec.visits, (t, n * n + 1)),
+        values=np.zeros(t, np.float16), full_search=np.ones(t, np.bool_),
+        surprise=np.zeros(t, np.float16))
+    recs = [rec] * rules.max_games
+    size = len(records.encode_batch(recs, records.BatchMeta.from_records(WORKER, recs)))
+    bound = records.decompressed_bound(rules, n)
+    assert size <= bound < size + (1 << 20) + (64 << 10), (size, bound)
+
+
 def test_games_per_batch_is_checked_before_the_arrays_are_decoded(tmp_path):
     """A batch of 100,000 games (the run holds 5 a batch) is refused from its arrays'
     headers: the decoded arrays never sit in memory beside the decompressed bytes."""
@@ -1203,7 +1255,7 @@ def test_fifo_as_heartbeat_is_refused_at_once(ssh_worker, tmp_path):
 
 def _nested_json(path: Path) -> None:
     a = _arrays(_games())
-    a["meta"] = np.array("[" * 100_000 + "]" * 100_000)
+    a["meta"] = np.array("[" * 2000 + "]" * 2000)  # within the meta cap, past the recursion limit
     _write_arrays(path, a)
 
 
@@ -1216,9 +1268,10 @@ def _npz_members(arrays: dict[str, np.ndarray], override: dict[str, bytes] | Non
             np.lib.format.write_array(b, v, allow_pickle=False)
             zf.writestr(k + ".npy", (override or {}).get(k, b.getvalue()))
     raw = bytearray(buf.getvalue())
-    if method is not None:  # patch the method of every local and central header
+    if method is not None:  # patch the method of every local and central header but meta's
+        assert next(iter(arrays)) == "meta"  # the first member: its header is read first
         for sig, off in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):
-            i = raw.find(sig)
+            i = raw.find(sig, raw.find(sig) + 4)
             while i >= 0:
                 raw[i + off : i + off + 2] = method.to_bytes(2, "little")
                 i = raw.find(sig, i + 4)

@@ -228,7 +228,8 @@ def validate_with_records(board_size: int, komi: float, *,
                           decompress_timeout_s: float = DECOMPRESS_TIMEOUT_S,
                           rules: "BatchRules | Callable[[], BatchRules] | None" = None,
                           ) -> Callable[[Path], BatchInfo]:
-    """The coach's validator: bound the zstd layer (size and time, streaming, no memory),
+    """The coach's validator: bound the zstd layer (size and time, streaming, no memory;
+    by default at the most a batch under `rules` can hold, `records.decompressed_bound`),
     replay every game (`records.load_batch`) under the run's `rules` (`batch_rules(cfg)`, or
     a function returning them, read per batch so that a reloaded config applies:
     move cap, simulations, games per batch, early passes, a CPU budget), check the board
@@ -240,7 +241,10 @@ def validate_with_records(board_size: int, komi: float, *,
         from distributed.transfer import TransferError, check_decompressed_size
         from training.go import records
 
-        limit_bytes = records.DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+        run_rules = rules() if callable(rules) else rules
+        limit_bytes = max_bytes if max_bytes is not None else (
+            records.DEFAULT_MAX_BYTES if run_rules is None
+            else records.decompressed_bound(run_rules, board_size))
         try:
             check_decompressed_size(path, limit_bytes, timeout_s=decompress_timeout_s)
         except TransferError as e:
@@ -248,7 +252,7 @@ def validate_with_records(board_size: int, komi: float, *,
         limit = max_generation() if max_generation is not None else None
         try:
             batch = records.load_batch(path, max_generation=limit, max_bytes=limit_bytes,
-                                       rules=rules() if callable(rules) else rules)
+                                       rules=run_rules)
         except records.BatchError as e:
             raise BatchRejected(str(e)) from e
         games = batch.records

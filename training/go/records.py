@@ -58,7 +58,7 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -303,6 +303,25 @@ MAX_SURPRISE = 30.0
 """The largest surprise a batch may carry (nats; a prior floored at 1e-9 bounds it at 21)."""
 POLICY_SCALE = 10_000
 """A Gumbel search's improved policy is stored in `visits` as round(p * POLICY_SCALE)."""
+MAX_META_CHARS = 4096
+"""The longest `meta` JSON a batch may hold (ours is about 200 characters); checked from the
+array's header before it is decoded."""
+_NPZ_SLACK_BYTES = 1 << 20
+"""Room for the archive's and the arrays' headers and the meta, beside the arrays' data."""
+
+
+def decompressed_bound(rules: "BatchRules", board_size: int) -> int:
+    """The most bytes a batch that `rules` allow on this board can decompress to (its arrays
+    at `max_games` games of `move_cap` moves, with room for headers), or `DEFAULT_MAX_BYTES`
+    where the rules leave the counts open: the cap the zstd layer is decompressed under."""
+    if rules.max_games is None or rules.move_cap is None:
+        return DEFAULT_MAX_BYTES
+    per_move = sum(np.dtype(t).itemsize for t in _MOVE_DTYPES.values())
+    per_move += (board_size * board_size) * np.dtype(_MOVE_DTYPES["visits"]).itemsize
+    per_game = sum(np.dtype(t).itemsize for t in _GAME_DTYPES.values()) + 8  # + an offset
+    games = rules.max_games
+    return min(DEFAULT_MAX_BYTES, games * (per_game + rules.move_cap * per_move)
+               + _NPZ_SLACK_BYTES)
 
 
 def encode_batch(records: Sequence[GameRecord], meta: BatchMeta) -> bytes:
@@ -435,8 +454,17 @@ def decode_batch(
 
 
 def _check_counts(zf: zipfile.ZipFile, path: str | Path, rules: BatchRules) -> None:
-    """The run's games-per-batch and move cap, checked on the arrays' headers before any
-    array is decoded: a batch of too many games or moves costs no more than its headers."""
+    """The meta's length, and the run's games-per-batch and move cap, checked on the arrays'
+    headers before any array is decoded: a batch of too many games or moves, or a meta of
+    megabytes, costs no more than its headers."""
+    header = _npy_header(zf, "meta.npy", path)
+    if header is not None:
+        shape, dtype = header
+        if shape != () or dtype.kind != "U":
+            raise BatchError(path, "meta must be a 0-d unicode array of JSON", kind="bad_meta")
+        if dtype.itemsize > 4 * MAX_META_CHARS:
+            raise BatchError(path, f"meta of {dtype.itemsize // 4} characters, more than "
+                             f"{MAX_META_CHARS}", kind="bad_meta")
     if rules.max_games is None:
         return
     limits = {"offsets.npy": rules.max_games + 1}
@@ -444,20 +472,10 @@ def _check_counts(zf: zipfile.ZipFile, path: str | Path, rules: BatchRules) -> N
         for key in _MOVE_DTYPES:
             limits[f"{key}.npy"] = rules.max_games * rules.move_cap
     for member, most in limits.items():
-        try:
-            with zf.open(member) as f:
-                version = np.lib.format.read_magic(f)
-                read = {(1, 0): np.lib.format.read_array_header_1_0,
-                        (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-                if read is None:
-                    raise ValueError(f"npy format version {version} (1.0 and 2.0 are read)")
-                shape, _, _ = read(f)
-        except KeyError:
+        header = _npy_header(zf, member, path)
+        if header is None:
             continue  # a missing array is named by the full read
-        except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile,
-                NotImplementedError) as e:
-            raise BatchError(path, f"unreadable npz archive: {member}: {e}",
-                             kind="not_npz") from e
+        shape = header[0]
         count = shape[0] if isinstance(shape, tuple) and shape else 0
         if isinstance(count, int) and count > most:
             what = (f"{count - 1} games, more than this run's batches hold ({rules.max_games})"
@@ -465,6 +483,25 @@ def _check_counts(zf: zipfile.ZipFile, path: str | Path, rules: BatchRules) -> N
                     f"{count} moves in {member[:-4]}, more than {rules.max_games} games of "
                     f"at most {rules.move_cap} moves")
             raise BatchError(path, what, kind="too_many_games")
+
+
+def _npy_header(zf: zipfile.ZipFile, member: str, path: str | Path
+                ) -> tuple[Any, np.dtype] | None:
+    """(shape, dtype) from the header of the archive's `member`, or None if it has none."""
+    try:
+        with zf.open(member) as f:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read is None:
+                raise ValueError(f"npy format version {version} (1.0 and 2.0 are read)")
+            shape, _, dtype = read(f)
+            return shape, dtype
+    except KeyError:
+        return None
+    except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile,
+            NotImplementedError, TypeError) as e:
+        raise BatchError(path, f"unreadable npz archive: {member}: {e}", kind="not_npz") from e
 
 
 def _load_npz(data: bytes, path: str | Path, max_bytes: int,
