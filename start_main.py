@@ -23,6 +23,7 @@ from pathlib import Path
 
 from configs import DEFAULT_CONFIG_PATH, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
+from training.run.limits import raise_open_files_limit
 from training.run.logsetup import configure_logging
 from training.run.run_dir import absolute_paths
 
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.run.run_lock import RunFolderBusy, RunLock
 
     configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
+    raise_open_files_limit()  # the coach and the trainers and workers it starts
     if run_dir.exists():
         try:  # refused while a coach runs on it; held while --fresh moves it aside
             lock = RunLock(run_dir).acquire()

@@ -28,6 +28,7 @@ from training.go.records import (
     replay_boards,
     write_batch,
 )
+from training.learn import replay_buffer
 from training.learn.replay_buffer import (
     SIDECAR_VERSION,
     TARGETS,
@@ -362,7 +363,8 @@ def test_validation_share_is_close_to_the_fraction():
 # ------------------------------------------------------------------------------ files
 
 
-def test_sidecars_are_memory_mapped_and_survive_a_restart(replay):
+def test_sidecars_are_memory_mapped_and_survive_a_restart(replay, monkeypatch):
+    """Arrays above IN_MEMORY_BYTES are mapped; smaller ones are read into memory."""
     _fill(replay, 2)
     cfg = _cfg(min_positions=10**6, max_positions=10**6)
     w = ReplayWindow(replay, cfg, history=H)
@@ -370,6 +372,10 @@ def test_sidecars_are_memory_mapped_and_survive_a_restart(replay):
     folders = sorted(p for p in cache.iterdir() if p.is_dir())
     assert len(folders) == 2 and not list(cache.glob(".*tmp"))
     mtimes = {p: (p / "boards.npy").stat().st_mtime_ns for p in folders}
+    w[0]
+    assert not _is_memory_mapped(w._sidecars[0].array("boards"))  # a few KB: in memory
+    monkeypatch.setattr(replay_buffer, "IN_MEMORY_BYTES", 0)
+    w = ReplayWindow(replay, cfg, history=H)
     w[0]
     assert _is_memory_mapped(w._sidecars[0].array("boards"))
     ref = w.batch(np.arange(len(w)), symmetries=np.zeros(len(w), np.int64))

@@ -82,6 +82,7 @@ from training.learn.steps import is_oom as _is_oom  # noqa: F401
 from training.learn.steps import loss_weights  # noqa: F401
 from training.learn.steps import losses as _losses  # noqa: F401
 from training.learn.training_error import TrainingError
+from training.run.limits import raise_open_files_limit
 from training.run.logsetup import configure_logging
 from training.run.signals import die_with_parent, on_stop_signals
 
@@ -333,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent()  # the launcher's death ends this rank
     level = args.log_level or cfg.logging.level
     configure_logging(None, level if rank == 0 else "WARNING")  # other ranks: problems only
+    raise_open_files_limit()  # a window of many batch files; torchrun's ranks inherit it
     if args.num_workers is not None:
         log.info("--num-workers %d: noted; samples are batched in memory from the replay "
                  "window's arrays (no data loader), so there are no loader workers to start",

@@ -4,8 +4,11 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
 
 - **Sidecar**: per batch file, compact arrays built once by replaying its games
   (`records.load_batch`, which validates too) and kept in `<cache_dir>/<batch stem>/` as
-  `.npy` files opened with mmap, so a large window never has to sit in memory and a restart
-  reuses them. A missing or outdated sidecar is rebuilt; it is written to a temporary folder
+  `.npy` files, so a restart reuses them. An array file of at most `IN_MEMORY_BYTES` (a batch
+  of a few games) is read into memory, a larger one mapped, at most `open_maps_capacity` of
+  them at once in a process (the least recently used closed first): a large window never
+  has to sit in memory, and the descriptors and maps it holds stay bounded however many
+  batch files it holds (each map holds a descriptor). A missing or outdated sidecar is rebuilt; it is written to a temporary folder
   and renamed, so concurrent builders (DDP ranks) never see half of one.
       boards   int8 [M, N*N]    the board before each move (M positions = moves of the file)
       visits   uint16 [M, P]    the policy target (visit counts or a quantised improved
@@ -58,11 +61,13 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
 
 Vocabulary as in `training.go.coords` (N, A = N*N, PASS = A, P = A + 1). This module must not
 import torch (the trainer wraps the window), must not write into the replay folder itself
-(only into its cache folder), and must not load every game into memory.
+(only into its cache folder), and must not load every game into memory (only the arrays of
+the window's small batch files).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -70,9 +75,11 @@ import math
 import os
 import secrets
 import shutil
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -97,6 +104,10 @@ CACHE_DIR_NAME = ".window"
 INDEX_NAME = "index.jsonl"
 """One JSON line per sidecar built (name, generation, positions, games, board size, version),
 appended in the cache folder: the window reads it instead of opening every batch's sidecar."""
+_NOT_THE_BATCH = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS,
+                            errno.EAGAIN, errno.EINTR})
+"""Errors reading a batch that are this process's (no descriptor or memory left), not the
+batch's: raised, never a reason to skip a good batch for good."""
 _ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
 _OPTIONAL = {"surprise": np.float16}
 """Sidecar arrays that sidecars written before them lack (read as zeros: no rebuild)."""
@@ -188,7 +199,8 @@ def take_newest(units: Sequence[tuple[str, int]], target: int,
 
 def select_newest(units: Sequence[tuple[str, int]], target: int,
                   weights: Mapping[str, float], slack: float | None,
-                  rows: Sequence[float] | None = None) -> list[int]:
+                  rows: Sequence[float] | None = None,
+                  owners: Collection[str] | None = None) -> list[int]:
     """The window's rule, shared by the trainer (units = games) and status.txt (units =
     batches, `training.coach`): of `units` (owner, positions), ordered oldest first, the
     newest up to `target` positions, where no owner holds more than its `share_fractions`
@@ -198,19 +210,23 @@ def select_newest(units: Sequence[tuple[str, int]], target: int,
     Shares are measured on what is held, not on the target: an owner whose share is f holds
     at most f * R rows, where R is the largest total the others can match (R <= the rows
     held). Found by a few greedy passes (`take_newest`), each with R from the last one's
-    counts (the owners at their cap hold f * R, the others what they had)."""
-    fractions = share_fractions([o for o, _ in units], weights, slack)
+    counts (the owners at their cap hold f * R, the others what they had).
+
+    `owners`: the set of every unit's owner, where the caller keeps it (the coach's collector
+    does), so that a window over a million units costs what it takes, not a pass over all."""
+    fractions = share_fractions(list(owners) if owners is not None else
+                                [o for o, _ in units], weights, slack)
     if all(f >= 1.0 for f in fractions.values()):
         return take_newest(units, target, {}, rows)
-    weight = [n for _, n in units] if rows is None else rows
     bound = math.inf
     chosen: list[int] = []
     for _ in range(_SOLVE_ROUNDS):
         caps = {o: f * bound for o, f in fractions.items()}
-        chosen = take_newest(units, target, caps, weight)
+        chosen = take_newest(units, target, caps, rows)
         held_by: dict[str, float] = {}
         for i in chosen:
-            held_by[units[i][0]] = held_by.get(units[i][0], 0.0) + weight[i]
+            held_by[units[i][0]] = held_by.get(units[i][0], 0.0) + (
+                units[i][1] if rows is None else rows[i])
         held = sum(held_by.values())
         if held <= 0 or held >= bound * (1 - 1e-9):
             break  # every owner holds at most f * bound <= f * held
@@ -407,8 +423,76 @@ def _read_info(folder: Path) -> dict | None:
     return info
 
 
+IN_MEMORY_BYTES = 256 * 1024
+"""A sidecar array file up to this size is read into memory (a batch of one or a few games:
+boards and visits of a 19x19 game are about 270 KiB together); a larger one is mapped. The
+window's memory stays at most its own positions' bytes, and many small batches hold no file
+descriptors or maps at all."""
+MAX_OPEN_MAPS = 1024
+"""The most sidecar arrays mapped at once in a process, and at most an eighth of its
+open-files limit (`open_maps_capacity`): each map holds a duplicate of its file's descriptor,
+so the least recently used is closed when another is mapped, and the descriptors the window
+holds stay bounded whatever the number of batch files. A window of full batches maps two
+arrays per file (boards and visits): 68 maps for the default window of 9x9 games."""
+
+
+def open_maps_capacity(open_files_limit: int) -> int:
+    """How many sidecar arrays a process with this soft open-files limit maps at once."""
+    return max(16, min(MAX_OPEN_MAPS, open_files_limit // 8))
+
+
+def _open_files_limit() -> int:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1024
+    return MAX_OPEN_MAPS * 8 if soft == resource.RLIM_INFINITY else int(soft)
+
+
+class _OpenMaps:
+    """The process's mapped sidecar arrays, least recently used first (`MAX_OPEN_MAPS`)."""
+
+    def __init__(self, capacity: int | None = None):
+        self.capacity = capacity  # None: from the open-files limit when first used
+        self._maps: OrderedDict[Path, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> np.ndarray:
+        with self._lock:
+            arr = self._maps.get(path)
+            if arr is not None:
+                self._maps.move_to_end(path)
+                return arr
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+        arr = mapped.view(np.ndarray)  # same pages, without np.memmap's per-index overhead
+        with self._lock:
+            if self.capacity is None:  # read late: the entry point raises the limit first
+                self.capacity = open_maps_capacity(_open_files_limit())
+            self._maps[path] = arr
+            while len(self._maps) > self.capacity:
+                # its map (and descriptor) closes once the last view of it is gone: at once
+                # here, since samples are gathered into copies
+                self._maps.popitem(last=False)
+        return arr
+
+    def forget(self, folder: Path) -> None:
+        """Close the maps of the arrays in `folder` (a sidecar that left the window)."""
+        with self._lock:
+            for path in [p for p in self._maps if p.parent == folder]:
+                del self._maps[path]
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+
+_MAPS = _OpenMaps()
+
+
 class _Sidecar:
-    """One batch's sidecar: info read eagerly, arrays mmapped on first use."""
+    """One batch's sidecar: info read eagerly; on first use, each array read into memory if
+    small (`IN_MEMORY_BYTES`), else mapped through the process's `_MAPS`."""
 
     def __init__(self, folder: Path, info: dict, ingested_ns: int = 0):
         self.folder = folder
@@ -416,20 +500,38 @@ class _Sidecar:
         self.name: str = info["name"]
         self.ingested_ns = ingested_ns  # the batch file's mtime: when the coach ingested it
         self.games = np.load(folder / "games.npy")  # small: [G, 4]
-        self._arrays: dict[str, np.ndarray] = {}
+        self._arrays: dict[str, np.ndarray] = {}  # in memory; mapped ones live in _MAPS
+        self._mapped: set[str] = set()
 
     def array(self, key: str) -> np.ndarray:
         arr = self._arrays.get(key)
-        if arr is None:
-            path = self.folder / f"{key}.npy"
-            if key in _OPTIONAL and not path.exists():  # a sidecar from before the array
-                arr = np.zeros(int(self.info["positions"]), _OPTIONAL[key])
-                self._arrays[key] = arr
-                return arr
-            mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-            arr = mapped.view(np.ndarray)  # same pages, without np.memmap's per-index overhead
-            self._arrays[key] = arr
+        if arr is not None:
+            return arr
+        path = self.folder / f"{key}.npy"
+        if key in self._mapped:
+            return _MAPS.get(path)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            if key not in _OPTIONAL:
+                raise
+            size = -1  # a sidecar from before the array: zeros
+        if size < 0:
+            arr = np.zeros(int(self.info["positions"]), _OPTIONAL[key])
+        elif size <= IN_MEMORY_BYTES:
+            arr = np.load(path, allow_pickle=False)  # read whole, the file closed
+        else:
+            self._mapped.add(key)
+            return _MAPS.get(path)
+        self._arrays[key] = arr
         return arr
+
+    def close(self) -> None:
+        """Drop its arrays and close its maps (it left the window)."""
+        self._arrays = {}
+        if self._mapped:
+            _MAPS.forget(self.folder)
+            self._mapped = set()
 
     def full_counts(self) -> np.ndarray:
         """int64 [G]: the full-search positions of each game (a fast search's position is
@@ -445,6 +547,7 @@ class _Sidecar:
         # DataLoader workers started with spawn get the paths, not copies of the mmaps
         state = dict(self.__dict__)
         state["_arrays"] = {}
+        state["_mapped"] = set()
         return state
 
     @property
@@ -691,6 +794,7 @@ class ReplayWindow(WindowView):
         # given files keep their order (oldest first): ranks whose copies of the files have
         # other modification times still order the window as the rank that chose them
         self._fixed_files = None if files is None else list(dict.fromkeys(files))
+        self._fixed_set = set(self._fixed_files or ())
         self.worker_weights = dict(worker_weights or {})
         self.share_slack = share_slack
         self._all: dict[str, _Sidecar] = {}  # sidecars opened (the window's candidates)
@@ -699,7 +803,10 @@ class ReplayWindow(WindowView):
         cache folder's index (or a sidecar's info.json), without opening its arrays."""
         self._index: dict[str, dict] = {}
         self._index_at = 0  # bytes of the index read so far
-        self._names: list[str] = []
+        self._names: list[str] = []  # the known batches in window order, oldest first
+        self._by_worker: dict[str, list[int]] = {}  # indices into _names, per worker
+        self._pending: list[str] = []  # pinned files taken in since the last selection
+        self._rebuild = True  # the next selection orders every name again
         self._board_size = board_size
         super().__init__([], np.zeros((0, 6), np.int64), history=history, liberties=liberties,
                          board_size=board_size or 5, seed=seed, augment=augment)
@@ -738,6 +845,9 @@ class ReplayWindow(WindowView):
             try:
                 build_sidecar(self.replay_dir / name, self.cache_dir, max_bytes=self.max_bytes)
             except BatchError as e:
+                cause = e.__cause__
+                if isinstance(cause, OSError) and cause.errno in _NOT_THE_BATCH:
+                    raise cause from None  # this process's trouble: the batch is good
                 self._skip(name, str(e))
                 return None
             info = _read_info(folder)
@@ -825,8 +935,13 @@ class ReplayWindow(WindowView):
         return ok
 
     def add_files(self, paths: Sequence[str | os.PathLike]) -> list[bool]:
-        """`add_file` for several batches in order, the window reselected once; a batch that
-        cannot be read (OSError) is logged and left out (False), not skipped for good."""
+        """`add_file` for several batches in order, the window reselected once. A batch gone
+        or bad is skipped with its reason (`skipped`); one that this process cannot read now
+        (an OSError such as no descriptor or memory left) is logged and left out (False), not
+        skipped for good: given again, it comes in.
+
+        With pinned `files` each costs the window's size, not every batch taken in before
+        (the long-lived trainer's admissions over a run of millions of batches)."""
         oks = []
         for path in map(Path, paths):
             try:
@@ -838,10 +953,15 @@ class ReplayWindow(WindowView):
         return oks
 
     def _take_in(self, path: Path) -> bool:
-        if path.parent.resolve() != self.replay_dir.resolve():
+        if path.parent != self.replay_dir and path.parent.resolve() != self.replay_dir.resolve():
             raise ValueError(f"{path}: not in the replay folder {self.replay_dir}")
-        if self._fixed_files is not None and path.name not in self._fixed_files:
-            self._fixed_files = [*self._fixed_files, path.name]
+        if self._fixed_files is not None:
+            if path.name in self._fixed_set:
+                self._rebuild = True  # taken in again (it failed before): its old place
+            else:
+                self._fixed_set.add(path.name)
+                self._fixed_files.append(path.name)
+                self._pending.append(path.name)
         return self._open(path.name, build=True) is not None and \
             self._meta(path.name, build=True) is not None
 
@@ -855,35 +975,57 @@ class ReplayWindow(WindowView):
         self._read_index()
         for name in self._batch_names():
             self._meta(name, build=True)
+        self._rebuild = True
         self._select()
         return len(self._known) - before
 
     # -- selection ----------------------------------------------------------------------
 
     def _select(self) -> None:
-        listed = self._batch_names()  # a batch deleted from the folder leaves the window
+        """Choose the window from the known batches. Pinned files taken in since the last
+        selection are appended to the order, so that the long-lived trainer's admission
+        costs the window's size, not every batch ever admitted; a refresh (or a folder
+        scanned, not pinned) orders every name again."""
         known = self._known
-        if self._fixed_files is not None:
-            names = [n for n in listed if n in known]
+        if self._rebuild or self._fixed_files is None:
+            listed = self._batch_names()  # a batch deleted from the folder leaves the window
+            if self._fixed_files is not None:
+                names = [n for n in listed if n in known]
+            else:
+                names = sorted((n for n in set(listed) if n in known),
+                               key=lambda n: (known[n][0], known[n][1], n))
+            self._names, self._by_worker = [], {}
+            self.total_positions = 0
+            self._rebuild = False
         else:
-            names = sorted((n for n in set(listed) if n in known),
-                           key=lambda n: (known[n][0], known[n][1], n))
-        self._names = names
-        self.total_positions = int(sum(known[n][2] for n in names))
+            # a pinned file that failed to come in is known only after a refresh
+            names = [n for n in self._pending if n in known]
+        self._pending = []
+        for n in names:
+            self._by_worker.setdefault(known[n][3], []).append(len(self._names))
+            self._names.append(n)
+            self.total_positions += known[n][2]
+        names = self._names
         target = window_size(self.total_positions, self.min_positions, self.max_positions,
                              self.growth)
         # the candidates: each worker's newest batches until they hold `target` positions
         # (no worker's games can fill more of the window); only these are opened
-        gathered: dict[str, int] = {}
-        candidates = []
-        for n in reversed(names):
-            worker, positions = known[n][3], known[n][2]
-            if gathered.get(worker, 0) < target:
-                candidates.append(n)
-                gathered[worker] = gathered.get(worker, 0) + positions
+        picked = []
+        for rows in self._by_worker.values():
+            gathered = 0
+            for i in reversed(rows):
+                if gathered >= target:
+                    break
+                picked.append(i)
+                gathered += known[names[i]][2]
+        candidates = [names[i] for i in sorted(picked, reverse=True)]
         cars = [car for n in reversed(candidates)
                 if (car := self._open(n, build=True)) is not None]
-        self._all = {c.name: c for c in cars}  # a batch that left the candidates is closed
+        chosen = {c.name: c for c in cars}
+        for name, car in self._all.items():
+            if name not in chosen:
+                car.close()  # a batch that left the candidates: its arrays and maps go
+        self._all = chosen
         owners = [parse_batch_name(c.name).worker for c in cars]
         games = [(ci, g) for ci, car in enumerate(cars) for g in range(len(car.games))]
         units = [(owners[ci], int(cars[ci].games[g, 1] - cars[ci].games[g, 0]))
