@@ -733,3 +733,41 @@ def test_one_game_batches_wait_in_the_outbox_and_status_counts_them(tiny_cfg, ru
     assert snap.batches_deferred == 11
     row = next(r for r in snap.workers if r.name == "worker1")
     assert "11 batches deferred" in row.last_error
+
+
+def _minimal_batch(outbox: Path, worker: str, seq: int, games: int) -> str:
+    """A full batch of three-move games, each resigned by the side to move: valid, distinct,
+    and as cheap as a batch can be."""
+    rng = np.random.default_rng(seq)
+    recs = []
+    for i in range(games):
+        rec = random_record(N, KOMI, rng, seed=seq * 100 + i, honest_passes=True)
+        points = rng.choice(N * N, size=3, replace=False).astype(np.int16)
+        recs.append(replace(
+            rec, moves=points, visits=rec.visits[:3] * 0 + np.eye(N * N + 1, dtype=np.uint16)[
+                points] * 8, values=np.zeros(3, np.float16), full_search=np.ones(3, np.bool_),
+            surprise=np.zeros(3, np.float16), resigned=True, result=1, score=float("nan")))
+    name = f"{worker}_000000_{seq:08d}.npz.zst"
+    outbox.mkdir(parents=True, exist_ok=True)
+    write_batch(outbox / name, recs, BatchMeta.from_records(worker, recs))
+    return name
+
+
+def test_full_batches_of_minimal_games_are_paced_and_honest_full_batches_are_not(
+        tiny_cfg, run_dir, tmp_path):
+    """A worker sending full batches (distributed.batch_size games) of three-move games gets
+    one batch in per interval, as if they were partial; an honest worker's full batches all
+    go in at once."""
+    coach = _set_up_coach(tiny_cfg, run_dir, **{"distributed.partial_batch_interval_s": 60})
+    full = coach.cfg.distributed.batch_size
+    assert coach.collector.full_batch_positions == full * N * N // 4
+    flood, honest = tmp_path / "flood", tmp_path / "honest"
+    for seq in range(6):
+        _minimal_batch(flood, "worker2", seq, games=full)
+        _batch(honest, "worker1", seq, games=full, honest=True)
+    res = coach.collector.collect("worker2", LocalSource(flood))
+    assert len(res.ingested) == 1 and res.paced == 5 and res.rejected == [], res
+    assert res.positions == 3 * full
+    res = coach.collector.collect("worker1", LocalSource(honest))
+    assert len(res.ingested) == 6 and res.paced == 0, res
+    assert res.positions >= 6 * coach.collector.full_batch_positions

@@ -63,7 +63,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from configs import Config, ConfigError, dump_config, load_config
 from configs import override as override_config
@@ -81,8 +81,8 @@ from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
 from training.continuous_rounds import ContinuousRounds
-from training.fleet.collector import (Collector, batch_rules, partial_batch_pace,
-                                      validate_with_records)
+from training.fleet.collector import (Collector, batch_rules, full_batch_positions,
+                                      partial_batch_pace, validate_with_records)
 from training.fleet.fleet import Fleet
 from training.rounds import (REPO, Counts, ModelPublished, Rated, RoundConcluded, Rounds,
                              RoundStarted)
@@ -263,6 +263,7 @@ class Coach:
         """The collector's pace for partial batches, from the config (`partial_batch_pace`)."""
         self.collector.partial_interval_s = partial_batch_pace(self.cfg)
         self.collector.full_batch_games = self.cfg.distributed.batch_size
+        self.collector.full_batch_positions = full_batch_positions(self.cfg)
 
     def run(self) -> CoachSummary:
         """Run until `run.iterations` new generations are published, the run has run
@@ -510,14 +511,11 @@ class Coach:
 
     def counts(self) -> Counts:
         """What the rounds need to know of the games this pass."""
-        def new_positions(generation: int) -> int:
-            return sum(e.positions for e in self.collector.ingested_entries()
-                       if e.coach_generation >= generation)
+        def ingested(start: int = 0) -> list[tuple[str, int]]:
+            return self.collector.ingested_since(start)
 
-        def ingested() -> list[tuple[str, int]]:
-            return [(e.name, e.positions) for e in self.collector.ingested_entries()]
-
-        return Counts(self.total_games(), self.generation_target(), new_positions, ingested)
+        return Counts(self.total_games(), self.generation_target(),
+                      self.collector.new_positions, ingested)
 
     def _advance_training(self) -> None:
         for event in self.rounds.advance(self.counts()):
@@ -621,15 +619,19 @@ class Coach:
         from training.learn.replay_buffer import WINDOW_SHARE_SLACK, select_newest, window_size
 
         r = self.cfg.replay
-        entries = self.collector.window_entries()  # kept in the window's order as they come
-        key = (len(entries), r, tuple(sorted(self.cfg.distributed.worker_weights.items())))
+        weights = self.cfg.distributed.worker_weights
+        key = (self.collector.positions_ingested, sum(t.batches for t in
+                                                      list(self.collector.tally.values())),
+               r, tuple(sorted(weights.items())))
         if self._window_figure is not None and self._window_figure[0] == key:
             return self._window_figure[1]  # nothing ingested since the last pass
-        size = window_size(sum(e.positions for e in entries), r.min_positions,
-                           r.max_positions, r.growth)
-        chosen = [entries[i] for i in select_newest(
-            [(e.worker, e.positions) for e in entries], size,
-            self.cfg.distributed.worker_weights, WINDOW_SHARE_SLACK)]
+
+        def choose(units: Sequence[tuple[str, int]], positions: int,
+                   owners: Sequence[str]) -> list[int]:
+            size = window_size(positions, r.min_positions, r.max_positions, r.growth)
+            return select_newest(units, size, weights, WINDOW_SHARE_SLACK)
+
+        chosen = self.collector.window_choice(choose)  # kept in the window's order
         games = sum(e.games for e in chosen)
         gen_sum = sum((e.generation if e.generation_mean is None else e.generation_mean)
                       * e.games for e in chosen)

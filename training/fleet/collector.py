@@ -41,7 +41,8 @@ get their ledger line, a torn last ledger line is closed with a newline (so it n
 with the next), and `incoming/` leftovers are removed: nothing is lost or counted twice.
 
 Bounds: at most `names_per_pass` names are handled per `collect` call (the rest wait for the
-next pass); after a partial batch (fewer than `full_batch_games` games) a worker's next batch
+next pass); after a partial batch (fewer than `full_batch_games` games, or fewer than
+`full_batch_positions` positions: full batches of minimal games) a worker's next batch
 is taken no sooner than `partial_interval_s` later (`distributed.partial_batch_interval_s`:
 a worker sending one-game batches as fast as it can gets one in per interval, the rest wait in
 its outbox, counted in `deferred` and status.txt); at most `max_parallel_validations`
@@ -78,6 +79,7 @@ import numpy as np
 from distributed.transfer import fsync_dir
 from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, BatchName, OutboxOverflow,
                                  batch_name_or_none, outbox_batches)
+from training.fleet.game_index import GameIndex
 from training.fleet.ledger import LedgerEntry
 from training.run.run_dir import RunDir
 
@@ -210,6 +212,13 @@ def batch_rules(cfg: Any) -> "BatchRules":
     )
 
 
+def full_batch_positions(cfg: Any) -> int:
+    """Positions a full batch holds at the least to go unpaced: `distributed.batch_size`
+    games of a quarter of the board's points each (honest games are several times longer; a
+    batch of three-move resignations is paced like a partial batch)."""
+    return cfg.distributed.batch_size * cfg.go.board_size ** 2 // 4
+
+
 def partial_batch_pace(cfg: Any) -> float:
     """Seconds between two partial batches taken from one worker: the config's
     `distributed.partial_batch_interval_s`, but never more than the `batch_max_wait_s` after
@@ -301,7 +310,8 @@ class Collector:
                  names_per_pass: int = DEFAULT_NAMES_PER_PASS,
                  quarantine_max_bytes: int = DEFAULT_QUARANTINE_MAX_BYTES,
                  max_parallel_validations: int = 2,
-                 partial_interval_s: float = 0.0, full_batch_games: int | None = None):
+                 partial_interval_s: float = 0.0, full_batch_games: int | None = None,
+                 full_batch_positions: int | None = None):
         paths = RunDir(run_dir)
         self.run_dir = paths.root
         self.replay_dir = paths.replay
@@ -318,6 +328,9 @@ class Collector:
         """Seconds after a partial batch before a worker's next batch is taken (0: none)."""
         self.full_batch_games = full_batch_games
         """Games of a full batch (`distributed.batch_size`); None: every batch is full."""
+        self.full_batch_positions = full_batch_positions
+        """Positions a batch must hold not to be paced as partial (`full_batch_positions`):
+        a full batch of minimal games is paced like a partial one."""
         self._paced_until: dict[str, float] = {}  # worker -> time.monotonic() of its next take
         self.deferred: dict[str, int] = {}
         """Per worker, the batches its last listing left waiting (pace or names_per_pass)."""
@@ -326,10 +339,17 @@ class Collector:
         lock, or through `ingested_entries` / `window_entries`)."""
         self._window: list[LedgerEntry] = []  # ingested entries, in the window's order
         self._window_keys: list[tuple] = []  # their (generation, time, name), for bisect
+        self._window_units: list[tuple[str, int]] = []  # their (worker, positions)
+        self._window_owners: dict[str, int] = {}  # worker -> its ingested batches
+        self.positions_ingested = 0
         self.tally: dict[str, WorkerTally] = {}
         self.over_budget: dict[str, str] = {}  # worker -> why its collection stopped
         self._contents: dict[str, str] = {}  # sha256 of an ingested file -> its name
-        self._games: dict[str, str] = {}  # game_key of an ingested game -> its batch name
+        self._games = GameIndex()  # game_key of an ingested game -> its batch name
+        self._unindexed: list[tuple[str, tuple[str, ...]]] | None = None
+        self._admission_order: list[tuple[str, int]] = []  # (name, positions), ledger order
+        self.positions_by_coach_generation: dict[int, int] = {}
+        """Positions ingested while each generation was the newest published one."""
         self.rejected_since_start: dict[str, int] = {}
         self._slow: dict[tuple[str, str], int] = {}  # (worker, name) -> deadline overruns
         self._lock = threading.RLock()  # ledger, entries, tallies, renames into the run
@@ -342,13 +362,20 @@ class Collector:
 
     def _recover(self) -> None:
         self._close_torn_line()
+        self._unindexed = []
         for line_no, line in enumerate(self._ledger_lines(), 1):
             try:
-                entry = LedgerEntry.from_json(json.loads(line))
-                self._count(entry, in_place=True)
+                data = json.loads(line)
+                keys = data.pop("game_keys", ()) if isinstance(data, dict) else ()
+                if not isinstance(keys, list | tuple):
+                    raise ValueError("ledger game_keys must be a list")
+                self._count(LedgerEntry.from_json(data), tuple(str(k) for k in keys),
+                            in_place=True)
             except (ValueError, KeyError, TypeError, RecursionError):
                 # a line torn by a crash mid-append; the reconcile below re-adds its batch
                 log.warning("%s line %d unreadable, skipped", self.ledger_path, line_no)
+        self._games.add_batches(self._unindexed)
+        self._unindexed = None
         for leftover in self.incoming_dir.iterdir():
             leftover.unlink(missing_ok=True)
         for folder, status in ((self.replay_dir, "ingested"), (self.quarantine_dir, "rejected")):
@@ -397,20 +424,33 @@ class Collector:
             return []
         return [ln for ln in text.splitlines() if ln.strip()]
 
-    def _count(self, entry: LedgerEntry, *, in_place: bool = False) -> None:
-        """Add a ledger entry to `entries`, `tally` and the window's order (under the lock,
-        in place: no copy per entry). `tally` gains a worker by copy on write (rare), so a
-        thread iterating it (the coach's status table) holds a dict that never changes
-        size under it."""
+    def _count(self, entry: LedgerEntry, game_keys: tuple[str, ...] = (), *,
+               in_place: bool = False) -> None:
+        """Add a ledger entry (without its `game_keys`, which go to the game index) to
+        `entries`, `tally` and the window's order (under the lock, in place: no copy per
+        entry). `tally` gains a worker by copy on write (rare), so a thread iterating it (the
+        coach's status table) holds a dict that never changes size under it."""
         name = entry.name
         if name in self.entries:
             return
+        if game_keys and entry.ingested:
+            if self._unindexed is not None:
+                self._unindexed.append((name, game_keys))  # the ledger's read at start
+            else:
+                self._games.add(name, game_keys)
         self.entries[name] = entry
         if entry.ingested:
+            self._admission_order.append((name, entry.positions))
+            by_gen = self.positions_by_coach_generation
+            by_gen[entry.coach_generation] = by_gen.get(entry.coach_generation, 0) \
+                + entry.positions
             key = (entry.generation, entry.time, entry.name)
             at = bisect.bisect(self._window_keys, key)
             self._window_keys.insert(at, key)
             self._window.insert(at, entry)
+            self._window_units.insert(at, (entry.worker, entry.positions))
+            self._window_owners[entry.worker] = self._window_owners.get(entry.worker, 0) + 1
+            self.positions_ingested += entry.positions
         if entry.worker not in self.tally:
             new = WorkerTally()
             if in_place:
@@ -421,8 +461,6 @@ class Collector:
         if entry.ingested:
             if entry.sha256:
                 self._contents[entry.sha256] = name
-            for key in entry.game_keys:
-                self._games[key] = name
             t.batches += 1
             t.games += entry.games
             t.positions += entry.positions
@@ -451,7 +489,8 @@ class Collector:
                 f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
-            self._count(entry)
+            keys = entry.game_keys
+            self._count(dataclasses.replace(entry, game_keys=()) if keys else entry, keys)
 
     def is_known(self, name: str, parsed: BatchName | None = None) -> bool:
         """The batch `name` (its parts `parsed`, or parsed here) was ingested or rejected
@@ -476,6 +515,29 @@ class Collector:
             return list(self._window)
 
     window_entries = ingested_entries
+
+    def window_choice(self, choose: Callable[[Sequence[tuple[str, int]], int, Sequence[str]],
+                                             list[int]]) -> list[LedgerEntry]:
+        """The ingested entries that `choose(units, positions, owners)` picks (indices), where
+        `units` is (worker, positions) of every ingested batch in the window's order,
+        `positions` their sum and `owners` the workers among them: computed under the lock on
+        what the collector keeps as batches come in, with no copy of a list of all."""
+        with self._lock:
+            chosen = choose(self._window_units, self.positions_ingested,
+                            list(self._window_owners))
+            return [self._window[i] for i in chosen]
+
+    def ingested_since(self, start: int) -> list[tuple[str, int]]:
+        """(name, positions) of the ingested batches from the `start`-th on, in the ledger's
+        order (what the long-lived trainer is admitted from, a pass's new ones at a time)."""
+        with self._lock:
+            return self._admission_order[start:]
+
+    def new_positions(self, generation: int) -> int:
+        """Positions ingested since `generation` was the newest published one."""
+        with self._lock:
+            return sum(p for g, p in self.positions_by_coach_generation.items()
+                       if g >= generation)
 
     def resume(self, worker: str) -> None:
         """Give a worker stopped over its rejection budget a fresh budget (it was fixed)."""
@@ -546,10 +608,10 @@ class Collector:
                         result.paced = result.paced or len(owned) - i  # wait in the outbox
                         continue
                     handled += 1
+                    before = result.positions
                     games = self._collect_owned(worker, name, owned[i][2], source, result,
                                                 current_generation)
-                    if games and self.partial_interval_s > 0 and self.full_batch_games and \
-                            games < self.full_batch_games:
+                    if games and self._partial(games, result.positions - before):
                         self._paced_until[worker] = time.monotonic() + self.partial_interval_s
                 elif self._collect_foreign(worker, name, source, result):
                     handled += 1
@@ -558,6 +620,14 @@ class Collector:
                 self.deferred[worker] = result.deferred
             result.over_budget = self.over_budget.get(worker, "")
         return result
+
+    def _partial(self, games: int, positions: int) -> bool:
+        """An ingested batch the pace applies to: fewer games than a full batch, or fewer
+        positions than a full batch of honest games holds."""
+        if self.partial_interval_s <= 0:
+            return False
+        return bool(self.full_batch_games and games < self.full_batch_games
+                    or self.full_batch_positions and positions < self.full_batch_positions)
 
     def _collect_owned(self, worker: str, name: str, parsed: BatchName, source: BatchSource,
                        result: CollectResult, current_generation: int) -> int:
@@ -711,8 +781,8 @@ class Collector:
         repeats: dict[int, str] = {}
         first: dict[str, int] = {}
         for i, key in enumerate(info.game_keys):
-            if key in self._games:
-                repeats[i] = f"game {i} repeats a game of {self._games[key]}"
+            if (before := self._games.get(key)) is not None:
+                repeats[i] = f"game {i} repeats a game of {before}"
             elif key in first:
                 repeats[i] = f"game {i} repeats game {first[key]} of the same batch"
             else:
