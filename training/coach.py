@@ -629,7 +629,7 @@ class Coach:
         def choose(units: Sequence[tuple[str, int]], positions: int,
                    owners: Sequence[str]) -> list[int]:
             size = window_size(positions, r.min_positions, r.max_positions, r.growth)
-            return select_newest(units, size, weights, WINDOW_SHARE_SLACK)
+            return select_newest(units, size, weights, WINDOW_SHARE_SLACK, owners=owners)
 
         chosen = self.collector.window_choice(choose)  # kept in the window's order
         games = sum(e.games for e in chosen)
