@@ -338,8 +338,8 @@ def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generat
 
     def drive_until(generation: int) -> None:
         def published() -> bool:
-            events.extend(rounds.advance(Counts(8 * len(ingested), 8, ingested=lambda: list(
-                ingested))))
+            events.extend(rounds.advance(Counts(8 * len(ingested), 8,
+                                                ingested=lambda start=0: ingested[start:])))
             # the coach takes in the newest generation: one trained meanwhile may be skipped
             return any(isinstance(e, ModelPublished) and e.generation >= generation
                        for e in events)

@@ -59,6 +59,7 @@ class ContinuousRounds(Rounds):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.admissions: AdmissionLog | None = None
+        self.admitted_upto = 0  # ingested batches (in the ledger's order) looked at so far
         self.trainer: subprocess.Popen | None = None
         self.trainer_started = 0.0
         self.failures = 0  # trainer exits in a row
@@ -98,11 +99,14 @@ class ContinuousRounds(Rounds):
             self.admissions = AdmissionLog(self.paths.admissions)
             log.info("admission log %s: %d batches admitted before", self.paths.admissions,
                      self.admissions.seq)
-        fresh = [(n, p) for n, p in counts.ingested() if n not in self.admissions.names]
-        for name, positions in fresh:
-            self.admissions.admit(name, positions)
-        if fresh:
-            log.debug("admitted %d batches (through seq %d)", len(fresh), self.admissions.seq)
+        admitted = 0
+        for name, positions in counts.ingested(self.admitted_upto):  # this pass's new ones
+            if name not in self.admissions.names:
+                self.admissions.admit(name, positions)
+                admitted += 1
+            self.admitted_upto += 1
+        if admitted:
+            log.debug("admitted %d batches (through seq %d)", admitted, self.admissions.seq)
 
     def _take_newest(self, counts: Counts) -> None:
         """The newest generation the trainer wrote since the last one taken, through the

@@ -76,9 +76,10 @@ class Counts:
     target: int  # new games a round needs (training.fleet.balance.generation_target)
     new_positions: Callable[[int], int] = lambda generation: 0
     """Positions ingested since `generation` was the newest published one."""
-    ingested: Callable[[], list[tuple[str, int]]] = lambda: []
-    """(batch name, positions) of every batch ingested into replay/, in the ledger's order
-    (training.mode continuous admits them to its trainer)."""
+    ingested: Callable[[int], list[tuple[str, int]]] = lambda start=0: []
+    """(batch name, positions) of the batches ingested into replay/ from the `start`-th on,
+    in the ledger's order (training.mode continuous admits them to its trainer, the new ones
+    of each pass)."""
 
 
 @dataclass(frozen=True)
