@@ -368,3 +368,21 @@ def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generat
     assert "the continuous trainer exited (code -9" in text
     assert "it resumes from checkpoint_000001.pt" in text
     assert load_checkpoint(paths.checkpoint(2))["data"]["new_samples"] == n1 + n2
+
+
+def test_the_trainer_log_is_read_from_its_end_and_rotated_when_large(tmp_path, monkeypatch):
+    """A trainer's exit reads the last lines of its log from its last 64 KiB only, and a log
+    past its size limit is moved to `.1` when the next trainer starts."""
+    from training import continuous_rounds as cr
+
+    log = tmp_path / "trainer_continuous.log"
+    with open(log, "wb") as f:
+        f.write(b"x" * (8 << 20) + b"\n")  # a long line: never read whole
+        f.write(b"".join(b"line %d\n" % i for i in range(40)))
+    assert cr._tail(log, 3).splitlines() == ["line 37", "line 38", "line 39"]
+    monkeypatch.setattr(cr, "LOG_ROTATE_BYTES", 1 << 20)
+    cr._rotate(log)
+    assert not log.exists() and (tmp_path / "trainer_continuous.log.1").stat().st_size > 8 << 20
+    log.write_bytes(b"small\n")
+    cr._rotate(log)
+    assert log.read_bytes() == b"small\n"

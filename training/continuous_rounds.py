@@ -177,6 +177,7 @@ class ContinuousRounds(Rounds):
                  "%s", origin, self.admissions.seq if self.admissions else 0, lost,
                  " ".join(cmd))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _rotate(self.log_path)
         out = open(self.log_path, "ab")
         try:
             self.trainer = subprocess.Popen(cmd, cwd=str(REPO), stdout=out,
@@ -214,12 +215,31 @@ def _round_generations(folder: Path) -> list[int]:
     return [int(m.group(1)) for n in names if (m := _ROUND_RE.match(n))]
 
 
+TAIL_BYTES = 1 << 16
+"""The end of the trainer's log read when it exits (the log itself may be large)."""
+LOG_ROTATE_BYTES = 64 << 20
+"""The trainer's log is moved to `<log>.1` (replacing the one before) when a trainer starts
+and it has grown past this."""
+
+
 def _tail(path: Path, lines: int = 15) -> str:
+    """The last `lines` lines of `path`, from at most its last `TAIL_BYTES` bytes."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
+            text = f.read(TAIL_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def _rotate(path: Path) -> None:
+    """Move a log past `LOG_ROTATE_BYTES` to `<path>.1`, so that it never grows without end."""
+    try:
+        if path.stat().st_size > LOG_ROTATE_BYTES:
+            os.replace(path, path.with_name(path.name + ".1"))
+    except OSError:
+        pass
 
 
 def _read_state(path: Path) -> dict:
