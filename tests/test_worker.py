@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
@@ -213,10 +215,13 @@ def test_daemon_stops_cleanly_on_sigterm_with_a_custom_worker_class(cfg, run_dir
     from configs import dump_config
 
     config.write_text(dump_config(cfg))
-    proc = subprocess.Popen(
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard == resource.RLIM_INFINITY or hard > 256
+    proc = subprocess.Popen(  # started under a soft open-files limit of 256: it raises it
         [sys.executable, "start_worker.py", "--config", str(config), "--name", "w1", "--dir",
          str(folder), "--worker-class", "tests.test_worker:MarkingWorker"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
     try:
         wait_until(lambda: len(outbox_batches(folder / "outbox")) >= 2, 120, "two batches")
         os.kill(proc.pid, signal.SIGTERM)
@@ -232,7 +237,12 @@ def test_daemon_stops_cleanly_on_sigterm_with_a_custom_worker_class(cfg, run_dir
     total = sum(len(read_batch(folder / "outbox" / n)[1])
                 for n in outbox_batches(folder / "outbox"))
     assert total == hb["games_done"]  # every finished game is in a batch, none half-written
-    assert "worker w1 stopped" in (folder / "logs" / "worker_w1.log").read_text()
+    text = (folder / "logs" / "worker_w1.log").read_text()
+    assert "worker w1 stopped" in text
+    raised = re.search(r"open files limit: (\d+)", text)
+    assert raised and int(raised.group(1)) > 256, text[:2000]
+    if hard != resource.RLIM_INFINITY:
+        assert int(raised.group(1)) == hard
     # what the daemon created is its user's alone (umask 077)
     made = [folder / "outbox", folder / "logs", folder / "logs" / "worker_w1.log",
             folder / "status.json", *(folder / "outbox").iterdir()]

@@ -65,6 +65,7 @@ from distributed.status import HEARTBEAT_NAME, Heartbeat, WorkerState
 from distributed.transfer import write_json_atomic
 from training.go.records import batch_name, batch_name_or_none, outbox_batches
 from training.run import model_store
+from training.run.limits import raise_open_files_limit
 from training.run.logsetup import configure_logging
 from training.run.model_store import Manifest, ModelStoreError
 from training.run.run_dir import RunDir
@@ -752,6 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir) if args.log_dir else folder / "logs"
     log_file = None if args.log_to_stderr_only else log_dir / f"worker_{args.name}.log"
     configure_logging(log_file, cfg.logging.level)
+    raise_open_files_limit()  # a worker host may start it under a soft limit of 1,024
     spec = args.worker_class or getattr(cfg.self_play, "worker_class", "") or ""
     try:
         cls = import_worker_class(spec or "training.worker:Worker")
