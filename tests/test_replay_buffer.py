@@ -535,3 +535,50 @@ def test_a_round_opens_only_the_batches_that_can_enter_the_window(replay):
     target = window_size(again.total_positions, 60, 60, cfg.growth)
     expected = {keys[i] for i in select_newest(units, target, {"w3": 2.0}, 1.5)}
     assert _chosen(again) == _chosen(first) == expected
+
+
+def test_a_pinned_window_takes_in_a_batch_without_a_pass_over_every_name(replay):
+    """The long-lived trainer's window (pinned files) after 100,000 admissions: one more
+    batch costs the window's size, not a pass over every admitted name (the old batches are
+    known from the sidecar index only). Counted in lookups of the names known, and the CPU
+    time is printed (`benchmarks/admission.py` measures it at a million)."""
+    import time
+
+    old = 100_000
+    cache = sidecar_dir(replay)
+    cache.mkdir()
+    with open(cache / replay_buffer.INDEX_NAME, "w") as index:
+        for i in range(old):
+            index.write(json.dumps({"name": batch_name("w1", 0, i), "version": SIDECAR_VERSION,
+                                    "generation": 0, "positions": 40, "games": 1,
+                                    "board_size": N}, sort_keys=True) + "\n")
+    rng = np.random.default_rng(8)
+    fresh = [_write(replay, [random_record(N, KOMI, rng, generation=1)], seq=old + k)
+             for k in range(12)]
+    names = [batch_name("w1", 0, i) for i in range(old)]
+    w = ReplayWindow(replay, _cfg(min_positions=100, max_positions=300), history=H,
+                     board_size=N, files=names + [p.name for p in fresh[:2]])
+
+    class Counted(dict):
+        lookups = 0
+
+        def __contains__(self, key):
+            Counted.lookups += 1
+            return super().__contains__(key)
+
+        def __getitem__(self, key):
+            Counted.lookups += 1
+            return super().__getitem__(key)
+
+    w._known = Counted(w._known)
+    cpu = []
+    for path in fresh[2:]:
+        t0 = time.process_time()
+        assert w.add_files([path]) == [True]
+        cpu.append(time.process_time() - t0)
+    assert w.names()[-1] == fresh[-1].name and len(w.names()) == old + len(fresh)
+    assert w.stats().generation_max == 1 and w.stats().positions >= 300
+    per_batch = Counted.lookups / (len(fresh) - 2)
+    print(f"admission after {old} names: {1000 * sorted(cpu)[len(cpu) // 2]:.2f} ms CPU, "
+          f"{per_batch:.0f} lookups")
+    assert per_batch < 1000, "an admission walked every admitted name"

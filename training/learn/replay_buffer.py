@@ -8,8 +8,9 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   of a few games) is read into memory, a larger one mapped, at most `open_maps_capacity` of
   them at once in a process (the least recently used closed first): a large window never
   has to sit in memory, and the descriptors and maps it holds stay bounded however many
-  batch files it holds (each map holds a descriptor). A missing or outdated sidecar is rebuilt; it is written to a temporary folder
-  and renamed, so concurrent builders (DDP ranks) never see half of one.
+  batch files it holds (each map holds a descriptor). A missing or outdated sidecar is
+  rebuilt; it is written to a temporary folder and renamed, so concurrent builders (DDP
+  ranks) never see half of one.
       boards   int8 [M, N*N]    the board before each move (M positions = moves of the file)
       visits   uint16 [M, P]    the policy target (visit counts or a quantised improved
                                 policy, `training.go.records`), normalised when sampled
@@ -67,7 +68,9 @@ the window's small batch files).
 
 from __future__ import annotations
 
+import bisect
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -126,6 +129,7 @@ def window_size(total: int, min_positions: int, max_positions: int, growth: floa
 # ------------------------------------------------------------------------------ symmetries
 
 
+@functools.lru_cache(maxsize=8)
 def symmetry_permutations(n: int) -> np.ndarray:
     """int64 [8, N*N]: for symmetry s, transformed.ravel() == board.ravel()[perm[s]].
 
@@ -133,8 +137,10 @@ def symmetry_permutations(n: int) -> np.ndarray:
     that a whole batch is transformed with one gather; the policy's points move alike.
     """
     grid = np.arange(n * n, dtype=np.int64).reshape(n, n)
-    return np.stack([features.transform_planes(grid, s).ravel()
-                     for s in range(features.NUM_SYMMETRIES)])
+    perms = np.stack([features.transform_planes(grid, s).ravel()
+                      for s in range(features.NUM_SYMMETRIES)])
+    perms.setflags(write=False)  # shared by every view (cached)
+    return perms
 
 
 WINDOW_SHARE_SLACK = 1.5
@@ -502,6 +508,27 @@ class _Sidecar:
         self.games = np.load(folder / "games.npy")  # small: [G, 4]
         self._arrays: dict[str, np.ndarray] = {}  # in memory; mapped ones live in _MAPS
         self._mapped: set[str] = set()
+        self.worker = parse_batch_name(self.name).worker
+        self._units: list[tuple[str, int]] | None = None
+        self._rows: list[tuple[int, int, int, int, int, bool]] | None = None
+        self._rows_fraction = -1.0
+
+    def units(self) -> list[tuple[str, int]]:
+        """(worker, positions) of each game, for `select_newest` (computed once)."""
+        if self._units is None:
+            self._units = [(self.worker, end - start)
+                           for start, end, _, _ in self.games.tolist()]
+        return self._units
+
+    def rows(self, validation_fraction: float) -> list[tuple[int, int, int, int, int, bool]]:
+        """(first position, end position, generation, result, game, held out) of each game
+        (computed once per fraction)."""
+        if self._rows is None or self._rows_fraction != validation_fraction:
+            self._rows_fraction = validation_fraction
+            self._rows = [(start, end, gen, result, g,
+                           is_validation_game(self.name, g, validation_fraction))
+                          for g, (start, end, gen, result) in enumerate(self.games.tolist())]
+        return self._rows
 
     def array(self, key: str) -> np.ndarray:
         arr = self._arrays.get(key)
@@ -548,6 +575,7 @@ class _Sidecar:
         state = dict(self.__dict__)
         state["_arrays"] = {}
         state["_mapped"] = set()
+        state["_units"] = state["_rows"] = None
         return state
 
     @property
@@ -805,6 +833,7 @@ class ReplayWindow(WindowView):
         self._index_at = 0  # bytes of the index read so far
         self._names: list[str] = []  # the known batches in window order, oldest first
         self._by_worker: dict[str, list[int]] = {}  # indices into _names, per worker
+        self._cum_by_worker: dict[str, list[int]] = {}  # the running sum of their positions
         self._pending: list[str] = []  # pinned files taken in since the last selection
         self._rebuild = True  # the next selection orders every name again
         self._board_size = board_size
@@ -994,7 +1023,7 @@ class ReplayWindow(WindowView):
             else:
                 names = sorted((n for n in set(listed) if n in known),
                                key=lambda n: (known[n][0], known[n][1], n))
-            self._names, self._by_worker = [], {}
+            self._names, self._by_worker, self._cum_by_worker = [], {}, {}
             self.total_positions = 0
             self._rebuild = False
         else:
@@ -1002,47 +1031,52 @@ class ReplayWindow(WindowView):
             names = [n for n in self._pending if n in known]
         self._pending = []
         for n in names:
-            self._by_worker.setdefault(known[n][3], []).append(len(self._names))
+            worker, positions = known[n][3], known[n][2]
+            self._by_worker.setdefault(worker, []).append(len(self._names))
+            cum = self._cum_by_worker.setdefault(worker, [])
+            cum.append((cum[-1] if cum else 0) + positions)
             self._names.append(n)
-            self.total_positions += known[n][2]
+            self.total_positions += positions
         names = self._names
         target = window_size(self.total_positions, self.min_positions, self.max_positions,
                              self.growth)
         # the candidates: each worker's newest batches until they hold `target` positions
-        # (no worker's games can fill more of the window); only these are opened
-        picked = []
-        for rows in self._by_worker.values():
-            gathered = 0
-            for i in reversed(rows):
-                if gathered >= target:
-                    break
-                picked.append(i)
-                gathered += known[names[i]][2]
-        candidates = [names[i] for i in sorted(picked, reverse=True)]
-        cars = [car for n in reversed(candidates)
-                if (car := self._open(n, build=True)) is not None]
+        # (no worker's games can fill more of the window); only these are opened. A batch
+        # is one while the worker's newer ones hold less than `target`: cum[i] > cum[-1] -
+        # target, with cum the running sum of the worker's positions, oldest first
+        picked: list[int] = []
+        for worker, rows in self._by_worker.items():
+            cum = self._cum_by_worker[worker]
+            picked += rows[bisect.bisect_right(cum, cum[-1] - target):]
+        if len(self._by_worker) > 1:
+            picked.sort()
+        opened = self._all
+        cars = [car for i in picked
+                if (car := opened.get(names[i]) or self._open(names[i], build=True))
+                is not None]
         chosen = {c.name: c for c in cars}
-        for name, car in self._all.items():
-            if name not in chosen:
-                car.close()  # a batch that left the candidates: its arrays and maps go
+        for name in opened.keys() - chosen.keys():
+            opened[name].close()  # a batch that left the candidates: its arrays and maps go
         self._all = chosen
-        owners = [parse_batch_name(c.name).worker for c in cars]
-        games = [(ci, g) for ci, car in enumerate(cars) for g in range(len(car.games))]
-        units = [(owners[ci], int(cars[ci].games[g, 1] - cars[ci].games[g, 0]))
-                 for ci, g in games]
+        units: list[tuple[str, int]] = []
+        refs: list[tuple] = []  # (first, end, generation, result, game, held out), as units
+        sidecar_of: list[int] = []  # the index in `cars` of each
+        for ci, car in enumerate(cars):
+            units += car.units()
+            refs += car.rows(self.validation_fraction)
+            sidecar_of += [ci] * len(car.games)
         rows = None
         if self.fast_weight != 1.0:  # shares count the rows sampled, not the positions
-            rows = [self.fast_weight * n + (1.0 - self.fast_weight)
-                    * float(cars[ci].full_counts()[g]) for (ci, g), (_, n) in zip(games, units)]
+            counts = [int(c) for car in cars for c in car.full_counts()]
+            rows = [self.fast_weight * n + (1.0 - self.fast_weight) * full
+                    for (_, n), full in zip(units, counts)]
         train, val = [], []
-        for ci, g in (games[i] for i in select_newest(units, target, self.worker_weights,
-                                                       self.share_slack, rows)):
-            start, end, gen, result = (int(x) for x in cars[ci].games[g])
+        for i in select_newest(units, target, self.worker_weights, self.share_slack, rows,
+                               owners={car.worker for car in cars}):
+            start, end, gen, result, g, held_out = refs[i]
             if end == start:
                 continue
-            row = (ci, start, end, gen, result, g)
-            (val if is_validation_game(cars[ci].name, g, self.validation_fraction)
-             else train).append(row)
+            (val if held_out else train).append((sidecar_of[i], start, end, gen, result, g))
         n = self._board_size or 5
         epoch = self.epoch
         segments = np.array(train, np.int64).reshape(-1, 6)
