@@ -12,9 +12,10 @@ Vocabulary:
     `Model sync time: 12.3s`, `Network usage: 45.6 MB/min`, ...), then a fixed-width table
     with one row per worker. Once the run has finished, a `Finished:` line under the title
     says when, after what (`run.hours`, `run.iterations`, Ctrl-C) and its newest generation;
-    the table then shows the workers as they were stopped. `render_status` and
-    `parse_status_text` are inverses (up to the rounding shown), so tests and tools read the
-    file back.
+    the table then shows the workers as they were stopped. While the trainer keeps failing,
+    a `Trainer error:` line says how often, its exit and its log's last error line.
+    `render_status` and `parse_status_text` are inverses (up to the rounding shown), so
+    tests and tools read the file back.
 
 It must not: open connections, decide states by itself beyond `HeartbeatTracker`, or know
 about Go or torch. All writes go through `transfer.write_atomic`.
@@ -247,6 +248,7 @@ class StatusSnapshot:
     last_loss: float | None = None
     elo: float | None = None
     training_nodes: str = ""  # "node1 Training; node2 Benched 60s: why" (empty: none set up)
+    trainer_error: str = ""  # the last failure of the trainer, while it keeps failing ("": none)
     run_hours: float | None = None  # hours the run has run, resumes included
     hours_limit: float = 0.0  # run.hours: the run stops there (0: no limit)
     batches_deferred: int = 0  # batches left in outboxes at the last listing (paced, per pass)
@@ -315,6 +317,15 @@ def _cell(row: WorkerRow, attr: str) -> str:
     return text or "-"
 
 
+_MAX_TRAINER_ERROR = 400
+
+
+def trainer_error_line(snap: StatusSnapshot) -> str:
+    """The trainer's last failure as one line of plain text (at most 400 characters)."""
+    text = " ".join(printable(snap.trainer_error, 4 * _MAX_TRAINER_ERROR).split())
+    return text[: _MAX_TRAINER_ERROR - 3] + "..." if len(text) > _MAX_TRAINER_ERROR else text
+
+
 def run_time(snap: StatusSnapshot) -> str:
     """`1.23 h of 2 h` (with a limit), `1.23 h`, or `-` before the coach has counted."""
     if snap.run_hours is None:
@@ -356,6 +367,8 @@ def render_status(snap: StatusSnapshot) -> str:
     ]
     if snap.training_nodes:
         lines.append("Training nodes: " + " ".join(snap.training_nodes.split()))
+    if snap.trainer_error:
+        lines.append("Trainer error: " + trainer_error_line(snap))
     lines.append("")
     table = [[h for h, _ in _COLUMNS]] + [[_cell(r, a) for _, a in _COLUMNS] for r in snap.workers]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
@@ -424,6 +437,8 @@ def parse_status_text(text: str) -> StatusSnapshot:
                 snap.games_repeated = int(value)
             elif key == "Training nodes":
                 snap.training_nodes = value
+            elif key == "Trainer error":
+                snap.trainer_error = value
             elif key == "Finished":
                 m = _FINISHED_RE.match(value.strip())
                 if not m:

@@ -3,9 +3,9 @@
 - `render_html(snap, images, games)`: a self-contained page (inline CSS, no script, refreshing
   itself every 10 s) with the time it was written, the header figures (a finished run says
   when it finished, after what, and its newest generation; its workers read "Stopped with
-  the run"), the worker table with each state's indicator,
-  the plots of the run folder (`images`: file names relative to the page) and links to the
-  last games' SGF files. The coach writes it as `index.html` in the run folder; a browser opens
+  the run"; a trainer that keeps failing shows its last error), the worker table with each
+  state's indicator, the plots of the run folder (`images`: file names relative to the page)
+  and links to the last games' SGF files. The coach writes it as `index.html` in the run folder; a browser opens
   the file directly, with no server.
 - `render_json(snap)`: the same snapshot as JSON (`status.json` of the server below).
 - `render_prometheus(snap)`: Prometheus' text exposition format: per run `azgo_generation`,
@@ -40,7 +40,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Sequence
 
-from distributed.status import StatusSnapshot, WorkerState, finish_line, printable, run_time
+from distributed.status import (
+    StatusSnapshot,
+    WorkerState,
+    finish_line,
+    printable,
+    run_time,
+    trainer_error_line,
+)
 
 REFRESH_S = 10
 REQUEST_DEADLINE_S = 10.0  # one connection's whole time, however slowly its client sends
@@ -99,6 +106,8 @@ img {{ max-width: 640px; }}
 </style></head><body>
 <h1>azgo run{" (finished)" if done else ""}</h1>
 {f'<p id="finished"><strong>Finished</strong> {e(finish_line(snap))}.</p>' if done else ""}
+{f'<p id="trainer-error"><strong>Trainer error</strong> {e(trainer_error_line(snap))}</p>'
+ if snap.trainer_error else ""}
 <p>Updated {e(snap.updated or "-")} UTC; this page reloads every {REFRESH_S} s.</p>
 <table id="header">
 {"".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in header)}

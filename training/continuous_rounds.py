@@ -14,7 +14,8 @@ and everything after a generation is trained is the rounds' own path, unchanged
      main node's GPUs as a round's, Gloo ranks on the CPU), its output appended to
      `logs/trainer_continuous.log`. A trainer that exits is started again after a backoff
      (1, 2, 4 ... s up to `distributed.backoff_max_s`), logged with its exit code, the log's
-     tail and what the new one resumes from;
+     tail and what the new one resumes from; until it publishes a generation again,
+     `trainer_error` says how many exits in a row and the log's last error line (status.txt);
   3. take in each generation the trainer published (rounds/round_<gen>.json appears after its
      model and checkpoint): the newest one not yet taken goes through the rounds' path; an
      older one still waiting when a newer arrives (an arena was still gating, or the trainer
@@ -44,7 +45,17 @@ from pathlib import Path
 from training.learn.admissions import AdmissionLog
 from training.learn.command import run_hours_flag
 from training.learn.train_state import latest
-from training.rounds import REPO, Counts, Rated, Round, Rounds, RoundStarted, _terminate
+from training.rounds import (
+    REPO,
+    Counts,
+    Rated,
+    Round,
+    Rounds,
+    RoundStarted,
+    _terminate,
+    log_tail,
+    trainer_failure,
+)
 from training.run.signals import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -120,6 +131,7 @@ class ContinuousRounds(Rounds):
                      "taking in the newest, %d (the others stay on disk, unpublished)",
                      self.taken + 1, newest - 1, self.taken, newest)
         self.taken = newest
+        self.trainer_failures, self.trainer_error = 0, ""  # it trains: errors are history
         now = time.monotonic()
         self.current = Round(newest, self.trainer, self.last_taken_at, self.log_path,
                              counts.total_games)
@@ -141,9 +153,13 @@ class ContinuousRounds(Rounds):
             backoff = min(float(2 ** (self.failures - 1)), max(1.0, self.cfg.distributed.
                                                                backoff_max_s))
             self.restart_at = time.monotonic() + backoff
+            tail = _tail(self.log_path)
             log.error("the continuous trainer exited (code %s after %.0fs); starting it again "
                       "in %.0fs. %s ends:\n%s", code, time.monotonic() - self.trainer_started,
-                      backoff, self.log_path, _tail(self.log_path))
+                      backoff, self.log_path, tail)
+            self.trainer_failures += 1
+            self.trainer_error = trainer_failure("continuous", self.trainer_failures,
+                                                 f"exit {code}", self.log_path, tail)
             return
         if time.monotonic() < self.restart_at:
             return
@@ -224,13 +240,7 @@ and it has grown past this."""
 
 def _tail(path: Path, lines: int = 15) -> str:
     """The last `lines` lines of `path`, from at most its last `TAIL_BYTES` bytes."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
-            text = f.read(TAIL_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return log_tail(path, lines, TAIL_BYTES)
 
 
 def _rotate(path: Path) -> None:

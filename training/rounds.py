@@ -17,7 +17,9 @@ fleet, the collector or the coach, and nothing waits:
   3. train: `python -m training.trainer` (or the coach's trainer command) as a subprocess, its
      output in `logs/trainer_<gen>.log`; games that arrive meanwhile count for the next round;
   4. finish: the trainer exited. A non-zero exit or no model file fails the round: the log's
-     tail is logged and the round retried after the backoff. Otherwise its result is read
+     tail is logged and the round retried after the backoff; until a round trains again,
+     `trainer_error` says how many failed in a row and the log's last error line (the coach
+     shows it in status.txt and on the run page). Otherwise its result is read
      from `rounds/round_<gen>.json` (`training.learn.round_result`): a missing file leaves the
      round's loss unknown (a warning), an unreadable one is logged as an error, and either way
      the round counts. Then the evaluation starts in a thread (the arena in a child process,
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -165,6 +168,10 @@ class Rounds:
         self.round_nodes: list[str] = []  # extra nodes of the running round
         self.games_at_gen = 0  # games collected when the current generation's count began
         self.retry_at = 0.0  # time.monotonic() before which a failed round is not retried
+        self.trainer_failures = 0  # trainer failures in a row
+        self.trainer_error = ""
+        """The last trainer failure while they go on (`trainer_failure`; "" once a generation
+        is trained): what status.txt and the run page show."""
         self._events: list[Event] = []
 
     def new_games(self, total_games: int) -> int:
@@ -385,14 +392,19 @@ class Rounds:
         refused = code == 0 and pt.exists() and self._refuse_model(pt)
         if code != 0 or not pt.exists() or refused:
             self.current = None
-            text = rnd.log_path.read_text(errors="replace") if rnd.log_path.exists() else ""
-            tail = "\n".join(text.splitlines()[-15:])
+            tail = log_tail(rnd.log_path)
             log.error("training round for generation %d failed (exit %s, %.0fs); retrying "
                       "next pass. Trainer log %s ends:\n%s", rnd.generation, code,
                       rnd.train_s, rnd.log_path, tail)
+            self.trainer_failures += 1
+            why = f"exit {code}" if code != 0 else (
+                "its model was refused" if refused else "no model written")
+            self.trainer_error = trainer_failure(
+                f"generation {rnd.generation}", self.trainer_failures, why, rnd.log_path, tail)
             self.games_at_gen = rnd.games_at_start
             self.retry_at = time.monotonic() + self.cfg.distributed.backoff_max_s
             return
+        self.trainer_failures, self.trainer_error = 0, ""
         rnd.result = self._read_result(rnd.generation)
         if rnd.result is not None:
             self.last_loss = rnd.result.loss
@@ -515,6 +527,40 @@ class Rounds:
     def close(self) -> None:
         if self.training_nodes is not None:
             self.training_nodes.close()
+
+
+TAIL_MAX_BYTES = 64 * 1024
+"""At most this much of a trainer's log is read for its tail (a log may be large)."""
+_ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL)\b|^\s*([A-Za-z_][\w.]*(Error|Exception|Exit)"
+                         r"|Killed|Traceback)\b")
+
+
+def log_tail(path: Path, lines: int = 15, max_bytes: int = TAIL_MAX_BYTES) -> str:
+    """The last `lines` lines of the log at `path`, from at most its last `max_bytes`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - max_bytes))
+            text = f.read(max_bytes).decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def last_error_line(tail: str) -> str:
+    """The line of a log's `tail` that says what failed: the last logged error or exception
+    line (a traceback's last line names the exception), else its last non-empty line."""
+    found = [line for line in tail.splitlines() if line.strip()]
+    errors = [line for line in found if _ERROR_LINE.search(line)]
+    return (errors or found or [""])[-1].strip()
+
+
+def trainer_failure(what: str, failures: int, why: str, log_path: Path, tail: str) -> str:
+    """One line for status.txt: `generation 3: trainer failed 2 times in a row, last at
+    12:00:01 UTC (exit 1; log logs/trainer_000003.log): <its last error line>`."""
+    times = "once" if failures == 1 else f"{failures} times in a row"
+    line = last_error_line(tail) or "its log says nothing"
+    return (f"{what}: trainer failed {times}, last at {time.strftime('%H:%M:%S', time.gmtime())} "
+            f"UTC ({why}; log {log_path}): {line}")
 
 
 def _terminate(popen: subprocess.Popen, grace_s: float = 10.0) -> None:
