@@ -837,7 +837,14 @@ class SSHConnector:
                             f"{project.version} (deploy is off: install it by hand)")
         if with_torch and info["torch"] is None:
             problems.append("torch not importable" + (f": {info.get('torch_error')}"
-                                                      if info.get("torch_error") else ""))
+                                                      if info.get("torch_error") else "")
+                            + f"; install torch for {self._python(name)} on {s.host} (the "
+                            "worker's venv is made from that Python and sees its packages, "
+                            f"not a venv's): `{self._python(name)} -m pip install "
+                            "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu` "
+                            "(a GPU host: without --index-url); where that pip refuses "
+                            "(externally-managed-environment), give the host a Python of its "
+                            "own with torch and name it in distributed.python")
         if with_torch and info["torch"] is not None:
             key = next((f"distributed.workers[{i}].gpu_id" for i, n in enumerate(self._workers)
                         if n == name), "gpu_id")
