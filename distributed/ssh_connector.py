@@ -256,6 +256,7 @@ class _Connection:
     root: str  # the worker's remote folder, absolute
     sftp: paramiko.SFTPClient | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
+    where: str = ""  # the worker and its host, for the SFTP session's errors
 
     @property
     def is_active(self) -> bool:
@@ -265,8 +266,9 @@ class _Connection:
     def open_sftp(self, timeout_s: float) -> paramiko.SFTPClient:
         if self.sftp is not None and self.sftp.get_channel().closed:
             self.sftp = None  # closed after a refused reply or a deadline: a new session
-        if self.sftp is None:
-            self.sftp = open_sftp(self.client.get_transport())
+        if self.sftp is None:  # the handshake too within timeout_s
+            self.sftp = open_sftp(self.client.get_transport(), timeout_s=timeout_s,
+                                  where=self.where)
         self.sftp.get_channel().settimeout(timeout_s)
         return self.sftp
 
@@ -369,6 +371,9 @@ class SSHConnector:
         self.project = project
         self._workers = {w.name: w for w in cfg.workers}
         self._conns: dict[str, _Connection] = {}
+        # clients still connecting (SSH, then the SFTP handshake): close() reaches them too
+        self._opening: dict[str, paramiko.SSHClient] = {}
+        self._closes = 0  # close() calls: a call in flight across one is not retried
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._archive: Path | None = None
@@ -447,6 +452,9 @@ class SSHConnector:
         return conn
 
     def _drop(self, name: str) -> None:
+        opening = self._opening.pop(name, None)
+        if opening is not None:
+            opening.close()  # its thread's wait ends with an error
         conn = self._conns.pop(name, None)
         if conn is not None:
             try:
@@ -455,8 +463,10 @@ class SSHConnector:
                 pass
 
     def close(self) -> None:
-        """Close every connection."""
-        for name in list(self._conns):
+        """Close every connection, those still connecting included: a call in flight ends
+        with its error, without retrying (the supervisor's abort)."""
+        self._closes += 1
+        for name in {*self._conns, *self._opening}:
             self._drop(name)
         if self._archive_dir is not None:
             self._archive_dir.cleanup()
@@ -496,6 +506,7 @@ class SSHConnector:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout_ms)
         known_hosts = Path(os.path.expanduser(cfg.known_hosts))
         client = paramiko.SSHClient()
+        self._opening[name] = client
         try:
             if known_hosts.exists():
                 client.load_host_keys(str(known_hosts))
@@ -508,12 +519,19 @@ class SSHConnector:
                 banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
                 transport_factory=_transport_factory,
             )
+            if self._opening.get(name) is not client:  # closed while connecting
+                raise ConnectionAbortedError("the connector was closed while connecting")
             transport = client.get_transport()
             transport.set_keepalive(max(1, round(cfg.keepalive_s)))
-            sftp = open_sftp(transport)
-            sftp.get_channel().settimeout(cfg.transfer_timeout_s)
+            sftp = open_sftp(transport, timeout_s=cfg.transfer_timeout_s,
+                             where=self._where(name))
             with sftp_deadline(sftp, cfg.transfer_timeout_s):
                 home = sftp.normalize(".")
+        except DeadlineError as e:  # the SFTP server withholds its handshake: not retried
+            client.close()
+            detail = str(e).removeprefix(self._where(name) + ": ")
+            raise DeadlineError(f"{self._where(name)}: {action}: {detail} "
+                                "(distributed.transfer_timeout_s)") from e
         except HostKeyError:
             client.close()
             raise
@@ -537,10 +555,14 @@ class SSHConnector:
             ) from e
         except (*_NET_ERRORS, TransferError, paramiko.SFTPError) as e:
             client.close()  # a TransferError: the SFTP server's first reply was refused
-            raise self._err(ConnectError, name, action, f"{type(e).__name__}: {e}") from e
+            detail = str(e).removeprefix(self._where(name) + ": ")
+            raise self._err(ConnectError, name, action, f"{type(e).__name__}: {detail}") from e
+        finally:
+            if self._opening.get(name) is client:  # one thread opens a worker (its lock)
+                self._opening.pop(name, None)
         root = remote.absolute_root(s.remote_dir or cfg.remote_dir, home)
         log.debug("%s: connected, root %s", self._where(name), root)
-        return _Connection(client, root, sftp)
+        return _Connection(client, root, sftp, where=self._where(name))
 
     def _backoff_s(self, attempt: int) -> float:
         cap = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2**attempt)
@@ -551,6 +573,7 @@ class SSHConnector:
         """Run fn on the worker's connection; on a dropped connection or failed transfer,
         reconnect and retry with backoff. Permanent errors are raised at once."""
         attempts = 1 + (self.cfg.retries if retry else 0)
+        closes = self._closes
         with self._lock(name):
             for attempt in range(attempts):
                 try:
@@ -564,7 +587,7 @@ class SSHConnector:
                     raise
                 except (ConnectError, TransferError) as e:
                     self._drop(name)
-                    if attempt + 1 >= attempts:
+                    if attempt + 1 >= attempts or self._closes != closes:
                         raise
                     delay = self._backoff_s(attempt)
                     log.warning("%s: %s failed (attempt %d/%d), retrying in %.1fs: %s",
@@ -749,7 +772,9 @@ class SSHConnector:
         def op(c: _Connection) -> bool:
             path = WorkerPaths(c.root, name).resolve(remote_path)
             try:
-                self._sftp(c).remove(path)
+                sftp = self._sftp(c)
+                with sftp_deadline(sftp, self.cfg.transfer_timeout_s):  # unsolicited replies
+                    sftp.remove(path)                                  # wait no longer
                 return True
             except FileNotFoundError:
                 return False
@@ -761,7 +786,8 @@ class SSHConnector:
     def _makedirs(self, c: _Connection, name: str, path: str) -> None:
         sftp = self._sftp(c)
         try:
-            sftp.stat(path)
+            with sftp_deadline(sftp, self.cfg.transfer_timeout_s):
+                sftp.stat(path)
             return
         except FileNotFoundError:
             pass

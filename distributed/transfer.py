@@ -10,8 +10,10 @@ This module owns:
   - SFTP upload (`put_file`: temporary name, size check, then OpenSSH's posix-rename) and
     download (`get_file`: `.partial` name, size + sha256 check, then `os.replace`; at most 16
     replies of 32 KiB held, each checked against its request, the deadline checked while
-    each arrives), the SFTP session whose every reply is bounded in bytes and time
-    (`BoundedSFTPClient`, `open_sftp` on the caller's transport), and the
+    each arrives; a server that answers in dribs is refused), the SFTP session whose every
+    reply is bounded in bytes and time and checked field by field before paramiko parses it
+    (a count past the bytes left is refused), whose handshake has a deadline and whose
+    stderr is capped (`BoundedSFTPClient`, `open_sftp` on the caller's transport), and the
     local copy (`copy_file`) of a file another machine or user could have planted: regular
     files only (`lstat`, never a symlink, FIFO or device), at most `max_bytes` counted WHILE
     reading (a file that grows, or a symlink swapped in after the check, is cut off at its
@@ -50,7 +52,10 @@ from typing import Any, Callable, Iterable, TypeVar
 
 import paramiko
 import zstandard
-from paramiko.sftp import CMD_DATA, CMD_READ, CMD_STATUS, int64
+from paramiko.buffered_pipe import BufferedPipe
+from paramiko.sftp import (CMD_ATTRS, CMD_CLOSE, CMD_DATA, CMD_HANDLE, CMD_NAME, CMD_OPENDIR,
+                           CMD_READ, CMD_READDIR, CMD_STATUS, CMD_VERSION, int64)
+from paramiko.sftp_attr import SFTPAttributes
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,16 @@ most READS_IN_FLIGHT replies of at most this many bytes: 512 KiB, enough for a W
 MAX_SFTP_PACKET = (256 << 10) + 1024
 """The longest SFTP reply the coach reads (OpenSSH's own limit, 256 KiB, and a header); a
 longer one is refused from its length word, before a byte of it is read."""
+SHORT_REPLIES_FREE = 8
+"""Replies shorter than their READ (before the file's listed end) a download takes before it
+asks them to bring SHORT_REPLY_MIN_BYTES each on average: sftp-server answers a regular file's
+reads whole, and a server answering one byte at a time would keep a download busy (one round
+trip of Python per byte) for its whole deadline."""
+SHORT_REPLY_MIN_BYTES = 1024
+"""(A server that answers half of every read, and half of the rest, averages 2 KiB.)"""
+STDERR_MAX_BYTES = 64 << 10
+"""Bytes of stderr an SFTP session takes (nobody reads them); past it the session is closed,
+so a server that writes stderr without end costs no memory beyond this."""
 # paramiko errors that mean "the connection or the remote file system failed"
 _NET_ERRORS = (paramiko.SSHException, EOFError, OSError)
 _SFTP_ERRORS = (*_NET_ERRORS, paramiko.SFTPError)  # and a reply paramiko could not parse
@@ -450,41 +465,210 @@ class ProtocolError(VerifyError):
     may be, a reply of the wrong kind): the session is closed, the transfer not retried."""
 
 
+class _Fields:
+    """The fields of one SFTP reply, read in order. A field that would run past the end of the
+    reply, or a count of items more than the bytes left could hold, is a ProtocolError:
+    paramiko's Message pads a short reply with zeros and trusts every count, so that a 17-byte
+    reply announcing 2^32-1 extended attributes is an hour of CPU."""
+
+    def __init__(self, data: bytes, what: str):
+        self.data, self.pos, self.what = data, 0, what
+
+    def _short(self, need: int) -> ProtocolError:
+        return ProtocolError(f"the SFTP server's {self.what} reply ends "
+                             f"{need - (len(self.data) - self.pos)} bytes short of its fields; "
+                             "refused, session closed")
+
+    def uint32(self) -> int:
+        if self.pos + 4 > len(self.data):
+            raise self._short(4)
+        self.pos += 4
+        return struct.unpack_from(">I", self.data, self.pos - 4)[0]
+
+    def uint64(self) -> int:
+        if self.pos + 8 > len(self.data):
+            raise self._short(8)
+        self.pos += 8
+        return struct.unpack_from(">Q", self.data, self.pos - 8)[0]
+
+    def string(self) -> bytes:
+        n = self.uint32()
+        if self.pos + n > len(self.data):
+            raise self._short(n)
+        self.pos += n
+        return self.data[self.pos - n:self.pos]
+
+    def skip_string(self) -> None:
+        n = self.uint32()
+        if self.pos + n > len(self.data):
+            raise self._short(n)
+        self.pos += n
+
+    def count(self, min_bytes_each: int, of: str) -> int:
+        """A count of items that take at least `min_bytes_each` bytes each."""
+        n = self.uint32()
+        left = len(self.data) - self.pos
+        if n * min_bytes_each > left:
+            raise ProtocolError(f"the SFTP server's {self.what} reply announces {n} {of} in "
+                                f"{left} bytes; refused, session closed")
+        return n
+
+    @property
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+
+def _parse_attrs(f: _Fields) -> SFTPAttributes:
+    """SFTP v3 ATTRS (draft-ietf-secsh-filexfer-02, 5), each count checked against the bytes
+    left, as the SFTPAttributes paramiko would build."""
+    a = SFTPAttributes()
+    flags = a._flags = f.uint32()
+    if flags & SFTPAttributes.FLAG_SIZE:
+        a.st_size = f.uint64()
+    if flags & SFTPAttributes.FLAG_UIDGID:
+        a.st_uid, a.st_gid = f.uint32(), f.uint32()
+    if flags & SFTPAttributes.FLAG_PERMISSIONS:
+        a.st_mode = f.uint32()
+    if flags & SFTPAttributes.FLAG_AMTIME:
+        a.st_atime, a.st_mtime = f.uint32(), f.uint32()
+    if flags & SFTPAttributes.FLAG_EXTENDED:
+        for _ in range(f.count(8, "extended attributes")):  # two strings of 4 bytes or more
+            key = f.string()
+            a.attr[key] = f.string()
+    return a
+
+
+def _parse_names(f: _Fields) -> list[SFTPAttributes]:
+    """The entries of a NAME reply after its id (count, then name, long name and ATTRS)."""
+    out = []
+    for _ in range(f.count(12, "names")):  # two strings and the flags: 12 bytes or more
+        name, longname = f.string(), f.string()
+        a = _parse_attrs(f)
+        a.filename = name.decode("utf-8", "replace")  # a name that is not UTF-8 matches none
+        a.longname = longname.decode("utf-8", "replace")
+        out.append(a)
+    return out
+
+
+def check_reply(t: int, data: bytes) -> None:
+    """Raise ProtocolError unless the SFTP reply of type `t` with body `data` (after the type
+    byte) holds every field its type has, every count within the bytes left. A reply that
+    passes can be parsed by paramiko without a zero-padded read, in time bounded by its
+    length."""
+    f = _Fields(data, {CMD_VERSION: "VERSION", CMD_STATUS: "STATUS", CMD_HANDLE: "HANDLE",
+                       CMD_DATA: "DATA", CMD_NAME: "NAME", CMD_ATTRS: "ATTRS"}.get(t, str(t)))
+    if t == CMD_VERSION:
+        f.uint32()
+        while f.left:  # extension pairs
+            f.skip_string()
+            f.skip_string()
+    elif t == CMD_STATUS:
+        f.uint32()
+        f.uint32()  # id, code; the message and language may be left out
+        if f.left:
+            f.skip_string()
+        if f.left:
+            f.skip_string()
+    elif t in (CMD_HANDLE, CMD_DATA):
+        f.uint32()
+        f.skip_string()
+    elif t == CMD_NAME:
+        f.uint32()
+        _parse_names(f)
+    elif t == CMD_ATTRS:
+        f.uint32()
+        _parse_attrs(f)
+
+
+class _StderrCap(BufferedPipe):
+    """The stderr buffer of an SFTP channel: at most STDERR_MAX_BYTES are kept (paramiko's
+    keeps all, and a server need not respect the channel's window). Past it the channel's
+    stdout buffer is closed, so the reader sees the end of the stream at once and closes the
+    session (`BoundedSFTPClient`). Fed by paramiko's transport thread."""
+
+    def __init__(self, chan: paramiko.Channel, limit: int):
+        super().__init__()
+        self._chan, self.limit, self.total = chan, limit, 0
+
+    def feed(self, data) -> None:
+        self.total += len(data)
+        if self.total > self.limit:
+            self._chan.in_buffer.close()  # no network I/O here: safe in the transport thread
+            return
+        super().feed(data)
+
+    @property
+    def overflowed(self) -> bool:
+        return self.total > self.limit
+
+
 class BoundedSFTPClient(paramiko.SFTPClient):
-    """An SFTP client whose every reply is bounded in bytes and, while `deadline` (a
-    `time.monotonic()` value) is set, in time.
+    """An SFTP client whose every reply is bounded in bytes, in parsing and, while `deadline`
+    (a `time.monotonic()` value) is set, in time.
 
     paramiko's reader accepts a reply of up to 16 MiB and reads it whole, however slowly it
-    comes. Here a reply longer than `MAX_SFTP_PACKET` is refused from its length word, and a
-    reply still arriving at the deadline is DeadlineError (checked between the receives of
-    one reply, so a trickle is cut). Either error leaves the stream mid-reply: the session is
-    closed (`open_sftp` makes a new one)."""
+    comes, then parses it trusting every count. Here a reply longer than `MAX_SFTP_PACKET` is
+    refused from its length word; a reply still arriving at the deadline is DeadlineError
+    (checked between the receives of one reply, so a trickle is cut); every reply is checked
+    against its type's layout (`check_reply`: a field past its end, or a count the bytes left
+    cannot hold, is ProtocolError) before paramiko parses it; `listdir_iter` takes only NAME
+    replies to its own reads. The handshake (INIT, VERSION) runs under `timeout_s`. Each error
+    leaves the stream mid-reply or the server untrusted: the session is closed (`open_sftp`
+    makes a new one). `where` (a worker and host) opens every error message."""
 
     deadline: float | None = None
+    where: str = ""
+    _stderr: _StderrCap | None = None
+
+    def __init__(self, sock: paramiko.Channel, *, timeout_s: float | None = None,
+                 where: str = ""):
+        self.where = where
+        stderr = getattr(sock, "in_stderr_buffer", None)
+        self._stderr = stderr if isinstance(stderr, _StderrCap) else None
+        if timeout_s is not None:  # the handshake's deadline: INIT is sent in __init__
+            sock.settimeout(timeout_s)
+            self.deadline = time.monotonic() + timeout_s
+        try:
+            super().__init__(sock)
+        except DeadlineError as e:  # the session is closed (`_read_all`)
+            raise self._refused(DeadlineError, "the SFTP server did not finish the handshake "
+                                f"(INIT, VERSION) within {timeout_s:g}s; session closed"
+                                ) from e
+        finally:
+            self.deadline = None
+
+    def _refused(self, cls: type[TransferError], message: str) -> TransferError:
+        return cls(f"{self.where}: {message}" if self.where else message)
 
     def _read_all(self, n: int) -> bytes:
         out = bytearray()
         chan = self.sock
         try:
             while len(out) < n:
+                if self._stderr is not None and self._stderr.overflowed:
+                    raise self._refused(ProtocolError, "the SFTP server wrote over "
+                                        f"{self._stderr.limit} bytes to stderr; session closed")
                 if self.deadline is not None:
                     left = self.deadline - time.monotonic()
                     if left <= 0:
-                        raise DeadlineError(f"an SFTP reply was still arriving at the deadline "
-                                            f"({len(out)} of its {n} bytes: trickled); refused")
+                        raise self._refused(DeadlineError, "an SFTP reply was still arriving at "
+                                            f"the deadline ({len(out)} of its {n} bytes: "
+                                            "trickled); refused")
                     chan.settimeout(left)
                 try:
                     x = chan.recv(n - len(out))
                 except socket.timeout:
                     if self.deadline is not None and time.monotonic() >= self.deadline:
-                        raise DeadlineError(f"no whole SFTP reply by the deadline ({len(out)} "
-                                            f"of {n} bytes: withheld or trickled); refused"
-                                            ) from None
+                        raise self._refused(DeadlineError, "no whole SFTP reply by the deadline "
+                                            f"({len(out)} of {n} bytes: withheld or "
+                                            "trickled); refused") from None
                     raise
                 if not x:
+                    if self._stderr is not None and self._stderr.overflowed:
+                        continue  # its stdout was closed for it: said at the loop's top
                     raise EOFError()
                 out += x
-        except DeadlineError:
+        except TransferError:
             self.close()
             raise
         return bytes(out)
@@ -493,17 +677,58 @@ class BoundedSFTPClient(paramiko.SFTPClient):
         size = struct.unpack(">I", self._read_all(4))[0]
         if size > MAX_SFTP_PACKET:
             self.close()
-            raise ProtocolError(f"the SFTP server sent a reply of {size} bytes, over the "
-                                f"{MAX_SFTP_PACKET} any reply may be; session closed")
+            raise self._refused(ProtocolError, f"the SFTP server sent a reply of {size} bytes, "
+                                f"over the {MAX_SFTP_PACKET} any reply may be; session closed")
         if size == 0:
             return 0, b""
         data = self._read_all(size)
+        try:
+            check_reply(data[0], data[1:])
+        except ProtocolError as e:
+            self.close()
+            raise self._refused(ProtocolError, str(e)) from None
         return data[0], data[1:]
 
+    def listdir_iter(self, path: str = ".", read_aheads: int = 50):
+        """paramiko's `listdir_iter` (SFTPAttributes with `filename` and `longname`, without
+        "." and ".."), reading one READDIR reply at a time (`read_aheads` is accepted and not
+        used: stopping early leaves no reply unread) and taking only a NAME reply to that
+        read (paramiko's parses any reply, a STATUS to another request included, as NAME)."""
+        path = self._adjust_cwd(path)
+        t, msg = self._request(CMD_OPENDIR, path)
+        if t != CMD_HANDLE:
+            raise paramiko.SFTPError("Expected handle")
+        handle = msg.get_string()
+        while True:
+            try:
+                t, msg = self._request(CMD_READDIR, handle)
+            except EOFError:
+                self._request(CMD_CLOSE, handle)
+                return
+            if t != CMD_NAME:
+                self.close()
+                raise self._refused(ProtocolError, "the SFTP server answered a folder read with "
+                                    f"a reply of type {t}; session closed")
+            for attr in _parse_names(_Fields(msg.get_remainder(), "NAME")):
+                if attr.filename not in (".", ".."):
+                    yield attr
 
-def open_sftp(transport: paramiko.Transport) -> BoundedSFTPClient:
-    """A new SFTP session on `transport` whose replies are bounded (`BoundedSFTPClient`)."""
-    return BoundedSFTPClient.from_transport(transport)
+
+def open_sftp(transport: paramiko.Transport, *, timeout_s: float | None = None,
+              where: str = "") -> BoundedSFTPClient:
+    """A new SFTP session on `transport` whose replies are bounded (`BoundedSFTPClient`): the
+    channel's timeout is `timeout_s` and the handshake must be done within it (a server that
+    never answers INIT is DeadlineError, the channel closed); its stderr is capped
+    (STDERR_MAX_BYTES)."""
+    chan = transport.open_session(timeout=timeout_s)
+    try:
+        chan.settimeout(timeout_s)
+        chan.in_stderr_buffer = _StderrCap(chan, STDERR_MAX_BYTES)
+        chan.invoke_subsystem("sftp")
+        return BoundedSFTPClient(chan, timeout_s=timeout_s, where=where)
+    except BaseException:
+        chan.close()
+        raise
 
 
 class sftp_deadline:
@@ -622,13 +847,16 @@ def _read_bounded(sftp: paramiko.SFTPClient, handle: bytes, size: int,
     At most READS_IN_FLIGHT READ requests of READ_BYTES are outstanding, so at most that many
     replies are held; each reply is checked against its request's length; the deadline is
     checked before every reply (a withheld reply ends at the deadline, not never). A short
-    reply is asked for again from where it ended. One more byte is asked for past `size`: a
-    file that grew is VerifyError. Returns the bytes read (less than `size`: the file
+    reply is asked for again from where it ended; past SHORT_REPLIES_FREE of them before
+    `size`, short replies must bring SHORT_REPLY_MIN_BYTES each on average (ProtocolError
+    otherwise: one byte per reply is a busy loop to the deadline). One more byte is asked
+    for past `size`: a file that grew is VerifyError. Returns the bytes read (less than `size`: the file
     shrank). Raises ProtocolError, DeadlineError, VerifyError, or paramiko's errors; after
     any of them replies may still be in flight, so the caller closes the session."""
     replies = _Replies(what)
     pending: collections.deque[tuple[int, int, int]] = collections.deque()  # offset, n, num
     next_off, end, got = 0, size + 1, 0
+    shorts, short_bytes = 0, 0  # replies shorter than their read before `size`, their bytes
     chan = sftp.get_channel()
 
     def ask(off: int, n: int) -> int:
@@ -680,6 +908,13 @@ def _read_bounded(sftp: paramiko.SFTPClient, handle: bytes, size: int,
         got += len(reply)
         if len(reply) < n:  # a short read: ask for the rest before anything later
             rest = off + len(reply)
+            if rest < size:
+                shorts, short_bytes = shorts + 1, short_bytes + len(reply)
+                if shorts > SHORT_REPLIES_FREE and short_bytes < shorts * SHORT_REPLY_MIN_BYTES:
+                    raise ProtocolError(f"{what}: {shorts} replies shorter than their reads "
+                                        f"({short_bytes} bytes in all) before the file's "
+                                        f"listed {size} bytes; a server answers a regular "
+                                        "file's reads whole; refused")
             pending.appendleft((rest, n - len(reply), ask(rest, n - len(reply))))
 
 
@@ -712,7 +947,6 @@ def get_file(
     partial = local_path.with_name(local_path.name + ".partial")
     what = f"{where}: {remote_path}"
     t0 = time.perf_counter()
-    f = None
     reading = False
     h = hashlib.sha256()
     try:
@@ -727,29 +961,36 @@ def get_file(
                     f"{where}: {remote_path} is {remote_size} bytes, over the limit {max_bytes}"
                 )
             f = sftp.open(remote_path, "rb")
-            with open(partial, "wb") as out:
-                def write(data: bytes) -> None:
-                    h.update(data)
-                    out.write(data)
+            try:
+                with open(partial, "wb") as out:
+                    def write(data: bytes) -> None:
+                        h.update(data)
+                        out.write(data)
 
-                reading = True
-                size = _read_bounded(sftp, f.handle, remote_size, write, what, deadline)
-                reading = False
-                out.flush()
-                os.fsync(out.fileno())
-            digest = h.hexdigest()
+                    reading = True
+                    size = _read_bounded(sftp, f.handle, remote_size, write, what, deadline)
+                    reading = False
+                    out.flush()
+                    os.fsync(out.fileno())
+                digest = h.hexdigest()
+            finally:
+                if not reading:  # closed within the deadline (after a failed read the
+                    try:         # session goes instead: replies may be in flight)
+                        f.close()
+                    except (*_SFTP_ERRORS, TransferError):
+                        pass  # the file was read whole (or the error raised says why not)
     except FileNotFoundError:
         partial.unlink(missing_ok=True)
         raise  # a missing file is an answer, not a failure to retry
     except BaseException as e:
         partial.unlink(missing_ok=True)
         if isinstance(e, (DeadlineError, ProtocolError)) and not str(e).startswith(what):
-            named = type(e)(f"{what}: {e}")  # raised in the SFTP client: name the file
+            text = str(e)  # raised in the SFTP client: name the file
+            named = type(e)(f"{what}: {text.removeprefix(where + ': ')}")
             named.__cause__ = e.__cause__
             e = named
         if reading or isinstance(e, DeadlineError):
-            f = None  # its replies may be in flight: the session goes, not the file
-            _close_quietly(sftp)
+            _close_quietly(sftp)  # replies may be in flight: the session goes
         if isinstance(e, TransferError):
             raise e from e.__cause__
         if not isinstance(e, _SFTP_ERRORS):
@@ -757,12 +998,6 @@ def get_file(
         raise TransferError(
             f"{where}: download of {remote_path} failed: {type(e).__name__}: {e}"
         ) from e
-    finally:
-        if f is not None:
-            try:
-                f.close()
-            except (*_SFTP_ERRORS, TransferError):
-                pass  # the file was read whole (or the error above says why not)
     problems = []
     if expected_size is not None and size != expected_size:
         problems.append(f"got {size} bytes, expected {expected_size}")

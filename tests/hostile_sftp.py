@@ -1,4 +1,4 @@
-"""A hostile SFTP server for tests: the real sftp-server, with its READ replies tampered with.
+"""A hostile SFTP server for tests: the real sftp-server, with its replies tampered with.
 
 Run by sshd as the forced command of a key (`command="python3 hostile_sftp.py MODE_FILE"` in
 authorized_keys), as a compromised worker account could: a session that asks for the sftp
@@ -12,6 +12,14 @@ reads the mode from MODE_FILE at the start of each session:
   trickle    - the first reply to a READ is sent one byte every 20 ms
   shrink     - every READ from 64 KiB on is answered with EOF, as if the file were cut there
   grow       - a reply shorter than its request (the end of the file) gets one byte more
+  dribble    - every DATA reply is cut to its first byte (legal SFTP, one byte per round trip)
+  attrs      - every ATTRS reply (stat, lstat, fstat) and every NAME reply to a READDIR carries
+               attributes announcing 2^32-1 extended pairs in 17 bytes (no pair follows)
+  silent-init - the INIT is read and never answered (nor any later request); MODE_FILE.init
+               is created when the INIT arrives
+  stall-remove, stall-stat, stall-close - the reply to every REMOVE (STAT, CLOSE) is never
+               sent; instead an unsolicited STATUS (to no request) follows every 0.2 s, so
+               the channel is never idle
   garbage-shell - every command (not the sftp subsystem) prints one line of nonsense
 """
 
@@ -25,7 +33,12 @@ import time
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 PAD = 200 << 10
-CMD_READ, CMD_STATUS, CMD_DATA = 5, 101, 103
+CMD_INIT, CMD_CLOSE, CMD_READ, CMD_READDIR, CMD_REMOVE, CMD_STAT = 1, 4, 5, 12, 13, 17
+CMD_STATUS, CMD_DATA, CMD_NAME, CMD_ATTRS = 101, 103, 104, 105
+STALLED = {"stall-remove": CMD_REMOVE, "stall-stat": CMD_STAT, "stall-close": CMD_CLOSE}
+FLAG_EXTENDED = 0x80000000
+ENDLESS_ATTRS = struct.pack(">II", FLAG_EXTENDED, 0xFFFFFFFF)  # no pair follows
+UNSOLICITED_ID = 0x7FFFFFF0
 
 
 def read_exact(fd: int, n: int) -> bytes:
@@ -53,6 +66,21 @@ def packet(body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+def string(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def endless(body: bytes, request_type: int | None) -> bytes:
+    """`body` (a reply) with attributes that announce 2^32-1 extended pairs, where it has
+    attributes the coach parses."""
+    if body[0] == CMD_ATTRS:
+        return body[:5] + ENDLESS_ATTRS
+    if body[0] == CMD_NAME and request_type == CMD_READDIR:
+        return (body[:5] + struct.pack(">I", 1) + string(b"w1_g000000_s000001.npz.zst")
+                + string(b"-rw------- 1 w w 1 Jan 1 00:00 x") + ENDLESS_ATTRS)
+    return body
+
+
 def main() -> None:
     original = os.environ.get("SSH_ORIGINAL_COMMAND", "")
     with open(sys.argv[1]) as f:
@@ -74,18 +102,45 @@ def main() -> None:
     os.close(server_in_r)
     os.close(server_out_w)
     reads: dict[int, int] = {}  # request id -> offset
+    types: dict[int, int] = {}  # request id -> request type
     lock = threading.Lock()
+    out_lock = threading.Lock()  # the stalling ticker writes to stdout too
+
+    def send(data: bytes) -> None:
+        with out_lock:
+            write_all(1, data)
+
+    def tick() -> None:  # an unsolicited reply every 0.2 s: the channel is never idle
+        status = struct.pack(">III", UNSOLICITED_ID, 0, 0) + struct.pack(">I", 0)
+        try:
+            while True:
+                send(packet(bytes([CMD_STATUS]) + status))
+                time.sleep(0.2)
+        except OSError:
+            pass
 
     def client_to_server() -> None:
+        ticking = False
         try:
             while True:
                 body = read_packet(0)
+                if mode == "silent-init":
+                    if body[0] == CMD_INIT:
+                        open(sys.argv[1] + ".init", "w").close()
+                    continue  # never answered
+                rid = struct.unpack(">I", body[1:5])[0]
                 if body[0] == CMD_READ:
-                    rid = struct.unpack(">I", body[1:5])[0]
                     hlen = struct.unpack(">I", body[5:9])[0]
                     offset = struct.unpack(">Q", body[9 + hlen:17 + hlen])[0]
                     with lock:
                         reads[rid] = offset
+                with lock:
+                    types[rid] = body[0]
+                if STALLED.get(mode) == body[0]:
+                    if not ticking:
+                        ticking = True
+                        threading.Thread(target=tick, daemon=True).start()
+                    continue  # the real reply is never sent
                 write_all(server_in_w, packet(body))
         except (EOFError, OSError):
             os.close(server_in_w)
@@ -95,6 +150,11 @@ def main() -> None:
     try:
         while True:
             body = read_packet(server_out_r)
+            if body[0] != 2:  # not the VERSION: a reply to a request
+                with lock:
+                    request_type = types.pop(struct.unpack(">I", body[1:5])[0], None)
+            if mode == "attrs" and body[0] != 2:
+                body = endless(body, request_type)
             if body[0] == CMD_DATA:
                 rid = struct.unpack(">I", body[1:5])[0]
                 with lock:
@@ -104,8 +164,11 @@ def main() -> None:
                     continue
                 if mode == "shrink" and offset is not None and offset >= 65536:
                     eof = struct.pack(">I", 1) + struct.pack(">I", 0) * 2  # EOF, "", ""
-                    write_all(1, packet(bytes([CMD_STATUS]) + body[1:5] + eof))
+                    send(packet(bytes([CMD_STATUS]) + body[1:5] + eof))
                     continue
+                if mode == "dribble":
+                    data = data[:1]
+                    body = body[:5] + struct.pack(">I", len(data)) + data
                 if mode == "grow" and offset is not None and data and len(data) % 32768:
                     data += b"+"
                     body = body[:5] + struct.pack(">I", len(data)) + data
@@ -120,10 +183,10 @@ def main() -> None:
                     first_sent = True
                     whole = packet(body)
                     for i in range(len(whole)):
-                        write_all(1, whole[i:i + 1])
+                        send(whole[i:i + 1])
                         time.sleep(0.02)
                     continue
-            write_all(1, packet(body))
+            send(packet(body))
     except (EOFError, OSError):
         pass
 

@@ -3,12 +3,15 @@
 The worker host runs a real sshd; its authorized_keys entry for the coach's key forces a
 command (`tests/hostile_sftp.py`), as a worker account without root can: OpenSSH's own
 sftp-server behind a relay that withholds the reply to the READ at offset 0, pads every reply
-far past its request, or sends one reply that announces 15 MiB. The coach's download
-(`SSHSource.fetch`, as the collector calls it) must hold little memory (tracemalloc's peak,
-under 20 MB, where it held 25 MB and more before) and end with a clear error within its
-deadline. Listings of the worker's folders are bounded or not made at all, and remote JSON
-that Python cannot take (a 400-digit float, brackets nested 2,000 deep, a missing key) is a
-clear worker error, never a bare exception.
+far past its request, sends one reply that announces 15 MiB, or answers one byte at a time.
+The coach's download (`SSHSource.fetch`, as the collector calls it) must hold little memory
+(tracemalloc's peak, under 20 MB, where it held 25 MB and more before) and end with a clear
+error within its deadline. Attributes that announce 2^32-1 extended pairs cost under a second
+of CPU, not an hour; a server silent in the SFTP handshake, or one that answers a REMOVE, STAT
+or CLOSE with replies to no request, holds a call no longer than its deadline, and `close()`
+frees a thread still in the handshake. Listings of the worker's folders are bounded or not
+made at all, and remote JSON that Python cannot take (a 400-digit float, brackets nested
+2,000 deep, a missing key) is a clear worker error, never a bare exception.
 """
 
 from __future__ import annotations
@@ -24,12 +27,12 @@ import time
 import tracemalloc
 from pathlib import Path
 
-import paramiko
 import pytest
 
 from configs import WorkerSpec
 from distributed.remote import WorkerPaths
 from distributed.ssh_connector import RemoteCommandError
+from distributed.transfer import BoundedSFTPClient
 from tests.conftest import require_tool
 from tests.sshd import SSHServer, make_config, require_sshd
 from training.fleet.collector import BatchRefused, FetchTooSlow
@@ -122,6 +125,7 @@ BATCH = "w1_g000000_s000000.npz.zst"
     ("trickle", FetchTooSlow, "deadline"),
     ("shrink", BatchRefused, "shrank"),
     ("grow", BatchRefused, "more data than"),
+    ("dribble", BatchRefused, "shorter than their reads"),
 ])
 def test_hostile_sftp_download_holds_little_memory_and_ends_with_a_clear_error(
         mode, error, word, worker, tmp_path):
@@ -181,6 +185,148 @@ def test_short_replies_are_asked_for_again_and_the_file_is_whole(worker, tmp_pat
     assert res.size == len(data) and (tmp_path / "b").read_bytes() == data
 
 
+def _timed(fn, limit_s: float = 30.0):
+    """(what `fn()` raised or returned, wall seconds, CPU seconds of the thread that ran it):
+    in a thread, so a call that never ends fails the test instead of hanging it."""
+    out: dict = {}
+
+    def go() -> None:
+        cpu0 = time.thread_time()
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["value"] = e
+        out["cpu"] = time.thread_time() - cpu0
+
+    t0 = time.monotonic()
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(limit_s)
+    assert not t.is_alive(), f"the call did not end within {limit_s:g} s"
+    return out["value"], time.monotonic() - t0, out["cpu"]
+
+
+@pytest.mark.parametrize("op", ["fetch", "listing", "heartbeat", "upload"])
+def test_attributes_announcing_2_32_extended_pairs_are_refused_in_little_cpu(op, worker,
+                                                                             tmp_path):
+    """Every stat, lstat and listed entry answered with attributes that announce 2^32-1
+    extended pairs in 17 bytes (paramiko's parser loops over the count, padding the missing
+    bytes with zeros: about an hour of CPU per reply, past any deadline): a clear error
+    naming the worker, in well under a second of the calling thread's CPU."""
+    backend, folder = worker
+    (folder / "outbox" / BATCH).write_bytes(os.urandom(100_000))
+    (folder / "status.json").write_text(json.dumps(
+        {"name": WORKER, "state": "Active", "pid": 1, "time": 1.0}))
+    local = tmp_path / "model.bin"
+    local.write_bytes(b"model")
+    source = backend.source()
+    source.list_batches()  # connected before the server turns hostile
+    calls = {
+        "fetch": lambda: source.fetch(BATCH, tmp_path / "got"),
+        "listing": source.list_batches,
+        "heartbeat": backend.read_heartbeat,
+        "upload": lambda: backend.connector.put(WORKER, local, "models/model.bin"),
+    }
+    _set_mode(backend, "attrs")
+    err, dt, cpu = _timed(calls[op])
+    print(f"hostile case=attrs_{op} cpu_s={cpu:.3f} seconds={dt:.2f} error={err}")
+    assert isinstance(err, Exception), err
+    assert "extended attributes" in str(err) and WORKER in str(err), err
+    assert cpu < 1.0, f"the {op} took {cpu:.2f} s of CPU"
+    _set_mode(backend, "honest")
+    assert calls[op]() is not None or op == "heartbeat"  # the next session works
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["connect", "new_session"])
+def test_sftp_server_that_never_answers_the_handshake_is_left_at_the_deadline(fresh, worker):
+    """The SFTP subsystem reads INIT and never answers (nor anything later): the handshake
+    is under the transfer deadline, so the thread is free by then with a clear error, not
+    blocked for good."""
+    backend, _ = worker
+    if fresh:
+        _set_mode(backend, "silent-init")
+        call = lambda: backend.connector.paths(WORKER)  # noqa: E731 - connects, handshake
+    else:
+        source = backend.source()
+        source.list_batches()  # connected, then a new session is opened
+        _set_mode(backend, "silent-init")
+        call = source.list_batches
+    err, dt, _ = _timed(call)
+    print(f"hostile case=silent_init_{'connect' if fresh else 'session'} seconds={dt:.2f} "
+          f"error={err}")
+    assert isinstance(err, Exception), err
+    assert "handshake" in str(err) and WORKER in str(err), err
+    assert dt < 2 * DEADLINE_S + 2, f"freed after {dt:.1f}s, deadline {DEADLINE_S}s"
+    _set_mode(backend, "honest")
+    assert backend.source().list_batches() == []  # the next session works
+
+
+def test_closing_the_connector_frees_a_thread_in_the_sftp_handshake(hostile_sshd, tmp_path):
+    """A connection still in its SFTP handshake (the server silent, the deadline far off) is
+    the connector's: `close()` (the supervisor's abort) ends it, and its thread is free."""
+    from distributed.ssh_connector import ConnectError, SSHConnector
+
+    srv = hostile_sshd
+    seen = Path(f"{srv.mode}.init")
+    seen.unlink(missing_ok=True)
+    srv.mode.write_text("silent-init")
+    spec = WorkerSpec(host=srv.addr, user=srv.user, name=WORKER, port=srv.port,
+                      key_path=str(srv.client_key), remote_dir=str(tmp_path / "remote"))
+    connector = SSHConnector(make_config([spec], srv.known_hosts, transfer_timeout_s=600.0))
+    out: dict = {}
+
+    def connect() -> None:
+        try:
+            out["value"] = connector.paths(WORKER)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["value"] = e
+
+    t = threading.Thread(target=connect, daemon=True)
+    t.start()
+    try:
+        for _ in range(400):  # the INIT reached the server: the thread waits in the handshake
+            if seen.exists() or not t.is_alive():
+                break
+            time.sleep(0.05)
+        assert seen.exists(), "the client never sent INIT"
+        t0 = time.monotonic()
+        connector.close()
+        t.join(30)
+        dt = time.monotonic() - t0
+        print(f"hostile case=silent_init_abort seconds={dt:.2f} error={out.get('value')}")
+        assert not t.is_alive(), "close() did not free the thread in the handshake"
+        assert isinstance(out["value"], ConnectError) and WORKER in str(out["value"])
+    finally:
+        srv.mode.write_text("honest")
+        connector.close()
+
+
+@pytest.mark.parametrize("mode", ["stall-remove", "stall-stat", "stall-close"])
+def test_unsolicited_replies_do_not_hold_a_call_past_its_deadline(mode, worker, tmp_path):
+    """The server never answers a REMOVE (a STAT, a CLOSE) and sends a reply to no request
+    every 0.2 s instead, so the channel is never idle for its timeout: the delete (the
+    upload's folder check, the download's final close) ends by the transfer deadline."""
+    backend, folder = worker
+    data = os.urandom(100_000)
+    (folder / "outbox" / BATCH).write_bytes(data)
+    local = tmp_path / "model.bin"
+    local.write_bytes(b"model")
+    source = backend.source()
+    source.list_batches()
+    call = {"stall-remove": lambda: source.delete(BATCH),
+            "stall-stat": lambda: backend.connector.put(WORKER, local, "models/model.bin"),
+            "stall-close": lambda: source.fetch(BATCH, tmp_path / "got")}[mode]
+    _set_mode(backend, mode)
+    err, dt, _ = _timed(call)
+    print(f"hostile case={mode} seconds={dt:.2f} result={err}")
+    assert dt < 2 * DEADLINE_S + 2, f"ended after {dt:.1f}s, deadline {DEADLINE_S}s"
+    if mode == "stall-close":  # read whole and verified: only its handle's close is lost
+        assert err == len(data) and (tmp_path / "got").read_bytes() == data
+    else:
+        assert isinstance(err, Exception), err
+        assert "deadline" in str(err) and WORKER in str(err), err
+
+
 # ----------------------------------------------------------------------------- listings
 
 
@@ -199,20 +345,20 @@ def test_flooded_models_folder_is_a_worker_error_after_a_bounded_listing(worker,
     local.mkdir()
     manifest = _publish(local, 1)
     listed = []
-    real = paramiko.SFTPClient.listdir_iter
+    real = BoundedSFTPClient.listdir_iter
 
     def counting(self, *a, **kw):
         for attr in real(self, *a, **kw):
             listed.append(attr.filename)
             yield attr
 
-    monkeypatch.setattr(paramiko.SFTPClient, "listdir_iter", counting)
+    monkeypatch.setattr(BoundedSFTPClient, "listdir_iter", counting)
     err, dt, peak = _measured(lambda: backend.push_model(local, manifest))
     print(f"hostile case=models_flood entries=3000 cap=300 read={len(listed)} "
           f"seconds={dt:.2f} peak_mb={peak:.1f}")
     assert isinstance(err, WorkerFault), err
     assert "models" in str(err) and "more than 300 entries" in str(err), err
-    assert len(listed) <= 300 + 200, "the listing went on past the cap"
+    assert 300 <= len(listed) <= 300 + 200, "the listing went on past the cap"
     assert (folder / "models" / model_store.stale_files(1)[0]).exists()  # pushed first
     for junk in (folder / "models").glob("junk*"):
         junk.unlink()
@@ -249,8 +395,8 @@ def test_uploads_list_no_folder_and_overwrite_a_cut_uploads_leftover(worker, mon
     leftover.write_bytes(b"half an upload")
     calls = []
     for name in ("listdir", "listdir_attr", "listdir_iter"):
-        real = getattr(paramiko.SFTPClient, name)
-        monkeypatch.setattr(paramiko.SFTPClient, name,
+        real = getattr(BoundedSFTPClient, name)
+        monkeypatch.setattr(BoundedSFTPClient, name,
                             lambda self, *a, _n=name, _r=real, **kw: (calls.append(_n),
                                                                       _r(self, *a, **kw))[1])
     ssh_workers.take_lease(backend.connector, WORKER, "main-node:/runs/a")
