@@ -771,3 +771,14 @@ def test_full_batches_of_minimal_games_are_paced_and_honest_full_batches_are_not
     res = coach.collector.collect("worker1", LocalSource(honest))
     assert len(res.ingested) == 6 and res.paced == 0, res
     assert res.positions >= 6 * coach.collector.full_batch_positions
+
+
+def test_the_trainers_last_error_reaches_status_txt(tiny_cfg, run_dir):
+    """What the rounds know of a trainer that keeps failing is in the coach's status.txt."""
+    coach = _set_up_coach(tiny_cfg, run_dir)
+    coach._write_status()
+    assert parse_status_text((run_dir / "status.txt").read_text()).trainer_error == ""
+    coach.rounds.trainer_error = "trainer failed 3 times in a row: exit 1; ValueError: bad"
+    coach._write_status()
+    shown = parse_status_text((run_dir / "status.txt").read_text()).trainer_error
+    assert shown.startswith("trainer failed 3 times in a row") and "ValueError" in shown

@@ -687,7 +687,8 @@ class Coach:
             run_hours=self.run_hours(), hours_limit=self.cfg.run.hours, updated=_utc_now(),
             finished=self._finished, finished_after=self._finished_after,
             batches_deferred=sum(self.collector.deferred.get(n, 0) for n in members),
-            games_repeated=sum(t.repeats for t in list(self.collector.tally.values())))
+            games_repeated=sum(t.repeats for t in list(self.collector.tally.values())),
+            trainer_error=self.rounds.trainer_error)
 
     def _write_status(self) -> None:
         snap = self.snapshot()
