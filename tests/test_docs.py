@@ -2,14 +2,20 @@
 name is checked against the code itself.
 
 - A command line (in a code block, or in `backticks`) that starts with `python3 start_main.py`,
-  `python3 -m training.<module>`, `distributed/ssh_connector.py` (with or without `python3`)
-  or `torchrun` is parsed by the real argument parser of that entry point: a flag that does not
-  exist, or a value of the wrong type, fails. Placeholders are allowed: `[...]` around an
-  optional part, `...` for "and so on", `<...>` for one value.
+  `python3 -m training.<module>`, `distributed/ssh_connector.py` (with or without `python3`),
+  `python3 benchmarks/<name>.py`, `torchrun`, `python3 -m torch.distributed.launch` or
+  `python3 -m pytest` is parsed by the real argument parser of that entry point (a benchmark's
+  `main` runs until its parser has parsed; the launchers' parsers, then the module's; pytest's
+  own parser with its plugins' options): a flag that does not exist, or a value of the wrong
+  type, fails. Placeholders are allowed: `[...]` around an optional part, `...` for "and so
+  on", `<...>` for one value. A code block's line ending in a backslash goes on on the next
+  line.
 - A repository file a doc names (`training/fleet/collector.py`, `docs/img/load.png`, a
   markdown link) exists, and a link to a heading (`USAGE.md#files-of-a-run`) finds it.
 - A config key a doc names (`training.lr_schedule`, `distributed.workers[1].gpu_id`) exists
   in configs/schema.py, and every ```yaml block loads with the schema.
+- docs/DESIGN.md's module table lists every module of the project (configs/, distributed/,
+  training/, start_main.py, start_worker.py) and every benchmark.
 
 The self-tests at the bottom feed the checks made-up lines, so the checks can fail.
 """
@@ -17,13 +23,16 @@ The self-tests at the bottom feed the checks made-up lines, so the checks can fa
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import io
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,7 +51,10 @@ _START = re.compile(
     r"(?:(?<=^)|(?<=[\s(]))(?:python3? +start_main\.py(?=\s|$)"
     r"|python3? +-m +training\.[\w.]+(?=\s|$)"
     r"|python3? +distributed/ssh_connector\.py(?=\s|$)"
-    r"|(?:distributed/ssh_connector\.py|torchrun)(?=\s+-))")  # bare: only with a flag after
+    r"|python3? +benchmarks/\w+\.py(?=\s|$)"
+    r"|python3? +-m +pytest(?=\s|$)"
+    r"|(?:python3? +-m +torch\.distributed\.launch|distributed/ssh_connector\.py|torchrun)"
+    r"(?=\s+-))")  # these bare (a name in a sentence) only with a flag after
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 _INLINE = re.compile(r"`([^`\n]+(?:\n[^`\n]+){0,3})`")
 
@@ -57,7 +69,7 @@ def code_spans(text: str) -> list[str]:
     spans = []
     for lang, body in _FENCE.findall(text):
         if lang not in ("yaml", "python"):
-            spans += body.splitlines()
+            spans += re.sub(r"\\\n\s*", " ", body).splitlines()  # a line ending in a backslash goes on
     outside = _FENCE.sub("", text)
     spans += [" ".join(s.split()) for s in _INLINE.findall(outside)]
     return spans
@@ -131,6 +143,62 @@ def _module_main(module: str):
     return main
 
 
+def _benchmark_main(script: str):
+    """The `main` of benchmarks/<name>.py, loaded without running it, as a function of argv (a
+    main that reads sys.argv is given it there)."""
+    path = REPO / script
+    if not path.is_file():
+        raise LookupError(f"no benchmark {script}")
+    name = f"_doc_benchmark_{path.stem}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    main = getattr(module, "main", None)
+    if main is None:
+        raise LookupError(f"{script} has no main")
+
+    def run(argv: list[str]):
+        saved = sys.argv
+        sys.argv = [str(path), *argv]
+        try:
+            return main(argv) if inspect.signature(main).parameters else main()
+        finally:
+            sys.argv = saved
+    return run
+
+
+def _check_launcher(parser, argv: list[str], name: str, use_env: bool = True) -> str | None:
+    """A torchrun / torch.distributed.launch line: the launcher's parser, then the module's
+    (given `--local-rank` first, as the launcher passes it unless --use-env)."""
+    error = _parse_with(lambda a: parser.parse_args(a), argv)
+    if error:
+        return f"{name}: {error}"
+    args = parser.parse_args(argv)
+    if not args.module:
+        return f"{name} runs no -m module"
+    script_args = list(args.training_script_args)
+    if not getattr(args, "use_env", use_env):
+        script_args = ["--local-rank=0", *script_args]
+    return _parse_with(_module_main(args.training_script), script_args)
+
+
+def _check_pytest(argv: list[str]) -> str | None:
+    """pytest's own command-line parser, with the options of its installed plugins."""
+    from _pytest.config import get_config
+
+    config = get_config()
+    config.pluginmanager.load_setuptools_entrypoints("pytest11")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            config._parser.parse(argv)
+    except (pytest.UsageError, SystemExit) as e:
+        return "pytest: " + str(e).strip().splitlines()[-1]
+    return None
+
+
 def check_command(command: str) -> str | None:
     """Why `command` does not parse with its entry point's parser; None when it does."""
     words = _words(command)
@@ -145,18 +213,20 @@ def check_command(command: str) -> str | None:
         if words[0] == "distributed/ssh_connector.py":
             from distributed.cli import main
             return _parse_with(main, words[1:])
+        if words[0].startswith("benchmarks/"):
+            return _parse_with(_benchmark_main(words[0]), words[1:])
+        if words[:2] == ["-m", "pytest"]:
+            return _check_pytest(words[2:])
+        if words[:2] == ["-m", "torch.distributed.launch"]:
+            from torch.distributed.launch import get_args_parser
+            launch = get_args_parser()
+            launch.add_argument("--use-env", "--use_env", action="store_true")  # as its main
+            return _check_launcher(launch, words[2:], "torch.distributed.launch", use_env=False)
         if words[0] == "-m":
             return _parse_with(_module_main(words[1]), words[2:])
         if words[0] == "torchrun":
             from torch.distributed.run import get_args_parser
-            launch = get_args_parser()
-            error = _parse_with(lambda argv: launch.parse_args(argv), words[1:])
-            if error:
-                return f"torchrun: {error}"
-            args = launch.parse_args(words[1:])
-            if not args.module:
-                return "torchrun runs no -m module"
-            return _parse_with(_module_main(args.training_script), args.training_script_args)
+            return _check_launcher(get_args_parser(), words[1:], "torchrun")
     except LookupError as e:
         return str(e)
     return f"not a command the check knows: {command}"
@@ -256,6 +326,53 @@ def check_yaml(block: str) -> str | None:
     except ConfigError as e:
         return str(e)
     return None
+
+
+# --- docs/DESIGN.md's module table -------------------------------------------------------------
+
+_MODULE_ROOTS = ("configs", "distributed", "training")
+
+
+def project_modules(repo: Path = REPO) -> list[str]:
+    """Every module of the project: the .py files under configs/, distributed/ and training/
+    (an `__init__.py` that holds only its docstring is no module of its own), and the two
+    entry points at the top."""
+    found = ["start_main.py", "start_worker.py"]
+    for root in _MODULE_ROOTS:
+        for path in sorted((repo / root).rglob("*.py")):
+            if path.name == "__init__.py":
+                body = ast.parse(path.read_text()).body
+                if all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                       for n in body):
+                    continue
+            found.append(path.relative_to(repo).as_posix())
+    return found
+
+
+def module_table(design: str) -> str:
+    """The code block of docs/DESIGN.md that lists every module with its job."""
+    start = design.index("Every module with its job:")
+    m = _FENCE.search(design, start)
+    assert m is not None, "docs/DESIGN.md: no code block after 'Every module with its job:'"
+    return m.group(2)
+
+
+def missing_from_module_table(design: str, repo: Path = REPO) -> list[str]:
+    """The project's modules and benchmarks that docs/DESIGN.md's module table leaves out."""
+    table = module_table(design)
+    listed = set(re.findall(r"(?m)^ {2}(\S+\.py)(?:\s|$)", table))
+    missing = [m for m in project_modules(repo) if m not in listed]
+    m = re.search(r"(?ms)^ {2}benchmarks/(.*?)(?=^ {2}\S)", table)
+    named = set(re.findall(r"\b(\w+)\b", m.group(1) if m else ""))
+    missing += [f"benchmarks/{p.name}" for p in sorted((repo / "benchmarks").glob("*.py"))
+                if p.stem not in named]
+    return missing
+
+
+def test_the_design_module_table_lists_every_module():
+    missing = missing_from_module_table((REPO / "docs" / "DESIGN.md").read_text())
+    assert missing == [], ("docs/DESIGN.md's module table ('Every module with its job') "
+                           f"leaves out: {', '.join(missing)}; add each with its job")
 
 
 # --- the docs ---------------------------------------------------------------------------------
@@ -386,3 +503,86 @@ def test_a_whole_doc_with_made_up_lines_fails(tmp_path, monkeypatch):
                    "The `training.turbo` key, see `training/turbo.py`.\n")
     problems = _problems(doc)
     assert len(problems) == 3, problems
+
+
+def _copy_docs(tmp_path: Path) -> Path:
+    """README.md and docs/*.md copied to tmp_path, docs/img linked: the docs as they are."""
+    (tmp_path / "docs").mkdir()
+    for doc in DOCS:
+        (tmp_path / doc.relative_to(REPO)).write_text(doc.read_text())
+    (tmp_path / "docs" / "img").symlink_to(REPO / "docs" / "img")
+    return tmp_path
+
+
+def _plant(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{path.name} no longer has {old!r}: choose another line to plant in"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_planted_errors_in_a_copy_of_the_docs_fail(tmp_path):
+    """The docs copied pass; with a benchmark flag that does not exist, a launcher line with a
+    bad flag, a pytest flag that does not exist and a module left out of DESIGN.md's table,
+    each planted error is found, and nothing else."""
+    copy = _copy_docs(tmp_path)
+    docs = [copy / d.relative_to(REPO) for d in DOCS]
+    assert [p for d in docs for p in _problems(d)] == []
+    assert missing_from_module_table((copy / "docs" / "DESIGN.md").read_text()) == []
+
+    _plant(copy / "docs" / "GTP.md", "benchmarks/engine.py --seconds 0.5",
+           "benchmarks/engine.py --secs 0.5")
+    _plant(copy / "docs" / "USAGE.md", "torch.distributed.launch --nproc_per_node=4",
+           "torch.distributed.launch --nprocs-per-node=4")
+    _plant(copy / "docs" / "USAGE.md", "python3 -m pytest -m load tests/test_load.py -s",
+           "python3 -m pytest -m load tests/test_load.py --shout")
+    _plant(copy / "docs" / "PERFORMANCE.md", "benchmarks/train.py --beside-selfplay 2",
+           "benchmarks/train.py --beside-self-play 2")
+    table = module_table((copy / "docs" / "DESIGN.md").read_text())
+    (ledger_line,) = [line for line in table.splitlines()
+                      if line.startswith("  training/fleet/ledger.py ")]
+    _plant(copy / "docs" / "DESIGN.md", ledger_line + "\n", "")
+
+    problems = {d.name: _problems(d) for d in docs}
+    assert [p.splitlines()[1].strip() for p in problems["GTP.md"]] == [
+        "engine.py: error: unrecognized arguments: --secs 0.5"]
+    usage = [p.splitlines()[1].strip() for p in problems["USAGE.md"]]
+    assert len(usage) == 2, usage
+    assert usage[0].startswith("torch.distributed.launch: ") and usage[0].endswith(
+        "unrecognized arguments: --nprocs-per-node=4"), usage
+    assert usage[1].startswith("pytest: ") and usage[1].endswith(
+        "unrecognized arguments: --shout"), usage
+    assert len(problems["PERFORMANCE.md"]) >= 1 and all(
+        "unrecognized arguments: --beside-self-play" in p for p in problems["PERFORMANCE.md"])
+    assert [n for n, p in problems.items() if p] == ["GTP.md", "PERFORMANCE.md", "USAGE.md"]
+    assert missing_from_module_table((copy / "docs" / "DESIGN.md").read_text()) == [
+        "training/fleet/ledger.py"]
+
+
+@pytest.mark.parametrize("line, why", [
+    ("python3 benchmarks/selfplay.py --breakdown configs/gpu.yaml --devise cuda",
+     "unrecognized arguments: --devise"),
+    ("python3 benchmarks/train.py --steps twenty", "invalid int value"),
+    ("python3 benchmarks/nosuch.py --quick", "no benchmark benchmarks/nosuch.py"),
+    ("python3 benchmarks/learning.py --board 7", "required: --variant"),
+    ("python -m torch.distributed.launch --nproc_per_node=2 -m training.trainer --gpu 2",
+     "unrecognized arguments: --gpu"),
+    ("python -m torch.distributed.launch --nproc_per_node=2 training/trainer.py",
+     "runs no -m module"),
+    ("python3 -m pytest -x --qiet", "unrecognized arguments: --qiet"),
+])
+def test_made_up_benchmark_launcher_and_pytest_lines_fail(line, why):
+    (command,) = commands_in(f"```bash\n{line}\n```\n")
+    problem = check_command(command)
+    assert problem is not None and why in problem, (line, problem)
+
+
+@pytest.mark.parametrize("line", [
+    "python3 benchmarks/engine.py --seconds 0.5 --positions 6",
+    "python3 benchmarks/gpu_run.py --deadline 590",
+    "python3 benchmarks/learning.py --board 7 --minutes 9 \\\n  --variant a:mcts.algorithm=puct",
+    "python -m torch.distributed.launch --nproc_per_node=4 -m training.trainer --run-dir r",
+    "AZGO_LOAD_S=60 python -m pytest tests/test_load.py -m load -s -k scale",
+])
+def test_real_benchmark_launcher_and_pytest_lines_parse(line):
+    (command,) = commands_in(f"```bash\n{line}\n```\n")
+    assert check_command(command) is None, command
