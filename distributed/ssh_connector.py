@@ -520,7 +520,7 @@ class SSHConnector:
                 transport_factory=_transport_factory,
             )
             if self._opening.get(name) is not client:  # closed while connecting
-                raise ConnectionAbortedError("the connector was closed while connecting")
+                raise ConnectionAbortedError("closed before the SFTP session")
             transport = client.get_transport()
             transport.set_keepalive(max(1, round(cfg.keepalive_s)))
             sftp = open_sftp(transport, timeout_s=cfg.transfer_timeout_s,
@@ -555,8 +555,10 @@ class SSHConnector:
             ) from e
         except (*_NET_ERRORS, TransferError, paramiko.SFTPError) as e:
             client.close()  # a TransferError: the SFTP server's first reply was refused
-            detail = str(e).removeprefix(self._where(name) + ": ")
-            raise self._err(ConnectError, name, action, f"{type(e).__name__}: {detail}") from e
+            detail = f"{type(e).__name__}: {str(e).removeprefix(self._where(name) + ': ')}"
+            if self._opening.get(name) is not client:
+                detail = f"the connector was closed while connecting ({detail})"
+            raise self._err(ConnectError, name, action, detail) from e
         finally:
             if self._opening.get(name) is client:  # one thread opens a worker (its lock)
                 self._opening.pop(name, None)
@@ -672,6 +674,14 @@ class SSHConnector:
     def _sftp(self, conn: _Connection) -> paramiko.SFTPClient:
         return conn.open_sftp(self.cfg.transfer_timeout_s)
 
+    def _named(self, e: TransferError, name: str, action: str, path: str) -> TransferError:
+        """`e` (the SFTP client's, naming the worker) naming the action and path too; the same
+        class, so a DeadlineError stays one."""
+        if path in str(e):
+            return e
+        return type(e)(f"{self._where(name)}: {action} {path}: "
+                       f"{str(e).removeprefix(self._where(name) + ': ')}")
+
     def put(self, name: str, local: str | os.PathLike, remote_path: str) -> TransferResult:
         """Upload a file atomically (temp name + posix-rename); relative paths are under the
         worker's root; parent folders are made. Its replies are read by the same deadline as
@@ -725,8 +735,10 @@ class SSHConnector:
                                           f"over the limit {max_bytes}")
                     with sftp.open(path, "rb") as f:  # replies are bounded (BoundedSFTPClient)
                         return f.read(max_bytes + 1)[:max_bytes]
-            except (FileNotFoundError, TransferError):
+            except FileNotFoundError:
                 raise
+            except TransferError as e:
+                raise self._named(e, name, "read", path) from e
             except (paramiko.SSHException, paramiko.SFTPError, EOFError, OSError) as e:
                 raise TransferError(f"{self._where(name)}: read {path}: "
                                     f"{type(e).__name__}: {e}") from e
@@ -757,8 +769,10 @@ class SSHConnector:
                         names.append(attr.filename)
             except FileNotFoundError:
                 return []
-            except TransferError:
+            except ListingCapError:
                 raise
+            except TransferError as e:
+                raise self._named(e, name, "list", path) from e
             except (*_NET_ERRORS, paramiko.SFTPError) as e:
                 raise TransferError(f"{self._where(name)}: list {path}: {e}") from e
             return sorted(n for n in names
@@ -778,6 +792,8 @@ class SSHConnector:
                 return True
             except FileNotFoundError:
                 return False
+            except TransferError as e:
+                raise self._named(e, name, "remove", path) from e
             except _NET_ERRORS as e:
                 raise TransferError(f"{self._where(name)}: remove {path}: {e}") from e
 
@@ -791,6 +807,8 @@ class SSHConnector:
             return
         except FileNotFoundError:
             pass
+        except TransferError as e:
+            raise self._named(e, name, "stat", path) from e
         except _NET_ERRORS as e:
             raise TransferError(f"{self._where(name)}: stat {path}: {e}") from e
         self._exec(c, name, f"umask 077; mkdir -p {q(path)}", self.cfg.command_timeout_s, True)

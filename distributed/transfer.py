@@ -797,9 +797,12 @@ def put_file(
             )
         sftp.chmod(tmp, 0o600)  # the user's alone, whatever the SFTP server's umask
         sftp.posix_rename(tmp, remote_path)
-    except TransferError:
+    except TransferError as e:
         _remove_quietly(sftp, tmp)
-        raise
+        if tmp in str(e):
+            raise
+        raise type(e)(f"{where}: upload of {local_path} to {remote_path}: "  # the client's:
+                      f"{str(e).removeprefix(where + ': ')}") from e            # name the file
     except _NET_ERRORS as e:
         _remove_quietly(sftp, tmp)
         raise TransferError(

@@ -296,6 +296,7 @@ def test_closing_the_connector_frees_a_thread_in_the_sftp_handshake(hostile_sshd
         print(f"hostile case=silent_init_abort seconds={dt:.2f} error={out.get('value')}")
         assert not t.is_alive(), "close() did not free the thread in the handshake"
         assert isinstance(out["value"], ConnectError) and WORKER in str(out["value"])
+        assert "closed while connecting" in str(out["value"])
     finally:
         srv.mode.write_text("honest")
         connector.close()
