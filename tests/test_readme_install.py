@@ -68,7 +68,14 @@ def marked_python(folder: Path) -> Path:
             (lib / entry.name).symlink_to(entry)
     import pip
 
-    (lib / "site-packages" / "pip").symlink_to(Path(pip.__file__).parent)
+    # pip where the copy looks for packages: lib/pythonX.Y/site-packages, or Debian's
+    # lib/python3/dist-packages
+    sites = subprocess.run([str(folder / "bin" / "python3"), "-I", "-c",
+                            "import site; print('\\n'.join(site.getsitepackages()))"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    site = next(Path(p) for p in sites if Path(p).is_relative_to(folder))
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "pip").symlink_to(Path(pip.__file__).parent)
     (lib / "EXTERNALLY-MANAGED").write_text(
         "[externally-managed]\nError=This Python is managed by the system (test marker).\n")
     return folder / "bin" / "python3"
