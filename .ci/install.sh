@@ -39,7 +39,11 @@ fi
 
 [[ -x .venv/bin/python3 ]] || python3 -m venv .venv
 pip=(.venv/bin/python3 -m pip install -q --disable-pip-version-check)
-"${pip[@]}" torch==2.13.0 --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
+# a CPU build from the indexes pip is configured with (a local mirror has one; PyPI has none
+# and says so at once), else PyTorch's CPU index
+if [[ -n ${TORCH_INDEX_URL:-} ]] || ! "${pip[@]}" 'torch==2.13.0+cpu' 2>/dev/null; then
+  "${pip[@]}" torch==2.13.0 --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
+fi
 "${pip[@]}" -e '.[test]'
 .venv/bin/python3 - <<'PY'
 import torch, paramiko, numba, pyspiel, sgfmill, prometheus_client, tensorboard  # noqa: F401  (fail here, not mid-suite)

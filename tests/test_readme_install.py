@@ -10,7 +10,8 @@ torch must come without CUDA.
 
 Slow (minutes: torch alone is a large wheel), so it runs in CI (`CI=true`, where it never
 skips) or with `AZGO_INSTALL_TEST=1`. `AZGO_TORCH_INDEX=URL` stands in for PyTorch's CPU index
-on a machine without the internet (a local mirror, or the index pip is configured with).
+on a machine without the internet; by default a `file://` index that pip is configured with
+and that holds torch does (a machine that reaches packages through a local mirror).
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ def readme_install_block() -> list[str]:
             lines = [line.split(" #")[0].strip() for line in body.splitlines()]
             return [line for line in lines if line]
     raise AssertionError("README.md has no bash block with `python3 -m venv`")
+
+
+def local_torch_index() -> str:
+    """A `file://` package index this machine's pip is configured with that holds torch (a
+    machine whose only way to packages is a local mirror, as CI's), or ""."""
+    shown = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                           text=True).stdout
+    for url in re.findall(r"index-url='([^']*)'", shown):
+        for one in url.split():
+            if one.startswith("file://") and (Path(one[7:]) / "torch").is_dir():
+                return one
+    return ""
 
 
 def marked_python(folder: Path) -> Path:
@@ -114,8 +127,9 @@ def test_the_readme_install_runs_where_pip_refuses_system_installs(tmp_path):
         if "apt-get" in line:
             continue  # the packages it names are here already (python3-venv: the copied stdlib)
         line = line.replace("<repository URL>", str(REPO))
-        if os.environ.get("AZGO_TORCH_INDEX"):
-            line = line.replace(CPU_INDEX, os.environ["AZGO_TORCH_INDEX"])
+        index = os.environ.get("AZGO_TORCH_INDEX") or local_torch_index()
+        if index:
+            line = line.replace(CPU_INDEX, index)
         script.append(line)
     script.append('python3 -c "import torch, sys; print(torch.__version__, torch.version.cuda,'
                   ' sys.prefix)"')
