@@ -14,7 +14,8 @@ import pytest
 
 from configs import GoConfig, MctsConfig
 from training.go.coords import from_gtp
-from training.search.mcts import Mcts, _completed_sigma, _pick_child_gumbel, halving_schedule
+from training.search.mcts import (Mcts, _completed_sigma, _improved_policy, _pick_child_gumbel,
+                                   halving_schedule)
 from tests.test_mcts import Counting, hashed, uniform, winning_point
 
 N = 5
@@ -304,3 +305,47 @@ def test_puct_select_moves_is_the_most_visited_or_a_visit_sample():
     visits = mcts.search(hashed)
     np.testing.assert_array_equal(mcts.select_moves([0, 1]), visits.argmax(1))
     np.testing.assert_allclose(mcts.policy_targets([0])[0], visits[0] / 32)
+
+
+def _reference_pick(t, node: int, c_visit: float, c_scale: float, minmax: bool
+                    ) -> tuple[int, np.ndarray]:
+    """The rule as defined: argmax over every child of pi'(a) - N(a) / (1 + sum N), pi' the
+    whole improved policy (`_improved_policy`); returns the node and every child's score."""
+    first, k = int(t.first_child[0, node]), int(t.n_children[0, node])
+    pi = np.zeros(k + 1, np.float32)
+    _improved_policy(t, 0, node, c_visit, c_scale, minmax, pi)
+    n = t.visits[0, first:first + k].astype(np.float64)
+    scores = pi[:k].astype(np.float64) - n / (1.0 + n.sum())
+    return first + int(np.argmax(scores)), scores
+
+
+@pytest.mark.parametrize("cfg", [GUMBEL, MINMAX], ids=["bounds", "minmax"])
+def test_the_child_rule_picks_what_the_whole_improved_policy_picks(cfg):
+    """Below the root the rule takes a log and an exp per visited child only (the unvisited
+    ones share sigma); at every expanded node of real searches (600 nodes, fixed seeds) it
+    picks the child the rule's definition over every child picks, or one whose score is
+    within 1e-6 of it (float32 rounding in the definition's softmax)."""
+    cfg = dataclasses.replace(cfg, simulations=64)
+    c_visit, c_scale = np.float32(cfg.gumbel_c_visit), np.float32(cfg.gumbel_c_scale)
+    checked = same = 0
+    for seed in range(12):
+        mcts = Mcts(1, GO, cfg, history=HISTORY)
+        rng = np.random.default_rng(seed)
+        for _ in range(3):  # a few moves in, so that trees are reused and deeper
+            mcts.search(hashed, rngs=[rng])
+            mcts.play(np.array([0]), mcts.select_moves([0]))
+        mcts.search(hashed, rngs=[rng])
+        t = mcts.tree
+        for node in range(1, int(t.size[0])):
+            if t.first_child[0, node] < 0 or t.n_children[0, node] == 0:
+                continue
+            got = _pick_child_gumbel(t, 0, node, c_visit, c_scale, cfg.gumbel_q_normalization
+                                     == "minmax")
+            want, scores = _reference_pick(t, node, c_visit, c_scale,
+                                           cfg.gumbel_q_normalization == "minmax")
+            first = int(t.first_child[0, node])
+            checked += 1
+            same += got == want
+            assert scores[got - first] >= scores[want - first] - 1e-6, (seed, node)
+    print(f"child rule: {same} of {checked} nodes pick the same child as the definition")
+    assert checked >= 600 and same >= checked - 2, (checked, same)

@@ -258,6 +258,14 @@ def play(b, g, move):
 
 
 @njit(cache=True)
+def play_known_legal(b, g, move):
+    """Play `move`, known to be legal in game g's position (a tree's child, made from that
+    position's legal mask): `play` without its check."""
+    _play_legal(b.stones, b.chains, b.chain_hash, b.info, b.hashes, b.seen, b.moves,
+                b.recent, b.neighbors, b.zobrist, g, move)
+
+
+@njit(cache=True)
 def play_then_mask(b, g, move, out):
     """play(b, g, move), then legal_mask(b, g, out): one call per move from Python.
 

@@ -147,6 +147,7 @@ class Tree(NamedTuple):
     considered: np.ndarray  # [G] int32  m, the root children sequential halving started with
     halving_ready: np.ndarray  # [G] bool  schedule and root_base are set for this search
     scratch: np.ndarray  # [G, A+1] float32  per-child work space of the Gumbel rules
+    root_logit: np.ndarray  # [G, A+1] float64  log prior of the i-th root child (this search)
 
 
 def new_tree(
@@ -174,6 +175,7 @@ def new_tree(
         considered=np.zeros(g, np.int32),
         halving_ready=np.zeros(g, np.bool_),
         scratch=np.zeros((g, n_moves), np.float32),
+        root_logit=np.zeros((g, n_moves), np.float64),
     )
     return tree
 
@@ -322,21 +324,84 @@ def _improved_policy(t, g, node, c_visit, c_scale, minmax, out):
 @njit(cache=True)
 def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
     """Below the root: argmax of pi'(a) - N(a) / (1 + sum N), pi' the improved policy
-    (mctx's deterministic non-root selection: visits come to follow pi')."""
+    (mctx's deterministic non-root selection: visits come to follow pi'), the first on ties.
+
+    The improved policy's softmax is taken over the visited children alone plus one term for
+    all the unvisited ones, which share their completed Q (the mixed value) and so sigma:
+    their share of the normaliser is e^(sigma - top) * sum of their priors, and the best of
+    them is the one with the largest prior. A visit thus costs a log and an exp per visited
+    child, not per child (`_improved_policy` spells the whole rule out)."""
     first = t.first_child[g, node]
     k = t.n_children[g, node]
-    pi = t.scratch[g]
-    _improved_policy(t, g, node, c_visit, c_scale, minmax, pi)
     sum_n = 0
+    max_n = 0
+    sum_p = 0.0
+    weighted_q = 0.0
+    unvisited_mass = 0.0
+    best_unvisited = -1
+    best_prior = -1.0
     for i in range(k):
-        sum_n += t.visits[g, first + i]
+        c = first + i
+        n = t.visits[g, c]
+        if n > 0:
+            p = max(t.prior[g, c], TINY_PRIOR)
+            sum_n += n
+            max_n = max(max_n, n)
+            sum_p += p
+            weighted_q += p * t.value_sum[g, c] / n
+        else:
+            unvisited_mass += max(t.prior[g, c], TINY_PRIOR)
+            if t.prior[g, c] > best_prior:
+                best_prior = t.prior[g, c]
+                best_unvisited = i
+    mixed = t.raw_value[g, node]
+    if sum_n > 0:
+        mixed = (mixed + sum_n * weighted_q / sum_p) / (sum_n + 1)
+    lo = np.inf if minmax else -1.0
+    hi = -np.inf if minmax else 1.0
+    if minmax:
+        if best_unvisited >= 0:
+            lo = min(lo, mixed)
+            hi = max(hi, mixed)
+        for i in range(k):
+            c = first + i
+            n = t.visits[g, c]
+            if n > 0:
+                lo = min(lo, t.value_sum[g, c] / n)
+                hi = max(hi, t.value_sum[g, c] / n)
+    scale = (c_visit + max_n) * c_scale / max(hi - lo, 1e-8)
+    sigma_unvisited = scale * (mixed - lo)
+    top = -np.inf
+    if best_unvisited >= 0:
+        top = sigma_unvisited + _logit(best_prior)
+    for i in range(k):
+        c = first + i
+        n = t.visits[g, c]
+        if n > 0:
+            top = max(top, scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c]))
+    total = 0.0
+    if best_unvisited >= 0:
+        total = unvisited_mass * np.exp(sigma_unvisited - top)
+    for i in range(k):
+        c = first + i
+        n = t.visits[g, c]
+        if n > 0:
+            total += np.exp(scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c]) - top)
     best = first
     best_score = -np.inf
     for i in range(k):
-        score = pi[i] - t.visits[g, first + i] / (1.0 + sum_n)
+        c = first + i
+        n = t.visits[g, c]
+        if n > 0:
+            x = scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c])
+            score = np.exp(x - top) / total - n / (1.0 + sum_n)
+        elif i == best_unvisited:
+            score = np.exp(sigma_unvisited + _logit(best_prior) - top) / total
+        else:
+            continue
         if score > best_score:
             best_score = score
-            best = first + i
+            best = c
     return best
 
 
@@ -348,6 +413,7 @@ def _start_halving(t, g, max_considered):
     k = t.n_children[g, 0]
     for i in range(k):
         t.root_base[g, i] = t.visits[g, first + i]
+        t.root_logit[g, i] = _logit(t.prior[g, first + i])  # the priors are final (noise)
     n = t.sims_target[g]
     m = min(k, max_considered, n)
     halving_schedule(m, n, t.schedule[g])
@@ -374,7 +440,9 @@ def _pick_root_gumbel(t, g, c_visit, c_scale, minmax):
     k = t.n_children[g, 0]
     want = t.schedule[g, t.sims_done[g]]
     score = t.scratch[g]
-    _root_scores(t, g, c_visit, c_scale, minmax, True, score)
+    _completed_sigma(t, g, 0, c_visit, c_scale, minmax, score)
+    for i in range(k):  # `_root_scores` with the log priors taken once per search
+        score[i] = max(-1e9, score[i] + t.root_logit[g, i] + t.gumbel[g, i])
     best = -1
     best_score = -np.inf
     for i in range(k):
@@ -503,8 +571,7 @@ def _descend(t, b, g, leaf_row, path, c_puct, fpu_reduction, gumbel, c_visit, c_
             node = _pick_root_gumbel(t, g, c_visit, c_scale, minmax)
         else:
             node = _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax)
-        ok = fastgo.play(b, leaf_row, t.move[g, node])
-        assert ok
+        fastgo.play_known_legal(b, leaf_row, t.move[g, node])  # legal when expanded
         path[depth] = node
         depth += 1
     return depth
