@@ -15,6 +15,9 @@ ratio of the largest size's to the smallest's; the coach's memory (VmRSS) after 
     python3 benchmarks/ingest_scale.py                       # 1,000 and 1,000,000 (~3 min)
     python3 benchmarks/ingest_scale.py --sizes 1000 100000
 
+To measure another checkout's coach (an older commit's, from `git worktree add`), copy this
+file into it and run it there with `PYTHONPATH=<that checkout>`.
+
 The last line printed is one JSON object with every figure.
 """
 
@@ -90,7 +93,10 @@ def run_size(size: int, batches: int, work: Path) -> dict:
         t = time.perf_counter()
         counts = coach.counts()
         counts.new_positions(0)
-        counts.ingested(size + i)  # the long-lived trainer's admissions: the pass's new ones
+        try:
+            counts.ingested(size + i)  # the long-lived trainer's admissions: the pass's new ones
+        except TypeError:  # an older checkout's coach: every name, as its passes did
+            counts.ingested()
         coach.window()
         books_ms.append(1e3 * (time.perf_counter() - t))
     coach.rounds.close()
