@@ -3,7 +3,7 @@
     python -m training.strength [--config FILE] [--run-dir DIR] [--generations 0,4,8]
                                 [--games 40] [--simulations 32,128 | --seconds-per-move 0.5,1]
                                 [--gnugo 1,10] [--gnugo-games N] [--jobs 2]
-                                [--pool-model FILE ...]
+                                [--pool-model FILE ...] [--opponent CMD [--opponent-name N]]
 
 The coach's arena rates each generation against the one before it (a chain of small steps).
 This tool answers the questions a user asks after a run: did it learn, and how strong is it?
@@ -24,6 +24,10 @@ For every chosen generation and every search budget it plays
   our GTP engine on that model at the same budget, in the same series as GNU Go (openings,
   colours, the judge); each is a pool member named `model <first 8 hex of its sha256>`, so
   the same file is the same anchor in every evaluation and every run;
+- outside GTP engines of `--opponent "CMD"` (KataGo, another GNU Go level, ...), played and
+  judged in the same series as untrusted players (`training.play.opponent`: bounded answers,
+  a forfeit for an illegal move) and rated in the same pool, each labelled by
+  `--opponent-name` or its GTP name and version;
 - generation 0, through the coach's own arena (`training.play.arena.play_arena`), with the Elo
   difference and its 95% interval (`training.play.elo`), for simulations budgets.
 
@@ -69,8 +73,10 @@ from training.gtp import RandomPlayer
 from training.learn.net import load_model, make_evaluator
 from training.play import gnugo, rating
 from training.play.arena import MatchResult, play_arena
+from training.play.gnugo import gnugo_name, parse_gnugo, split_gnugo  # noqa: F401 (API)
+from training.play.gtp_client import GtpEngineError, find_gnugo
+from training.play.opponent import Engine, PoolModel, open_engine, pool_model
 from training.play.players import NetWinrates
-from training.play.gtp_client import find_gnugo
 from training.play.referee import TimeControl
 from training.run import metrics
 from training.run.model_store import ModelStoreError, list_models, model_stem, read_manifest
@@ -80,74 +86,6 @@ from training.search.mcts import Evaluate, Mcts
 ANCHOR_ELO = 0.0
 """The rating of GNU Go level 1 (or the lowest level played): the fixed point of the scale."""
 RANDOM = "random"
-
-
-def gnugo_name(key: int | str) -> str:
-    """The pool name of a GNU Go opponent: `gnugo 10`, or `gnugo 10+5` (level 10 receiving 5
-    points)."""
-    return f"gnugo {key}"
-
-
-def split_gnugo(key: int | str) -> tuple[int, float]:
-    """(level, points it receives) of an opponent key: "10" -> (10, 0.0), "10+5" -> (10, 5.0)."""
-    level, _, bonus = str(key).partition("+")
-    return int(level), float(bonus) if bonus else 0.0
-
-
-def parse_gnugo(text: str | None) -> list[str]:
-    """`--gnugo 1,10,10+5` -> ["1", "10", "10+5"]: GNU Go levels 1..10, each optionally with
-    the points it receives (a multiple of 0.5, at most 81), for a rung above level 10."""
-    if text is None:
-        return []
-    keys = []
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        try:
-            level, bonus = split_gnugo(item)
-        except ValueError:
-            level, bonus = -1, 0.0
-        if not 1 <= level <= 10 or not (0 <= bonus <= 81 and bonus * 2 == int(bonus * 2)):
-            raise ValueError(f"--gnugo {text!r}: expected a comma list of GNU Go levels 1..10, "
-                             "each optionally +POINTS it receives, e.g. 1,10,10+5")
-        keys.append(f"{level}+{bonus:g}" if bonus else str(level))
-    if not keys:
-        raise ValueError(f"--gnugo {text!r}: expected a comma list of GNU Go levels, e.g. 1,10")
-    return keys
-
-
-@dataclass(frozen=True)
-class PoolModel:
-    """A model file kept fixed as a pool member (`--pool-model`), named by its content."""
-
-    path: Path
-    name: str  # "model <first 8 hex digits of the file's sha256>"
-
-
-def pool_model(path: str | Path, board_size: int) -> PoolModel:
-    """A `--pool-model` file checked the way the engine will load it: a model (or trainer
-    checkpoint) of this board size. Raises ValueError naming the file and what is wrong."""
-    import hashlib
-
-    from training.learn.net import ModelError
-
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"--pool-model {path}: no such file (a model_NNNNNN.pt of a run's "
-                         "models/ folder, or a trainer checkpoint)")
-    try:
-        _, info = load_model(path)
-    except ModelError as e:
-        raise ValueError(f"--pool-model {path}: {e}") from None
-    size = int(info.config.get("board_size", 0))
-    if size != board_size:
-        raise ValueError(f"--pool-model {path}: a {size}x{size} model; this run plays "
-                         f"{board_size}x{board_size}")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return PoolModel(path, f"model {digest.hexdigest()[:8]}")
 
 
 @dataclass(frozen=True)
@@ -186,6 +124,7 @@ class Row:
     random_ci: tuple[float, float] | None = None
     vs_gnugo: dict[str, dict] = field(default_factory=dict)  # str(level) -> summary, games
     vs_models: dict[str, dict] = field(default_factory=dict)  # pool model name -> the same
+    vs_engines: dict[str, dict] = field(default_factory=dict)  # outside engine label -> same
     rating: float | None = None
     rating_ci: tuple[float, float] | None = None
     hours: float | None = None  # of the run when it was published, stops left out (run_hours)
@@ -330,7 +269,8 @@ def _summary(w: int, d: int, losses: int) -> dict:
 def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             simulations: int | None = None, *, budgets: Sequence[Budget] | None = None,
             gnugo_levels: Sequence[int | str] = (), gnugo_games: int | None = None,
-            pool_models: Sequence[PoolModel] = (), jobs: int = 1,
+            pool_models: Sequence[PoolModel] = (), engines: Sequence[Engine] = (),
+            jobs: int = 1,
             config_path: Path | None = None, log: Callable[[str], None] = print,
             sgf_dir: Path | None = None) -> list[Row]:
     """Play the matches of the table; `log` gets progress lines as results come, and with
@@ -360,7 +300,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
 
             judge = NetWinrates(model_path(run_dir, g), cfg.go) if sgf_dir is not None else None
 
-            def series(name: str, opponent, n: int, bonus: float = 0.0) -> list[gnugo.Outcome]:
+            def series(name: str, opponent, n: int, bonus: float = 0.0,
+                       **extra) -> list[gnugo.Outcome]:
                 def progress(outcome: gnugo.Outcome) -> None:
                     log(f"  {row.player} vs {name}: {outcome.describe()}")
                     if sgf_dir is not None and judge is not None:
@@ -375,7 +316,7 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                 return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,
                                          komi=cfg.go.komi, komi_bonus=bonus,
                                          time_control=budget.time_control, jobs=jobs,
-                                         on_game=progress)
+                                         on_game=progress, **extra)
 
             with ours:
                 if budget.simulations is not None:
@@ -402,6 +343,9 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                         seconds_per_move=budget.seconds_per_move, config=config_path)
                     outcomes = series(pm.name, lambda seed, argv=frozen: argv, gnugo_games)
                     row.vs_models[pm.name] = _series_summary(outcomes)
+                for e in engines:
+                    outcomes = series(e.name, e.command, gnugo_games, **e.series_args)
+                    row.vs_engines[e.name] = _series_summary(outcomes)
             log(format_row(row))
             rows.append(row)
     rate(rows)
@@ -416,6 +360,7 @@ def _series_summary(outcomes: Sequence[gnugo.Outcome]) -> dict:
     summary["we_disagree"] = sum(o.we_agree is False for o in outcomes)
     summary["wipeouts"] = sum(o.wiped_out for o in outcomes)
     summary["time_losses"] = sum(o.game.end == "time" and o.points < 0 for o in outcomes)
+    summary["forfeits"] = sum(o.game.end == "forfeit" for o in outcomes)
     summary["played_out"] = sum(o.game.playout_from is not None for o in outcomes)
     if summary["played_out"]:  # the same games judged at the first passes, without play-outs
         summary["at_first_passes"] = _summary(*gnugo.tally_at_passes(outcomes))
@@ -455,7 +400,7 @@ def _pool_series(row: Row) -> list[tuple[str, dict]]:
     """(pool name, summary) of every series of `row` judged by GNU Go: GNU Go levels, then
     pool models."""
     return ([(gnugo_name(k), s) for k, s in row.vs_gnugo.items()]
-            + list(row.vs_models.items()))
+            + list(row.vs_models.items()) + list(row.vs_engines.items()))
 
 
 def format_row(row: Row) -> str:
@@ -476,6 +421,8 @@ def format_row(row: Row) -> str:
             text += f", {s['wipeouts']} with all our stones dead"
         if s.get("time_losses"):
             text += f", {s['time_losses']} lost on time"
+        if s.get("forfeits"):
+            text += f", {s['forfeits']} forfeited (an illegal or unreadable move)"
         if s.get("played_out"):
             a, b, c = s["at_first_passes"]["wdl"]
             text += (f", {s['played_out']} disputes about dead stones played out (judged at "
@@ -496,7 +443,8 @@ def format_row(row: Row) -> str:
 def _opponents(rows: Sequence[Row]) -> list[str]:
     keys = sorted({k for r in rows for k in r.vs_gnugo}, key=split_gnugo)
     models = sorted({k for r in rows for k in r.vs_models})
-    return [RANDOM] + [gnugo_name(k) for k in keys] + models
+    engines = sorted({k for r in rows for k in r.vs_engines})
+    return [RANDOM] + [gnugo_name(k) for k in keys] + models + engines
 
 
 def _win_rate(row: Row, opponent: str) -> tuple[float, float, float] | None:
@@ -697,6 +645,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a model file kept fixed as a pool member (a generation of this run "
                     "or another), played at each budget like a GNU Go level and rated in the "
                     "pool; repeatable")
+    ap.add_argument("--opponent", action="append", default=[], metavar="CMD",
+                    help="the command line of any GTP engine (e.g. \"katago gtp -model M "
+                    "-config C\"), played and judged like a GNU Go level; repeatable")
+    ap.add_argument("--opponent-name", action="append", default=[], metavar="NAME",
+                    help="the label of the --opponent of the same place (default: its GTP "
+                    "name and version)")
+    ap.add_argument("--opponent-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="the longest an --opponent may take to answer (its first answer "
+                    "includes its start-up; default 60); longer is an error naming it")
     ap.add_argument("--jobs", type=int, default=None,
                     help="games against GNU Go played at once (default: the CPU count)")
     ap.add_argument("--endings", default=None, metavar="DIR",
@@ -723,6 +680,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         clock = _time_settings(args.time_settings)
         levels = parse_gnugo(args.gnugo)
         frozen = [pool_model(f, cfg.go.board_size) for f in args.pool_model]
+        if len(args.opponent_name) > len(args.opponent) or not args.opponent_timeout > 0:
+            raise ValueError("--opponent-name needs an --opponent each; --opponent-timeout "
+                             "must be positive")
+        engines = [open_engine(c, n, args.opponent_timeout) for c, n in zip(
+            args.opponent, args.opponent_name + [None] * len(args.opponent))]
+        if len({e.name for e in engines}) < len(engines):
+            raise ValueError("two --opponent engines with one label: set --opponent-name")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -733,9 +697,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         budgets.append(Budget(seconds_per_move=max(0.05, share), time_settings=clock))
     if not budgets:
         budgets = [Budget(cfg.evaluation.simulations or cfg.mcts.simulations)]
-    if (levels or seconds or clock or frozen) and find_gnugo() is None:
-        print("error: GNU Go not found on PATH or in /usr/games (apt-get install gnugo); "
-              "--gnugo, --pool-model and --seconds-per-move need it (it judges those games)",
+    if (levels or seconds or clock or frozen or engines) and find_gnugo() is None:
+        print("error: GNU Go not found on PATH or in /usr/games (apt-get install gnugo); --gnugo,"
+              " --pool-model, --opponent and --seconds-per-move need it (it judges those games)",
               file=sys.stderr)
         return 2
     have = list_models(paths.models)
@@ -768,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --games must be at least 2 (colours alternate)", file=sys.stderr)
         return 2
     gnugo_games = args.games if args.gnugo_games is None else args.gnugo_games
-    if (levels or frozen) and gnugo_games < 2:
+    if (levels or frozen or engines) and gnugo_games < 2:
         print("error: --gnugo-games must be at least 2 (colours alternate)", file=sys.stderr)
         return 2
     jobs = args.jobs or os.cpu_count() or 1
@@ -776,6 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.games} games per match" + (f", GNU Go levels {levels} ({gnugo_games} games "
                                              f"each, {jobs} at once)" if levels else "") +
           "".join(f", {m.name} = {m.path}" for m in frozen) +
+          "".join(f", {e.name} = {e.command_line}" for e in engines) +
           f", {cfg.go.board_size}x{cfg.go.board_size} komi {cfg.go.komi}", flush=True)
     t0 = time.monotonic()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -783,18 +748,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="azgo-strength-") as tmp:
         config_path = Path(tmp) / "config.yaml"  # the GTP engines' search settings
         config_path.write_text(dump_config(cfg))
-        rows = measure(cfg, run_dir, gens, args.games, budgets=budgets, gnugo_levels=levels,
-                       gnugo_games=gnugo_games, pool_models=frozen, jobs=jobs,
-                       config_path=config_path,
-                       log=lambda line: print(line, flush=True), sgf_dir=sgf_dir)
+        try:
+            rows = measure(cfg, run_dir, gens, args.games, budgets=budgets, gnugo_levels=levels,
+                           gnugo_games=gnugo_games, pool_models=frozen, engines=engines,
+                           jobs=jobs, config_path=config_path,
+                           log=lambda line: print(line, flush=True), sgf_dir=sgf_dir)
+        except GtpEngineError as e:  # an engine overran its time or broke the protocol
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     fitted = rate(rows)
     seconds_taken = time.monotonic() - t0
     anchor = anchor_of(rows)
     report = {"started": stamp, "command": "python -m training.strength " + " ".join(
                   sys.argv[1:] if argv is None else argv),
               "run_dir": str(run_dir), "board_size": cfg.go.board_size, "komi": cfg.go.komi,
-              "games": args.games, "gnugo_games": gnugo_games if levels or frozen else 0,
+              "games": args.games,
+              "gnugo_games": gnugo_games if levels or frozen or engines else 0,
               "pool_models": {m.name: str(m.path) for m in frozen},
+              "opponents": {e.name: e.command_line for e in engines},
               "budgets": [asdict(b) for b in budgets],
               "simulations": budgets[0].simulations,
               "anchor": None if anchor is None else {"player": anchor, "elo": ANCHOR_ELO},

@@ -15,7 +15,8 @@ per-generation evaluation (`training.play.arena.play_gnugo`) use:
 - **Opponents**: GNU Go 3.8 over GTP (`gnugo_command`: `--chinese-rules
   --positional-superko`, the rules we play), a fresh process per game with its own
   `--seed` (1 + the game's number), or any other GTP command (`random_opponent`: our
-  `python -m training.gtp` random player).
+  `python -m training.gtp` random player; an outside engine, `training.play.opponent`, which
+  `play_series` plays as `untrusted`: its illegal or unreadable moves lose it the game).
 - **Games**: played by `training.play.referee.play_game` until two passes (or the referee's move
   cap of 4 N*N moves, or a resignation). Where the two players then name different dead
   stones (`final_status_list dead`), the game goes on with both on `kgs-genmove_cleanup` until
@@ -51,7 +52,8 @@ from training.go.coords import BLACK, from_gtp, to_gtp
 from training.go.rules import Position
 from training.go.sgf import from_sgf, game_sgf
 from training.play.gtp_client import GtpClient, find_gnugo
-from training.play.referee import GameResult, TimeControl, parse_score, play_game
+from training.play.referee import (ENDS_WITHOUT_COUNT, GameResult, TimeControl, parse_score,
+                                   play_game)
 
 REPO = Path(__file__).resolve().parents[2]
 JUDGE_LEVEL = 10
@@ -91,6 +93,40 @@ def gnugo_opponent(level: int) -> Callable[[int], list[str]]:
 def random_opponent() -> Callable[[int], list[str]]:
     """seed -> the command of our GTP engine's random player with that seed."""
     return lambda seed: [sys.executable, "-m", "training.gtp", "--seed", str(seed)]
+
+
+def gnugo_name(key: int | str) -> str:
+    """The pool name of a GNU Go opponent: `gnugo 10`, or `gnugo 10+5` (level 10 receiving 5
+    points)."""
+    return f"gnugo {key}"
+
+
+def split_gnugo(key: int | str) -> tuple[int, float]:
+    """(level, points it receives) of an opponent key: "10" -> (10, 0.0), "10+5" -> (10, 5.0)."""
+    level, _, bonus = str(key).partition("+")
+    return int(level), float(bonus) if bonus else 0.0
+
+
+def parse_gnugo(text: str | None) -> list[str]:
+    """`--gnugo 1,10,10+5` -> ["1", "10", "10+5"]: GNU Go levels 1..10, each optionally with
+    the points it receives (a multiple of 0.5, at most 81), for a rung above level 10."""
+    if text is None:
+        return []
+    keys = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        try:
+            level, bonus = split_gnugo(item)
+        except ValueError:
+            level, bonus = -1, 0.0
+        if not 1 <= level <= 10 or not (0 <= bonus <= 81 and bonus * 2 == int(bonus * 2)):
+            raise ValueError(f"--gnugo {text!r}: expected a comma list of GNU Go levels 1..10, "
+                             "each optionally +POINTS it receives, e.g. 1,10,10+5")
+        keys.append(f"{level}+{bonus:g}" if bonus else str(level))
+    if not keys:
+        raise ValueError(f"--gnugo {text!r}: expected a comma list of GNU Go levels, e.g. 1,10")
+    return keys
 
 
 @dataclass(frozen=True)
@@ -152,7 +188,8 @@ class Outcome:
     @property
     def we_agree(self) -> bool | None:
         """Our engine's own count names the judge's winner (None: no judge, a resignation)."""
-        if self.game.judgement is None or self.game.end == "resignation" or not self.our_score:
+        if self.game.judgement is None or self.game.end in ENDS_WITHOUT_COUNT \
+                or not self.our_score:
             return None
         try:
             ours = parse_score(self.our_score)
@@ -189,14 +226,14 @@ class Outcome:
         `winrates[t]` (black's, 0..1) on move t's node as Sabaki's SBKV."""
         g = self.game
         black, white = (player, opponent) if self.spec.we_are_black else (opponent, player)
-        moves = [from_gtp(m, g.size) for m in g.moves if m not in ("resign", "timeout")]
+        moves = self.moves
         result = g.judgement or g.result
-        if g.end in ("resignation", "time"):
+        if g.end in ENDS_WITHOUT_COUNT:
             result = g.result
         note = (f"{g.end}; judge (GNU Go) {g.judgement}, dead {' '.join(g.judged_dead) or '-'}; "
                 f"Tromp-Taylor {g.result}; ours {self.our_score}; opening "
                 f"{' '.join(self.spec.opening)}; opponent seed {self.spec.seed}"
-                + self._playout_note())
+                + self._playout_note() + (f"; forfeit: {g.forfeit}" if g.forfeit else ""))
         return game_sgf(g.size, g.komi, moves, result, player_black=black, player_white=white,
                         comment=note, rules="Chinese, positional superko", winrates=winrates)
 
@@ -209,9 +246,11 @@ class Outcome:
 
     @property
     def moves(self) -> list[int]:
-        """The game's moves as flat indices (a resignation or a loss on time left out)."""
+        """The game's moves as flat indices (a resignation, a loss on time or by forfeit left
+        out)."""
         g = self.game
-        return [from_gtp(m, g.size) for m in g.moves if m not in ("resign", "timeout")]
+        return [from_gtp(m, g.size) for m in g.moves
+                if m not in ("resign", "timeout", "forfeit")]
 
     def to_json(self) -> dict:
         g = self.game
@@ -223,6 +262,7 @@ class Outcome:
                 "playout_from": g.playout_from, "judge_at_passes": g.judgement_at_passes,
                 "disputed_dead": g.disputed_dead or None,
                 "think_max_s": {k: round(v, 3) for k, v in g.think_max_s.items()},
+                "forfeit": g.forfeit,
                 "points": self.points, "record": " ".join(g.moves)}
 
     def describe(self) -> str:
@@ -230,6 +270,7 @@ class Outcome:
         verdict = {1: "won", 0: "tie", -1: "lost"}[self.points]
         judged = f"judge {g.judgement}, area {g.result}" if g.judgement else g.result
         flag = "  (judge and area disagree)" if g.disagrees else ""
+        flag += f"  ({g.forfeit})" if g.forfeit else ""
         if g.playout_from is not None:
             flag += (f"  (dead stones disputed: played out from move {g.playout_from + 1}; "
                      f"judge at the first passes {g.judgement_at_passes})")
@@ -276,14 +317,21 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                 specs: Sequence[GameSpec], *, size: int, komi: float, komi_bonus: float = 0.0,
                 time_control: TimeControl | None = None, jobs: int = 1,
                 timeout_s: float = 120.0, on_game: Callable[[Outcome], None] | None = None,
-                judge_level: int = JUDGE_LEVEL, playout: bool = True) -> list[Outcome]:
+                judge_level: int = JUDGE_LEVEL, playout: bool = True,
+                untrusted: bool = False, opponent_name: str | None = None,
+                opponent_timeout_s: float | None = None) -> list[Outcome]:
     """Play `specs` between our engine (`ours`: a GTP command, or an open `Engines` pool) and
     `opponent(seed)`, the opponent receiving `komi_bonus` points on top of `komi` (a handicap
     for a stronger player: komi rises when it is white, falls when it is black); return the
     outcomes in the order of `specs`. With `time_control` every game is played under that
     clock (the referee's; a flag that falls loses the game). With `playout` a dispute about
     dead stones at the two passes is played out before the judge counts (see the module).
-    `on_game` is called as each game finishes, one call at a time."""
+    `on_game` is called as each game finishes, one call at a time. An `untrusted` opponent (an
+    outside engine, named `opponent_name`, every answer within `opponent_timeout_s`) loses a
+    game by forfeit for an illegal or unreadable move (the referee's `untrusted`); its
+    process is killed at the end of each game whatever happens. When a game raises (an
+    engine overran its timeout or broke the protocol), the games not yet started are
+    cancelled and the error is raised."""
     if not specs:
         return []
     judge_cmd = gnugo_command(judge_level)  # fails early, by name, without GNU Go
@@ -295,14 +343,16 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
         engine = engines.take()
         try:
             argv = opponent(spec.seed)
-            with GtpClient(argv, timeout_s=timeout_s, cwd=str(REPO),
-                           name=Path(argv[0]).name) as other, \
+            with GtpClient(argv, timeout_s=opponent_timeout_s or timeout_s,
+                           cwd=None if untrusted else str(REPO),  # its paths are the user's
+                           name=opponent_name or Path(argv[0]).name) as other, \
                     GtpClient(judge_cmd, timeout_s=timeout_s, name="judge") as judge:
                 black, white = (engine, other) if spec.we_are_black else (other, engine)
                 # the opponent receives `komi_bonus` extra points whichever colour it has
                 game_komi = komi + (komi_bonus if spec.we_are_black else -komi_bonus)
                 game = play_game(black, white, size, game_komi, opening=spec.opening,
-                                 judge=judge, time_control=time_control, playout=playout)
+                                 judge=judge, time_control=time_control, playout=playout,
+                                 untrusted=other if untrusted else None)
         finally:
             engines.give_back(engine)
         outcome = Outcome(spec, game)
@@ -311,10 +361,11 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                 on_game(outcome)
         return outcome
 
+    pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(one, specs))
+        return list(pool.map(one, specs))
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # a failed game stops the series
         if engines is not ours:
             engines.close()
 

@@ -3,9 +3,15 @@
 `GtpClient(argv)` starts the engine as a subprocess and talks GTP version 2 over its pipes:
 `send("genmove black")` writes one command (with a numeric id) and returns the text of the
 success reply (`= D4` -> "D4"); a failure reply (`? illegal move`) raises `GtpError`, and an
-engine that exits, garbles the protocol or stays silent longer than the timeout raises
-`GtpEngineError` (the process is then killed). Use it as a context manager, or call
-`close()`, which sends `quit` and reaps the process.
+engine that exits, garbles the protocol or does not finish its reply within the timeout raises
+`GtpEngineError` naming the engine and its command line (the process is then killed). Use it
+as a context manager, or call `close()`, which sends `quit`, waits a little and kills the
+process if it is still there.
+
+An engine is not trusted to be sane: a reply line is at most `MAX_LINE_CHARS` characters and a
+reply at most `MAX_REPLY_LINES` lines, the whole reply (not each line) must come within the
+timeout, and at most `QUEUED_LINES` lines wait unread (an engine that writes without end
+blocks on its pipe), so memory and time stay bounded whatever it writes.
 
 `GtpError` is the protocol's failure reply on both sides: `GtpClient` raises it, and our engine
 (`training.gtp`) and its players (`training.play.players`) raise it to answer `? message`.
@@ -19,10 +25,19 @@ It must not: import anything but the standard library (the engine and its player
 from __future__ import annotations
 
 import queue
+import shlex
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
+
+MAX_LINE_CHARS = 65_536
+"""The longest reply line an engine may send (a `list_commands` or a board is far shorter)."""
+MAX_REPLY_LINES = 4_096
+"""The most lines of one reply."""
+QUEUED_LINES = 256
+"""Lines read ahead of the caller before the reader stops reading the engine's pipe."""
 
 
 class GtpError(RuntimeError):
@@ -59,37 +74,59 @@ class GtpClient:
     def __init__(self, argv: list[str], timeout_s: float = 30.0, name: str | None = None,
                  cwd: str | None = None, stderr=subprocess.DEVNULL):
         self.name = name or Path(argv[0]).name
+        self.command = shlex.join(argv)
         self.timeout_s = timeout_s
         try:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                text=True, bufsize=1, cwd=cwd,
+                text=True, encoding="utf-8", errors="replace", bufsize=1, cwd=cwd,
             )
         except OSError as e:
             raise GtpEngineError(f"{self.name}: could not start {argv!r}: {e}") from e
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._lines: queue.Queue[str | None] = queue.Queue(maxsize=QUEUED_LINES)
+        self._closing = threading.Event()
         self._reader = threading.Thread(target=self._read_stdout, daemon=True)
         self._reader.start()
         self._next_id = 1
 
     def _read_stdout(self) -> None:
-        # A thread turns the blocking pipe into a queue that `send` can wait on with a timeout.
+        # A thread turns the blocking pipe into a queue that `send` can wait on with a timeout;
+        # a line is read at most MAX_LINE_CHARS + 1 characters at a time, and a full queue
+        # stops the reading (the engine then blocks on its pipe) until the caller reads or
+        # closes.
         with self._proc.stdout:
-            for line in self._proc.stdout:
-                self._lines.put(line)
-        self._lines.put(None)  # end of stream
+            while not self._closing.is_set():
+                line = self._proc.stdout.readline(MAX_LINE_CHARS + 1)
+                if not line or not self._put(line):
+                    break
+        self._put(None)  # end of stream
 
-    def _readline(self, command: str, timeout_s: float) -> str:
+    def _put(self, item: str | None) -> bool:
+        while not self._closing.is_set():
+            try:
+                self._lines.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fail(self, message: str) -> GtpEngineError:
+        """Kill the engine (the stream is of no further use) and the error to raise."""
+        self.kill()
+        return GtpEngineError(f"{self.name}: {message} (engine command: {self.command})")
+
+    def _readline(self, command: str, deadline: float, timeout_s: float) -> str:
         try:
-            line = self._lines.get(timeout=timeout_s)
+            line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            self.kill()
-            raise GtpEngineError(
-                f"{self.name}: no answer to {command!r} within {timeout_s:g} s (killed it)"
-            ) from None
+            raise self._fail(f"no answer to {command!r} within {timeout_s:g} s "
+                             "(killed it)") from None
         if line is None:
             code = self._proc.poll()
-            raise GtpEngineError(f"{self.name}: exited (code {code}) during {command!r}")
+            raise self._fail(f"exited (code {code}) during {command!r}")
+        if len(line) > MAX_LINE_CHARS:
+            raise self._fail(f"answered {command!r} with a line longer than {MAX_LINE_CHARS} "
+                             "characters (killed it)")
         return line.rstrip("\r\n")
 
     def send(self, command: str, timeout_s: float | None = None) -> str:
@@ -113,26 +150,35 @@ class GtpClient:
         try:
             self._proc.stdin.write(text)
             self._proc.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
-            raise GtpEngineError(f"{self.name}: cannot send {commands[0]!r}: {e}") from e
+        except (BrokenPipeError, OSError, ValueError) as e:  # ValueError: stdin closed
+            raise self._fail(f"cannot send {commands[0]!r}: {e}") from e
+        # each reply must be whole within the timeout, however the engine spaces its lines
         return [self._read_reply(c, first_id + i, timeout_s) for i, c in enumerate(commands)]
 
     def _read_reply(self, command: str, cmd_id: int, timeout_s: float) -> str | GtpError:
-        head = self._readline(command, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        head = self._readline(command, deadline, timeout_s)
+        blanks = 0
         while head == "":  # tolerate blank lines left over before a reply
-            head = self._readline(command, timeout_s)
+            blanks += 1
+            if blanks > MAX_REPLY_LINES:
+                raise self._fail(f"sent only blank lines in reply to {command!r}")
+            head = self._readline(command, deadline, timeout_s)
         lines = [head]
         while True:
-            line = self._readline(command, timeout_s)
+            line = self._readline(command, deadline, timeout_s)
             if line == "":
                 break
             lines.append(line)
+            if len(lines) > MAX_REPLY_LINES:
+                raise self._fail(f"answered {command!r} with more than {MAX_REPLY_LINES} "
+                                 "lines (killed it)")
         status, rest = head[0], head[1:]
         if status not in "=?":
-            raise GtpEngineError(f"{self.name}: bad reply to {command!r}: {head!r}")
+            raise self._fail(f"bad reply to {command!r}: {head[:80]!r}")
         got_id, _, first = rest.partition(" ") if rest[:1].isdigit() else ("", "", rest)
-        if got_id and int(got_id) != cmd_id:
-            raise GtpEngineError(f"{self.name}: reply id {got_id} to command id {cmd_id}")
+        if got_id and (not got_id.isdigit() or int(got_id) != cmd_id):
+            raise self._fail(f"reply id {got_id[:20]} to command id {cmd_id}")
         if len(lines) == 1:
             text = first.strip()
         else:
@@ -166,6 +212,8 @@ class GtpClient:
             self._proc.stdin.close()
         except OSError:
             pass
+        if self._proc.poll() is not None:
+            self._closing.set()  # the reader stops waiting on a full queue
         self._reader.join(timeout=5)  # it closes stdout at end of stream
 
     @property

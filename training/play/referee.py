@@ -16,6 +16,12 @@ Each engine's own `final_score` is recorded beside them, for information. Where 
 players name different dead stones at the two passes, `playout` plays the dispute out first
 (both sides on `kgs-genmove_cleanup`) and the judge counts the board that comes of it.
 
+An engine named `untrusted` (an outside engine: `training.play.opponent`) that sends an illegal
+move, a reply that is no move, refuses a legal move or a `genmove` loses the game by forfeit
+(end "forfeit", `B+F` / `W+F`, the reason in `forfeit`) instead of stopping the series with a
+`RefereeError`; an engine that breaks the protocol or overruns its timeout still raises
+`GtpEngineError` (the client's, naming the engine's command).
+
 The engines are `training.play.gtp_client.GtpClient`s; the referee does not start or stop them.
 """
 
@@ -107,12 +113,17 @@ class GameResult:
     disputed_dead: dict[str, list[str]] = field(default_factory=dict)
     judgement_at_passes: str | None = None
     playout_from: int | None = None
+    forfeit: str | None = None  # why the untrusted engine lost by forfeit (end "forfeit")
 
     @property
     def disagrees(self) -> bool:
         """The judge and the Tromp-Taylor count name different winners."""
-        return self.judgement is not None and self.end not in ("resignation", "time") and (
+        return self.judgement is not None and self.end not in ENDS_WITHOUT_COUNT and (
             _sign(parse_score(self.judgement)) != _sign(self.score))
+
+
+ENDS_WITHOUT_COUNT = ("resignation", "time", "forfeit")
+"""Ends of a game that no count decides."""
 
 
 def _sign(x: float) -> int:
@@ -167,6 +178,7 @@ def play_game(
     judge: GtpClient | None = None,
     time_control: TimeControl | None = None,
     playout: bool = False,
+    untrusted: GtpClient | None = None,
 ) -> GameResult:
     """Play one game (after `opening`) and return its result, judged by `judge` if given.
 
@@ -178,7 +190,10 @@ def play_game(
 
     With `time_control` both engines get `time_settings`, each `genmove` is preceded by the
     mover's `time_left` and timed here (pipes included, as a server times it), and a player
-    whose clock runs out loses on time (`B+T` / `W+T`, end "time")."""
+    whose clock runs out loses on time (`B+T` / `W+T`, end "time").
+
+    The `untrusted` engine (black or white) loses by forfeit where it sends a move that is
+    illegal or no move, or refuses a legal move (see the module)."""
     max_moves = 4 * size * size if max_moves is None else max_moves
     engines = {BLACK: black, WHITE: white}
     names = {BLACK: "black", WHITE: "white"}
@@ -202,9 +217,21 @@ def play_game(
         position.play(move)
         game.moves.append(to_gtp(move, size))
 
+    def forfeit(color: int, reason: str) -> bool:
+        """`color` (the untrusted engine) loses the game for `reason`; raise RefereeError for
+        any other engine."""
+        if engines[color] is not untrusted:
+            raise RefereeError(reason)
+        game.moves.append("forfeit")
+        game.winner = -color
+        game.result = ("W" if color == BLACK else "B") + "+F"
+        game.end, game.forfeit = "forfeit", reason
+        return False
+
     def play_on(command: str) -> bool:
         """Ask the side to move for `command` (genmove, kgs-genmove_cleanup) until the game
-        is over; False when it ended by resignation or on time (`game` says so)."""
+        is over; False when it ended by resignation, on time or by forfeit (`game` says
+        so)."""
         color = position.to_play
         while not position.is_over():
             if clocks:
@@ -213,7 +240,13 @@ def play_game(
                 # seconds left, rounded down, as a server sends them
                 engines[color].send(f"time_left {names[color]} {int(left)} {stones}")
             t0 = time.monotonic()
-            reply = engines[color].send(f"{command} {names[color]}")
+            try:
+                reply = engines[color].send(f"{command} {names[color]}")
+            except GtpError as e:
+                if engines[color] is not untrusted:
+                    raise
+                return forfeit(color, f"{engines[color].name} ({names[color]}) refused "
+                               f"{command} at move {len(position.moves) + 1}: {e.message}")
             if clocks:
                 spent = time.monotonic() - t0
                 key = names[color]
@@ -233,19 +266,20 @@ def play_game(
             try:
                 move = from_gtp(reply, size)
             except ValueError:
-                raise RefereeError(f"{engines[color].name} ({names[color]}) sent {reply!r}, "
-                                   f"not a move on {size}x{size}") from None
+                return forfeit(color, f"{engines[color].name} ({names[color]}) sent "
+                               f"{reply[:80]!r} at move {len(position.moves) + 1}, not a "
+                               f"move on {size}x{size}")
             reason = position.illegal_reason(move)
             if reason is not None:
-                raise RefereeError(f"{engines[color].name} ({names[color]}) played "
-                                   f"{to_gtp(move, size)} at move {len(position.moves) + 1}: "
-                                   f"illegal, {reason}")
+                return forfeit(color, f"{engines[color].name} ({names[color]}) played "
+                               f"{to_gtp(move, size)} at move {len(position.moves) + 1}: "
+                               f"illegal, {reason}")
             try:
                 engines[-color].send(f"play {names[color]} {to_gtp(move, size)}")
             except GtpError as e:
-                raise RefereeError(f"{engines[-color].name} refused {names[color]}'s legal "
-                                   f"move {to_gtp(move, size)} at move "
-                                   f"{len(position.moves) + 1}: {e.message}") from e
+                return forfeit(-color, f"{engines[-color].name} refused {names[color]}'s legal "
+                               f"move {to_gtp(move, size)} at move "
+                               f"{len(position.moves) + 1}: {e.message}")
             position.play(move)
             game.moves.append(to_gtp(move, size))
             color = -color
@@ -269,7 +303,12 @@ def play_game(
     game.result = position.result()
     game.winner = BLACK if game.score > 0 else WHITE if game.score < 0 else 0
     for c, engine in engines.items():
-        game.engine_scores[f"{names[c]} {engine.name}"] = engine.send("final_score")
+        try:
+            game.engine_scores[f"{names[c]} {engine.name}"] = engine.send("final_score")
+        except GtpError as e:  # an outside engine need not count: its count is information
+            if engine is not untrusted:
+                raise
+            game.engine_scores[f"{names[c]} {engine.name}"] = f"? {e.message[:80]}"
     if judge is not None:
         game.judgement = judge_game(judge, size, komi, game.moves)
         game.judged_dead = judge.send("final_status_list dead").split()

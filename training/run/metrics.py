@@ -7,7 +7,9 @@ Owns the three files in the run folder (see docs/DESIGN.md; their names and path
 - `progress.png`: loss, Elo, the win rate against GNU Go (when `evaluation.gnugo_games` plays
   it: `gnugo_score` with its Wilson interval `gnugo_ci_low`..`gnugo_ci_high`), the rating
   against the fixed pool (when `python -m training.strength` has rated generations: the newest
-  rating of each generation and budget in `strength_history.jsonl`) and games/s over
+  rating of each generation and budget in `strength_history.jsonl`), the win rate against
+  each outside engine the strength tool played (`--opponent`: its newest score by generation
+  and budget in the same history, with its Wilson interval) and games/s over
   generations (matplotlib, Agg backend). The chained arena Elo is a sum of small noisy steps;
   the pool rating is anchored (GNU Go level 1 = 0), so a regression shows there.
 
@@ -203,9 +205,7 @@ def pool_ratings(history: Path) -> dict[str, list[tuple[int, float, float, float
             for row in report["rows"]:
                 if row.get("rating") is None:
                     continue
-                budget = (f"{row['seconds_per_move']:g} s/move"
-                          if row.get("seconds_per_move") is not None
-                          else f"{row['simulations']} sims")
+                budget = _budget_name(row)
                 lo, hi = row["rating_ci"]
                 newest[(budget, int(row["generation"]))] = (
                     float(row["rating"]), float(lo), float(hi))
@@ -214,6 +214,37 @@ def pool_ratings(history: Path) -> dict[str, list[tuple[int, float, float, float
     out: dict[str, list[tuple[int, float, float, float]]] = {}
     for (budget, g), (r, lo, hi) in sorted(newest.items()):
         out.setdefault(budget, []).append((g, r, lo, hi))
+    return out
+
+
+def _budget_name(row: dict) -> str:
+    return (f"{row['seconds_per_move']:g} s/move" if row.get("seconds_per_move") is not None
+            else f"{row['simulations']} sims")
+
+
+def engine_scores(history: Path) -> dict[str, list[tuple[int, float, float, float]]]:
+    """"<engine label>, <budget>" -> [(generation, win rate, ci low, ci high)] by generation:
+    the newest score of each generation at each budget against each outside engine
+    (`--opponent`) in the strength tool's history (unreadable lines skipped)."""
+    newest: dict[tuple[str, int], tuple[float, float, float]] = {}
+    try:
+        text = history.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        try:
+            for row in json.loads(line)["rows"]:
+                for label, s in (row.get("vs_engines") or {}).items():
+                    if s.get("win_rate") is None:
+                        continue
+                    lo, hi = s["ci"]
+                    newest[(f"{label}, {_budget_name(row)}", int(row["generation"]))] = (
+                        float(s["win_rate"]), float(lo), float(hi))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    out: dict[str, list[tuple[int, float, float, float]]] = {}
+    for (key, g), (w, lo, hi) in sorted(newest.items()):
+        out.setdefault(key, []).append((g, w, lo, hi))
     return out
 
 
@@ -240,8 +271,9 @@ def pool_anchor(history: Path) -> str | None:
 
 def plot_progress(run_dir: str | os.PathLike) -> Path:
     """Draw progress.png from metrics.json: losses, Elo (with its CI), the win rate against
-    GNU Go (with its CI; a panel only when some generation played it), the pool rating (a
-    panel only when the strength tool rated some generation) and games/s."""
+    GNU Go (with its CI; a panel only when some generation played it), the win rate against
+    outside engines and the pool rating (panels only when the strength tool measured them)
+    and games/s."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers; must come before pyplot
@@ -252,7 +284,8 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
     rows = read_metrics(paths.root)
     gnugo = _series(rows, "gnugo_score")
     pool = pool_ratings(paths.strength_history)
-    panels = 3 + bool(gnugo[0]) + bool(pool)
+    engines = engine_scores(paths.strength_history)
+    panels = 3 + bool(gnugo[0]) + bool(engines) + bool(pool)
     fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
     ax = axes[0]
     for key, label in (
@@ -295,6 +328,17 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
         ax.set_ylim(0, 100)
         ax.axhline(50, color="grey", lw=0.8, ls="--")
         ax.set_ylabel(f"% won vs GNU Go {'/'.join(map(str, levels))}")
+    if engines:
+        ax = axes[2 + bool(gnugo[0])]
+        for key, points in engines.items():
+            gens = [p[0] for p in points]
+            ax.plot(gens, [100 * p[1] for p in points], marker="o", label=f"vs {key}")
+            ax.fill_between(gens, [100 * p[2] for p in points], [100 * p[3] for p in points],
+                            alpha=0.15)
+        ax.set_ylim(0, 100)
+        ax.axhline(50, color="grey", lw=0.8, ls="--")
+        ax.set_ylabel("% won (95% CI)")
+        ax.legend(loc="upper left", fontsize="small")
     if pool:
         ax = axes[-2]
         for budget, points in pool.items():
