@@ -361,11 +361,11 @@ def play_series(ours: list[str] | Engines, opponent: Callable[[int], list[str]],
                 on_game(outcome)
         return outcome
 
-    pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        return list(pool.map(one, specs))
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            # a game that raises ends the series: map cancels the games not yet started
+            return list(pool.map(one, specs))
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # a failed game stops the series
         if engines is not ours:
             engines.close()
 

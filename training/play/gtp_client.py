@@ -195,6 +195,10 @@ class GtpClient:
             except (GtpError, GtpEngineError):
                 pass
             try:
+                self._proc.stdin.close()  # an engine that waits for more input sees its end
+            except OSError:
+                pass
+            try:
                 self._proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 self.kill()
