@@ -40,6 +40,8 @@ HOSTILE = textwrap.dedent(r'''
             out.write(f"={cid} Hostile\x07  engine\n\n")
         elif cmd[0] == "version":
             out.write(f"={cid} {mode}\n\n")
+        elif cmd[0] == "time_settings" and mode == "fussy":
+            out.write(f"?{cid} unknown command\n\n")
         elif cmd[0] == "genmove":
             if mode == "garbage":
                 out.write(f"={cid} xyzzy\n\n")
@@ -53,6 +55,8 @@ HOSTILE = textwrap.dedent(r'''
                     out.flush()
             elif mode == "silent":
                 time.sleep(3600)
+            else:
+                out.write(f"={cid} pass\n\n")
         else:
             out.write(f"={cid}\n\n")
         out.flush()
@@ -214,20 +218,23 @@ def test_cli_an_engine_that_plays_illegal_or_unreadable_moves_forfeits(
 
 
 @pytest.mark.gnugo
-@pytest.mark.parametrize("mode, says", [
-    ("silent", "no answer to 'genmove "),
-    ("endless", "a line longer than"),
+@pytest.mark.parametrize("mode, says, budget", [
+    ("silent", "no answer to 'genmove ", ["--simulations", "4"]),
+    ("endless", "a line longer than", ["--simulations", "4"]),
+    # a setting it refuses (our engine thinks 0.1 s a move against the random player first)
+    ("fussy", "'time_settings 0 0.1 1' failed: unknown command", ["--time-settings", "0,0.1,1"]),
 ])
 def test_cli_an_engine_that_overruns_stops_with_an_error_naming_it(
-        tiny_cfg, run_dir, hostile, mode, says):
+        tiny_cfg, run_dir, hostile, mode, says, budget):
     require_tool("GNU Go", gnugo_path() is not None, "apt-get install gnugo")
     _fake_run(run_dir, tiny_cfg, [0])
     t0 = time.monotonic()
-    out = _cli("--config", TINY, "--run-dir", str(run_dir), "--games", "4", "--simulations",
-               "4", "--jobs", "2", "--opponent", hostile(mode), "--opponent-timeout", "2")
+    out = _cli("--config", TINY, "--run-dir", str(run_dir), "--games", "4", *budget,
+               "--jobs", "2", "--opponent", hostile(mode), "--opponent-timeout", "2")
     assert out.returncode == 1, out.stdout
     (err,) = [ln for ln in out.stderr.splitlines() if ln.strip()]
-    assert err.startswith("error: Hostile engine ") and says in err and hostile(mode) in err
+    assert err.startswith(f"error: Hostile engine {mode}") and says in err, err
+    assert hostile(mode) in err or mode == "fussy"  # a refusal names the engine by its label
     assert time.monotonic() - t0 < 120  # 4 games of 2 s bounds, not 4 x 120 s
     assert not (run_dir / "strength.json").exists()
     assert _all_gone(hostile.pids)

@@ -74,7 +74,7 @@ from training.learn.net import load_model, make_evaluator
 from training.play import gnugo, rating
 from training.play.arena import MatchResult, play_arena
 from training.play.gnugo import gnugo_name, parse_gnugo, split_gnugo  # noqa: F401 (API)
-from training.play.gtp_client import GtpEngineError, find_gnugo
+from training.play.gtp_client import GtpEngineError, GtpError, find_gnugo
 from training.play.opponent import Engine, PoolModel, open_engine, pool_model
 from training.play.players import NetWinrates
 from training.play.referee import TimeControl
@@ -753,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            gnugo_games=gnugo_games, pool_models=frozen, engines=engines,
                            jobs=jobs, config_path=config_path,
                            log=lambda line: print(line, flush=True), sgf_dir=sgf_dir)
-        except GtpEngineError as e:  # an engine overran its time or broke the protocol
+        except (GtpEngineError, GtpError) as e:  # an engine overran or refused a setting
             print(f"error: {e}", file=sys.stderr)
             return 1
     fitted = rate(rows)
