@@ -158,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     from training.run.run_lock import RunFolderBusy, RunLock
 
     configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
-    raise_open_files_limit()  # the coach and the trainers and workers it starts
     if run_dir.exists():
         try:  # refused while a coach runs on it; held while --fresh moves it aside
             lock = RunLock(run_dir).acquire()
@@ -211,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     from training.coach import Coach
 
+    raise_open_files_limit()  # the coach and the trainers and workers it starts
     coach = Coach(cfg, config_path=args.config or DEFAULT_CONFIG_PATH, overrides=overrides,
                   status_path=args.status_file, worker_class=args.worker_class,
                   watch_config=not args.no_watch, serve_status=args.serve_status,

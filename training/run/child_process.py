@@ -5,8 +5,9 @@ runtime abort with "terminate called without an active exception" (torch's intra
 pool is torn down under it), which is what a Ctrl-C during the coach's evaluation printed. A
 child process is stopped with SIGTERM instead and leaves nothing behind.
 
-The child is spawned (never forked: the coach holds threads, sockets and OpenMP state), ignores
-SIGINT (a Ctrl-C reaches the whole process group; the coach stops the child itself) and gets
+The child is spawned (never forked: the coach holds threads, sockets and OpenMP state) and
+ignores SIGINT before it imports the function it runs (a Ctrl-C reaches the whole process
+group, and importing torch takes seconds; the coach stops the child itself), and gets
 SIGTERM when the coach dies (`signals.die_with_parent`). Arguments and the result cross a
 pipe between two processes of this program (pickle), never anything from the network.
 
@@ -44,8 +45,11 @@ def _logging_of_this_process() -> tuple[str | None, str, bool]:
     return (files[0] if files else None), logging.getLevelName(root.level), to_stderr
 
 
-def _child_main(conn, fn: Callable, args: tuple, logs: tuple[str | None, str, bool]) -> None:
+def _child_main(conn, where: tuple[str, str], args: tuple,
+                logs: tuple[str | None, str, bool]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import importlib
+
     from training.run.logsetup import configure_logging
     from training.run.signals import die_with_parent
 
@@ -53,6 +57,7 @@ def _child_main(conn, fn: Callable, args: tuple, logs: tuple[str | None, str, bo
     if logs[0] is not None or logs[2]:
         configure_logging(logs[0], logs[1], stderr=logs[2])
     try:
+        fn = getattr(importlib.import_module(where[0]), where[1])  # torch: after SIG_IGN
         conn.send((True, fn(*args)))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, then exit
         conn.send((False, f"{type(e).__name__}: {e}"))
@@ -66,8 +71,9 @@ def run_in_child(fn: Callable, *args: Any, stop: threading.Event,
     child is terminated), or ChildFailed. `fn` must be a module-level function."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(child, fn, args, _logging_of_this_process()),
-                       daemon=True)
+    proc = ctx.Process(target=_child_main, daemon=True,
+                       args=(child, (fn.__module__, fn.__qualname__), args,
+                             _logging_of_this_process()))
     proc.start()
     child.close()
     try:
