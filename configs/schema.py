@@ -245,6 +245,15 @@ class SelfPlayConfig:
     opponent's pass or when every move fills an own eye; stops the pass collapse of small nets)."""
     worker_class: str = "training.worker:Worker"
     """The worker daemon class, as module:Class (a subclass of training.worker.Worker)."""
+    net_server: bool | str = "auto"
+    """One net server process per worker holds the net (`training.serve`, one CUDA context,
+    bf16, CUDA graphs) and `search_processes` search processes send it their leaves through
+    shared memory, one batch for all of them: true, false, or auto (on when the worker's
+    device is a GPU; off on a CPU, where each process's own net is faster,
+    `benchmarks/gpu_ceiling.py`)."""
+    search_processes: int = 2
+    """With the net server: the worker's search processes, each playing `parallel_games`
+    games (about one per CPU core the worker may use)."""
 
     def __post_init__(self) -> None:
         _range(self, "simulations_ramp", 0, 1_000_000)
@@ -258,6 +267,9 @@ class SelfPlayConfig:
         _range(self, "workers", 0, 1024)
         _range(self, "workers_per_gpu", 0, 64)
         _range(self, "threads_per_worker", 1, 256)
+        _range(self, "search_processes", 1, 256)
+        _check(isinstance(self.net_server, bool) or self.net_server == "auto", "net_server",
+               f"must be true, false or auto, got {self.net_server!r}")
         module, _, cls = self.worker_class.partition(":")
         _check(
             bool(module) and cls.isidentifier() and all(p.isidentifier() for p in module.split(".")),
@@ -699,7 +711,12 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if value is None and type(None) in args:
             return None
         others = [a for a in args if a is not type(None)]
-        return _convert(value, others[0], key)
+        for option in others[:-1]:  # e.g. bool | str: true/false, or a word
+            try:
+                return _convert(value, option, key)
+            except _Invalid:
+                pass
+        return _convert(value, others[-1], key)
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key)
     if origin is tuple:

@@ -1,0 +1,329 @@
+"""The net server: one process owns the net, search processes send leaves through shared memory.
+
+Real processes, real shared memory and eventfds: the server is `python -m training.serve`
+(`ServerProcess`), clients are this test process or small `python -c` processes attached to
+their own slot. No assert depends on speed: bounds are generous, and batching is shown by
+counts (a server told to wait for every live client runs one batch for two requests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, wait_until
+from training.go.features import num_planes
+from training.search import net_server
+from training.search.net_server import (
+    C_BATCHES, C_MAX_BATCH_SEEN, C_POSITIONS, FREE, S_STATE, NetClient, SlotLayout, StandInNet,
+)
+from training.serve import ServerError, ServerProcess
+
+BOARD, HISTORY = 5, 2
+CHANNELS = num_planes(HISTORY, False)
+MOVES = BOARD * BOARD + 1
+
+
+def _batch(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    planes = (rng.random((n, CHANNELS, BOARD, BOARD)) < 0.3).astype(np.float32)
+    legal = rng.random((n, MOVES)) < 0.7
+    legal[:, -1] = True
+    return planes, legal
+
+
+def _layout(slots: int = 2, max_batch: int = 16) -> SlotLayout:
+    return SlotLayout(slots, max_batch, CHANNELS, BOARD)
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """ServerProcess factory; every server made is stopped at the end."""
+    made: list[ServerProcess] = []
+
+    def make(layout: SlotLayout, **kw) -> ServerProcess:
+        server = ServerProcess(layout, stderr_path=tmp_path / f"server{len(made)}.log", **kw)
+        made.append(server)
+        server.start(timeout_s=120)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+CLIENT = textwrap.dedent("""
+    import json, sys, numpy as np
+    from training.search.net_server import (NetClient, SharedSlots, Signals, SlotLayout,
+                                            live_clients)
+    name, layout, signals, slot, calls, batch, wait_for = sys.argv[1:8]
+    slots = SharedSlots.attach(name, SlotLayout.from_text(layout))
+    client = NetClient(slots, int(slot), Signals.from_text(signals))
+    while len(live_clients(slots)) < int(wait_for):
+        pass
+    rng = np.random.default_rng(int(slot))
+    c, n = slots.layout.channels, slots.layout.board_size
+    for i in range(int(calls)):
+        planes = (rng.random((int(batch), c, n, n)) < 0.3).astype(np.float32)
+        legal = rng.random((int(batch), n * n + 1)) < 0.7
+        legal[:, -1] = True
+        priors, values = client.evaluate(planes, legal)
+        from training.search.net_server import StandInNet
+        want_p, want_v = StandInNet()(planes.astype(np.uint8), legal)
+        ok = bool(np.array_equal(priors, want_p) and np.array_equal(values, want_v))
+        print(json.dumps({"call": i, "ok": ok, "generation": client.generation}), flush=True)
+""")
+
+
+def _client(server: ServerProcess, slot: int, calls: int, batch: int,
+            wait_for: int = 1) -> subprocess.Popen:
+    """A client process on `slot`: `calls` calls of `batch` positions, each checked against
+    the stand-in net called directly; one JSON line per call."""
+    layout, signals = server.layout.to_args()[0], server.signals.to_args()[0]
+    return subprocess.Popen(
+        [sys.executable, "-c", CLIENT, server.slots.name, layout, signals, str(slot),
+         str(calls), str(batch), str(wait_for)],
+        stdout=subprocess.PIPE, text=True, cwd=REPO, pass_fds=server.client_fds(slot))
+
+
+def _lines(proc: subprocess.Popen, timeout_s: float = 120) -> list[dict]:
+    out, _ = proc.communicate(timeout=timeout_s)
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------ the protocol
+
+
+def test_two_clients_leaves_are_served_in_one_batch_with_the_nets_own_results(servers):
+    # the server waits up to 60 s for every live client: the two requests make one batch
+    server = servers(_layout(), stand_in_latency_s=0.0, gather_wait_s=60.0)
+    a = _client(server, 0, calls=1, batch=5, wait_for=2)
+    b = _client(server, 1, calls=1, batch=7, wait_for=2)
+    for proc in (a, b):
+        lines = _lines(proc)
+        assert proc.returncode == 0
+        assert lines == [{"call": 0, "ok": True, "generation": 0}]
+    ctl = server.slots.ctl
+    assert (ctl[C_BATCHES], ctl[C_POSITIONS], ctl[C_MAX_BATCH_SEEN]) == (1, 12, 12)
+
+
+def test_a_client_in_this_process_gets_exactly_the_stand_in_nets_results(servers):
+    server = servers(_layout(max_batch=8), stand_in_latency_s=0.0)
+    client = NetClient(server.slots, 0, server.signals)
+    planes, legal = _batch(19, seed=3)  # more than a slot holds: sent in three parts
+    priors, values = client.evaluate(planes, legal)
+    want_p, want_v = StandInNet()(planes.astype(np.uint8), legal)
+    np.testing.assert_array_equal(priors, want_p)
+    np.testing.assert_array_equal(values, want_v)
+    assert (client.calls, client.positions) == (3, 19)
+    with pytest.raises(ValueError, match="planes must be"):
+        client.evaluate(planes[:, :2], legal)
+    client.detach()
+
+
+def test_a_client_killed_mid_call_leaves_the_others_served_and_its_slot_freed(servers):
+    server = servers(_layout(), stand_in_latency_s=0.2, gather_wait_s=0.0)
+    doomed = _client(server, 0, calls=1000, batch=4)
+    client = NetClient(server.slots, 1, server.signals)
+    header = server.slots.hdr[0]
+    wait_until(lambda: header[net_server.S_STATE] in (net_server.READY, net_server.TAKEN),
+               timeout_s=120, what="the doomed client's first request", interval_s=0.001)
+    doomed.kill()  # in the middle of a call: its request is in its slot
+    doomed.communicate()
+    planes, legal = _batch(3, seed=1)
+    for _ in range(3):
+        priors, _ = client.evaluate(planes, legal)
+    np.testing.assert_array_equal(priors, StandInNet()(planes.astype(np.uint8), legal)[0])
+    wait_until(lambda: header[S_STATE] == FREE, timeout_s=30, what="the dead client's slot freed")
+    # another process takes the freed slot and is served
+    again = _client(server, 0, calls=2, batch=4)
+    assert [ln["ok"] for ln in _lines(again)] == [True, True]
+    client.detach()
+
+
+def test_a_killed_server_is_restarted_and_its_clients_calls_go_on(servers):
+    server = servers(_layout(), stand_in_latency_s=0.05, gather_wait_s=0.0)
+    proc = _client(server, 0, calls=60, batch=4)
+    first_pid = server.pid
+    wait_until(lambda: server.slots.ctl[C_BATCHES] >= 5, timeout_s=120,
+               what="a few batches served", interval_s=0.01)
+    os.kill(first_pid, signal.SIGKILL)
+    wait_until(lambda: not server.is_alive(), timeout_s=30, what="the server's death")
+    assert server.restart_if_dead()
+    assert server.pid != first_pid and server.restarts == 1
+    lines = _lines(proc)
+    assert proc.returncode == 0
+    assert len(lines) == 60 and all(ln["ok"] for ln in lines)
+
+
+def test_a_client_gives_up_with_a_clear_error_when_no_server_answers(servers):
+    server = servers(_layout(), stand_in_latency_s=0.0)
+    client = NetClient(server.slots, 0, server.signals, call_timeout_s=0.5)
+    os.kill(server.pid, signal.SIGKILL)
+    wait_until(lambda: not server.is_alive(), timeout_s=30, what="the server's death")
+    with pytest.raises(net_server.NetServerUnavailable, match="slot 0"):
+        client.evaluate(*_batch(2, seed=0))
+
+
+# ------------------------------------------------------------------------- a real net
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    """Two model files of one small net config (5x5, history 2), generations 1 and 2."""
+    import torch
+
+    from training.learn.net import PolicyValueNet, save_model
+
+    folder = tmp_path_factory.mktemp("models")
+    paths = []
+    for gen in (1, 2):
+        torch.manual_seed(gen)
+        net = PolicyValueNet(BOARD, blocks=1, filters=8, history=HISTORY, value_hidden=8)
+        paths.append(folder / f"model_{gen:06d}.pt")
+        save_model(paths[-1], net, generation=gen)
+    return paths
+
+
+def _direct(path, planes, legal):
+    from training.learn.net import load_model, make_evaluator
+
+    net, _ = load_model(path)
+    return make_evaluator(net, "cpu", jit="trace")(planes, legal)
+
+
+def test_a_real_net_on_the_cpu_serves_what_it_gives_directly_and_switches_models(
+        servers, two_models, tmp_path):
+    first, second = two_models
+    server = servers(_layout(max_batch=32), model=first, jit="trace")
+    client = NetClient(server.slots, 0, server.signals)
+    planes, legal = _batch(20, seed=5)
+    priors, values = client.evaluate(planes, legal)
+    want_p, want_v = _direct(first, planes, legal)
+    np.testing.assert_allclose(priors, want_p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(values, want_v, rtol=1e-5, atol=1e-6)
+    assert client.generation == 1 and server.generation == 1
+
+    # a model switch while a client keeps calling: taken between two batches
+    asked = time.monotonic()
+    assert server.load_model(second) == 2
+    taken_s = time.monotonic() - asked
+    priors, values = client.evaluate(planes, legal)
+    assert client.generation == 2
+    want_p, want_v = _direct(second, planes, legal)
+    np.testing.assert_allclose(priors, want_p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(values, want_v, rtol=1e-5, atol=1e-6)
+    assert taken_s < 30, f"the switch took {taken_s:.1f}s"  # measured ~0.1-0.3 s here
+    print(f"model switch taken in {taken_s:.2f}s")
+
+    # a file that is not a model is refused by name; the old model keeps serving
+    bad = tmp_path / "model_000003.pt"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ServerError, match="model_000003.pt"):
+        server.load_model(bad)
+    client.evaluate(planes, legal)
+    assert client.generation == 2 and server.is_alive()
+    client.detach()
+
+
+def test_a_server_that_cannot_load_its_model_says_why(tmp_path):
+    bad = tmp_path / "model_000001.pt"
+    bad.write_bytes(b"garbage")
+    server = ServerProcess(_layout(), model=bad, stderr_path=tmp_path / "server.log")
+    try:
+        with pytest.raises(ServerError, match="exited with code 2.*model_000001.pt"):
+            server.start(timeout_s=120)
+    finally:
+        server.stop()
+
+
+def test_the_bucket_form_agrees_with_the_plain_evaluator_on_the_cpu(two_models):
+    """The GPU form's buckets, padding and output packing, run eagerly on the CPU."""
+    from training.learn.net import load_model, make_evaluator
+    from training.serve import BucketEvaluator
+
+    net, _ = load_model(two_models[0])
+    form = BucketEvaluator(net, "cpu", dtype="float32", max_positions=128, graphs=True)
+    assert form.buckets == [64, 128] and form.mode == "buckets"  # no graphs without CUDA
+    plain = make_evaluator(net, "cpu", jit="eager")
+    for n in (1, 63, 64, 65, 200):  # 200: two calls of the largest bucket
+        planes, legal = _batch(n, seed=n)
+        got_p, got_v = form(planes.astype(np.uint8), legal)
+        want_p, want_v = plain(planes, legal)
+        np.testing.assert_allclose(got_p, want_p, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got_v, want_v, rtol=1e-5, atol=1e-6)
+    net2, _ = load_model(two_models[1])
+    form.load_weights(net2)
+    planes, legal = _batch(10, seed=0)
+    np.testing.assert_allclose(form(planes.astype(np.uint8), legal)[0],
+                               make_evaluator(net2, "cpu", jit="eager")(planes, legal)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ search processes
+
+
+def test_search_processes_play_games_through_one_server_and_survive_deaths(tiny_cfg, tmp_path):
+    from training.go.records import BatchMeta, encode_batch
+    from training.search_processes import SearchProcesses
+
+    cfg = tiny_cfg
+    layout = SlotLayout(2, cfg.self_play.batch_size, num_planes(cfg.net.history,
+                        cfg.net.liberties), cfg.go.board_size)
+    server = ServerProcess(layout, stand_in_latency_s=0.0, stderr_path=tmp_path / "s.log")
+    server.start(timeout_s=120)
+    pool = SearchProcesses(cfg, server, processes=2, seed=7, stderr_path=tmp_path / "p.log")
+    try:
+        records: list = []
+
+        def play(n: int) -> None:
+            deadline = time.monotonic() + 180
+            want = len(records) + n
+            while len(records) < want and time.monotonic() < deadline:
+                records.extend(pool.step())
+            assert len(records) >= want, f"{len(records)} games, wanted {want}"
+
+        play(4)
+        # a search process killed: the other plays on, a new one takes its slot
+        os.kill(pool.pids()[0], signal.SIGKILL)
+        play(4)
+        wait_until(lambda: (pool.step() is not None) and pool.restarts >= 1 and all(pool.pids()),
+                   timeout_s=60, what="the search process restarted")
+        # the server killed: restarted by step(), the searches go on
+        os.kill(server.pid, signal.SIGKILL)
+        wait_until(lambda: not server.is_alive(), timeout_s=30, what="the server's death")
+        play(4)
+        assert server.restarts == 1
+        assert all(r.generation == 0 for r in records)
+        assert len({r.seed for r in records}) == len(records)  # no game played twice
+        # the records are well formed: a batch of them encodes (the coach replays them)
+        encode_batch(records, BatchMeta.from_records("w", records))
+    finally:
+        late = pool.close()
+    assert isinstance(late, list)
+    assert not server.is_alive()
+
+
+def test_planes_of_the_search_are_zeros_and_ones():
+    """The slots carry planes as uint8: exact only for 0/1 planes, which the features are."""
+    from training.go import fastgo
+    from training.go.features import write_planes
+
+    boards = fastgo.new_boards(1, BOARD)
+    fastgo.reset(boards, 0)
+    out = np.full((num_planes(HISTORY, True), BOARD, BOARD), 7.0, np.float32)
+    seen: set[float] = set()
+    for move in (6, 7, 12, 8, 18, 13, 11):  # chains of 1, 2 and 3+ liberties on both sides
+        fastgo.play(boards, 0, move)
+        write_planes(boards, 0, HISTORY, out)
+        seen |= set(np.unique(out).tolist())
+    assert seen == {0.0, 1.0}

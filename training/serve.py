@@ -1,0 +1,494 @@
+"""The net server process: one per GPU, the net of a worker's search processes.
+
+    python -m training.serve --shm NAME --layout SLOTS,MAX_BATCH,C,N --signals FD:FD,...
+                             (--model PATH | --stand-in-latency-ms MS) [--device cuda:0]
+                             [--jit auto] [--dtype auto] [--graphs auto] [--gather-wait-ms 2]
+
+Owns:
+- `ServerProcess`: what the worker daemon (or a test, or a benchmark) holds: the shared slots
+  and eventfds of `training.search.net_server` (they outlive a server that dies), the server
+  process itself (`start`, `restart_if_dead` with backoff, `stop`), a model switch
+  (`load_model`: the server loads the file beside its serving and swaps it in between two
+  batches) and what a search process needs to attach (`client_args`, `client_fds`).
+- `BucketEvaluator`: the net on a GPU: weights and inputs in bf16 (`net.inference_dtype`),
+  one CUDA graph per power-of-two batch bucket (launches cost one replay instead of ~80
+  kernel launches a call), pinned host buffers for uint8 planes in and priors and values out
+  (one copy each way). Without graphs (`--graphs off`, or on a CPU for tests) the same
+  buckets run eagerly.
+- the server process's main: attach, build the evaluator (on a CPU the plain
+  `make_evaluator`, whose forms are the fast ones there), serve (`NetServer`), and load
+  requested models in a thread.
+
+A model switch: the supervisor writes the model's path into the control block and bumps
+`model_request`; the server's loader thread reads and builds it while the serving goes on;
+between two batches it goes in (`generation` changes; every result carries the generation
+that computed it) and `model_loaded` says so; a model that does not load sets
+`model_failed` and its reason, and the old one keeps serving.
+
+It must not: play games, or write anything but its log (stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from training.search import net_server
+from training.search.net_server import (
+    C_EPOCH, C_GENERATION, C_MODEL_FAILED, C_MODEL_LOADED, C_MODEL_REQUEST, C_SERVER_PID,
+    C_STOP, SharedSlots, Signals, SlotLayout, StandInNet,
+)
+
+log = logging.getLogger(__name__)
+
+MIN_BUCKET = 64
+"""The smallest batch bucket of `BucketEvaluator` (a graph per power of two from here)."""
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+"""Waits before each restart of a server that keeps dying (the last repeats)."""
+STOP_GRACE_S = 5.0
+
+
+class ServerError(RuntimeError):
+    """The net server did not start, or refused a model (the message says why)."""
+
+
+# ------------------------------------------------------------------------ the GPU form
+
+
+class BucketEvaluator:
+    """`evaluate(planes uint8 [B, C, N, N], legal bool [B, A+1]) -> (priors, values)` over a
+    private copy of `net` on `device` in `dtype`, by batch buckets (powers of two from
+    `MIN_BUCKET` up to `max_positions`), each a CUDA graph when `graphs` (CUDA only).
+
+    `load_weights(net)` copies new weights into the same tensors, so the graphs stay valid.
+    """
+
+    def __init__(self, net: Any, device: Any, *, dtype: Any = "auto", max_positions: int,
+                 graphs: bool = True):
+        import torch
+
+        from training.learn.net import inference_dtype, resolve_device, unwrap
+
+        self.torch = torch
+        self.device = resolve_device(device)
+        self.dtype = inference_dtype(dtype, self.device)
+        self.graphs = graphs and self.device.type == "cuda"
+        model = copy.deepcopy(unwrap(net)).to(self.device).eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        self.model = model.to(self.dtype)
+        self.moves = model.num_moves
+        self.shape = (model.in_planes, model.board_size, model.board_size)
+        self.buckets = []
+        b = MIN_BUCKET
+        while True:
+            self.buckets.append(b)
+            if b >= max_positions:
+                break
+            b *= 2
+        pin = self.device.type == "cuda"
+        self._runs = {}
+        for b in self.buckets:
+            self._runs[b] = self._bucket(b, pin)
+        self.mode = "graphs" if self.graphs else "buckets"
+
+    def _bucket(self, b: int, pin: bool) -> dict:
+        torch = self.torch
+        dev, a = self.device, self.moves
+        run = {
+            "host_in": torch.zeros((b, *self.shape), dtype=torch.uint8, pin_memory=pin),
+            "host_legal": torch.ones((b, a), dtype=torch.bool, pin_memory=pin),
+            "host_out": torch.zeros((b, a + 1), dtype=torch.float32, pin_memory=pin),
+            "dev_in": torch.zeros((b, *self.shape), dtype=torch.uint8, device=dev),
+            "dev_legal": torch.ones((b, a), dtype=torch.bool, device=dev),
+            "dev_out": torch.zeros((b, a + 1), dtype=torch.float32, device=dev),
+        }
+
+        def forward() -> None:
+            logits, value = self.model(run["dev_in"].to(self.dtype))
+            logits = logits.float().masked_fill(~run["dev_legal"], float("-inf"))
+            run["dev_out"][:, :a] = torch.nan_to_num(torch.softmax(logits, dim=1), nan=0.0)
+            run["dev_out"][:, a] = value.float()
+
+        run["forward"] = forward
+        if self.graphs:
+            with torch.inference_mode():
+                stream = torch.cuda.Stream(dev)
+                stream.wait_stream(torch.cuda.current_stream(dev))
+                with torch.cuda.stream(stream):  # warm-up off the capture (cuDNN's choices)
+                    for _ in range(3):
+                        forward()
+                torch.cuda.current_stream(dev).wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    forward()
+            run["forward"] = graph.replay
+        return run
+
+    def __call__(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        batch = planes.shape[0]
+        priors = np.empty((batch, self.moves), np.float32)
+        values = np.empty(batch, np.float32)
+        top = self.buckets[-1]
+        for lo in range(0, batch, top):
+            hi = min(batch, lo + top)
+            self._run(planes[lo:hi], legal[lo:hi], priors[lo:hi], values[lo:hi])
+        return priors, values
+
+    def _run(self, planes, legal, priors, values) -> None:
+        torch = self.torch
+        n = planes.shape[0]
+        b = next(b for b in self.buckets if b >= n)
+        run = self._runs[b]
+        with torch.inference_mode():
+            np.copyto(run["host_in"].numpy()[:n], planes, casting="unsafe")
+            host_legal = run["host_legal"].numpy()
+            host_legal[:n] = legal
+            host_legal[n:] = True  # padded rows: a finite softmax, results unused
+            run["dev_in"].copy_(run["host_in"], non_blocking=True)
+            run["dev_legal"].copy_(run["host_legal"], non_blocking=True)
+            run["forward"]()
+            run["host_out"][:n].copy_(run["dev_out"][:n], non_blocking=True)
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()
+            out = run["host_out"].numpy()
+            priors[:] = out[:n, : self.moves]
+            values[:] = out[:n, self.moves]
+
+    def load_weights(self, net: Any) -> None:
+        """New weights (same net config) into the same tensors: the graphs keep working."""
+        from training.learn.net import plain_state_dict, unwrap
+
+        source = unwrap(net)
+        if source.config != self.model.config:
+            raise ValueError(f"load_weights needs the same net config: {self.model.config} "
+                             f"in use, {source.config} offered")
+        with self.torch.no_grad():
+            self.model.load_state_dict(plain_state_dict(source))
+
+
+def build_evaluator(path: str | os.PathLike, device: str, *, jit: Any = "auto",
+                    dtype: Any = "auto", max_positions: int = 4096,
+                    graphs: str = "auto") -> tuple[Callable, int, Any]:
+    """The batch evaluator of the model file `path` on `device`: (evaluate, generation, net).
+    On a GPU a `BucketEvaluator` (CUDA graphs unless `graphs` is "off"); on a CPU
+    `make_evaluator` with the inference form `jit` (uint8 planes are cast on the way in)."""
+    from training.learn.net import load_model, make_evaluator, resolve_device
+
+    dev = resolve_device(device)
+    net, info = load_model(path, dev)
+    if dev.type == "cuda" or graphs == "on":
+        evaluate: Callable = BucketEvaluator(net, dev, dtype=dtype, max_positions=max_positions,
+                                             graphs=graphs != "off")
+    else:
+        evaluate = make_evaluator(net, dev, jit=jit, dtype=dtype)
+    return evaluate, info.generation, net
+
+
+# ------------------------------------------------------------------- the server process
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="the net server of a worker's search processes")
+    p.add_argument("--shm", required=True, help="shared memory name (made by the supervisor)")
+    p.add_argument("--layout", required=True, help="SLOTS,MAX_BATCH,CHANNELS,BOARD")
+    p.add_argument("--signals", required=True, help="DOORBELL_FD:DONE_FD,DONE_FD,...")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="model file to serve")
+    src.add_argument("--stand-in-latency-ms", type=float,
+                     help="serve a stand-in net that sleeps this long a call (benchmarks)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--jit", default="auto", help="inference form on a CPU (net.inference)")
+    p.add_argument("--dtype", default="auto", help="net.inference_dtype")
+    p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto",
+                   help="CUDA graphs by batch bucket (auto: on a GPU)")
+    p.add_argument("--gather-wait-ms", type=float, default=2.0)
+    p.add_argument("--max-positions", type=int, default=0,
+                   help="most positions in one net call (default: every slot full)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    return p.parse_args(argv)
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """The server process: attach, build, serve until stopped or orphaned."""
+    from training.run.signals import die_with_parent
+
+    die_with_parent()
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s net-server %(message)s")
+    slots = SharedSlots.attach(args.shm, SlotLayout.from_text(args.layout))
+    try:
+        return _serve(args, slots)
+    finally:
+        slots.close()
+
+
+def _serve(args: argparse.Namespace, slots: SharedSlots) -> int:
+    from training.run.signals import on_stop_signals
+
+    layout = slots.layout
+    signals = Signals.from_text(args.signals)
+    stop = threading.Event()
+    on_stop_signals(stop.set)
+    max_positions = args.max_positions or layout.n_slots * layout.max_batch
+    state: dict[str, Any] = {"pending": None}
+
+    build: Callable[[str], tuple[Callable, int, Any]] | None = None
+    if args.stand_in_latency_ms is not None:
+        state["evaluate"], generation = StandInNet(args.stand_in_latency_ms / 1000.0), 0
+    else:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+        def build(path: str) -> tuple[Callable, int, Any]:  # type: ignore[no-redef]
+            return build_evaluator(path, args.device, jit=args.jit, dtype=args.dtype,
+                                   max_positions=max_positions, graphs=args.graphs)
+
+        try:
+            state["evaluate"], generation, _ = build(args.model)
+        except Exception as e:  # noqa: BLE001 - any failure: say it on the last line, exit 2
+            print(f"error: {args.model}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+    server = net_server.NetServer(slots, signals, max_positions=max_positions,
+                                  gather_wait_s=args.gather_wait_ms / 1000.0)
+
+    def loader() -> None:
+        """Build each requested model beside the serving; `between` swaps it in."""
+        ctl = slots.ctl
+        done = max(ctl[C_MODEL_LOADED], ctl[C_MODEL_FAILED])
+        while not stop.is_set():
+            request = ctl[C_MODEL_REQUEST]
+            if request <= done or state["pending"] is not None:
+                stop.wait(0.02)
+                continue
+            path = slots.text("model_path")
+            started = time.perf_counter()
+            try:
+                if build is None:
+                    raise ServerError("a stand-in net takes no models")
+                state["pending"] = prepare(path, request)
+                log.info("model %s ready in %.2fs", path, time.perf_counter() - started)
+            except Exception as e:  # noqa: BLE001 - a bad model is refused, the old one serves
+                log.error("model %s refused: %s: %s", path, type(e).__name__, e)
+                slots.set_text("model_error", f"{path}: {type(e).__name__}: {e}")
+                ctl[C_MODEL_FAILED] = request
+            done = request
+
+    def prepare(path: str, request: int) -> tuple[str, Any, int, int]:
+        """("weights", net, ...) for new weights of the graphs' net, else ("swap",
+        evaluator, ...); the generation and the request follow."""
+        current = state["evaluate"]
+        if isinstance(current, BucketEvaluator):
+            from training.learn.net import load_model
+
+            net, info = load_model(path, "cpu")
+            if net.config == current.model.config:  # into the captured graphs' tensors
+                return "weights", net, info.generation, request
+        evaluate, generation, _ = build(path)
+        return "swap", evaluate, generation, request
+
+    def between() -> None:
+        """A prepared model goes in here, between two batches."""
+        pending = state["pending"]
+        if pending is None:
+            return
+        kind, obj, generation, request = pending
+        if kind == "weights":
+            state["evaluate"].load_weights(obj)
+        else:
+            state["evaluate"] = obj
+        slots.ctl[C_GENERATION] = generation
+        slots.ctl[C_MODEL_LOADED] = request
+        state["pending"] = None
+        log.info("generation %d serves", generation)
+
+    threading.Thread(target=loader, name="model-loader", daemon=True).start()
+    server.start(generation)
+    log.info("serving generation %d to %d slots on %s (pid %d)", generation, layout.n_slots,
+             args.device, os.getpid())
+    parent = os.getppid()
+    server.serve(lambda: state["evaluate"],
+                 should_stop=lambda: stop.is_set() or os.getppid() != parent,
+                 between=between)
+    stop.set()
+    log.info("stopped after %d batches, %d positions", server.batches, server.positions)
+    return 0
+
+
+# ------------------------------------------------------------------------ supervision
+
+
+class ServerProcess:
+    """A net server process and the shared slots it serves; restarted when it dies.
+
+    Args:
+        layout: the slots (one per search process).
+        model: the model file to start with (None with `stand_in_latency_s`).
+        stand_in_latency_s: serve a `StandInNet` with this latency instead (benchmarks).
+        device, jit, dtype, graphs: the server's device, CPU inference form, dtype and
+            CUDA graph choice (`build_evaluator`).
+        stderr_path: the server's log (appended; None: inherit).
+    """
+
+    def __init__(self, layout: SlotLayout, *, model: str | os.PathLike | None = None,
+                 stand_in_latency_s: float | None = None, device: str = "cpu",
+                 jit: Any = "auto", dtype: Any = "auto", graphs: str = "auto",
+                 gather_wait_s: float = 0.002, max_positions: int = 0, threads: int = 1,
+                 stderr_path: str | os.PathLike | None = None, nice: int = 0):
+        if (model is None) == (stand_in_latency_s is None):
+            raise ValueError("a net server serves a model file or a stand-in net (one of them)")
+        self.layout = layout
+        self.model = str(model) if model is not None else None
+        self.stand_in_latency_s = stand_in_latency_s
+        self.device, self.jit, self.dtype, self.graphs = device, str(jit), str(dtype), graphs
+        self.gather_wait_s = gather_wait_s
+        self.max_positions = max_positions
+        self.threads = threads
+        self.stderr_path = Path(stderr_path) if stderr_path else None
+        self.nice = nice
+        self.slots = SharedSlots.create(layout)
+        self.signals = Signals.create(layout.n_slots)
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self._next_start = 0.0
+        self._failures = 0
+
+    # -------------------------------------------------------------- lifecycle
+
+    def _command(self) -> list[str]:
+        src = (["--model", self.model] if self.model is not None
+               else ["--stand-in-latency-ms", str(self.stand_in_latency_s * 1000.0)])
+        return [sys.executable, "-m", "training.serve", "--shm", self.slots.name,
+                "--layout", *self.layout.to_args(), "--signals", *self.signals.to_args(),
+                *src, "--device", self.device, "--jit", self.jit, "--dtype", self.dtype,
+                "--graphs", self.graphs, "--gather-wait-ms", str(self.gather_wait_s * 1000.0),
+                "--max-positions", str(self.max_positions), "--threads", str(self.threads)]
+
+    def start(self, timeout_s: float = 300.0) -> None:
+        """Start the server and wait until it serves (ServerError naming why not)."""
+        epoch = self.slots.ctl[C_EPOCH]
+        err = open(self.stderr_path, "ab") if self.stderr_path else None
+        try:
+            self.proc = subprocess.Popen(
+                self._command(), pass_fds=self.signals.fds(), stdin=subprocess.DEVNULL,
+                stdout=err, stderr=err, cwd=str(Path(__file__).resolve().parents[1]),
+                preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None)
+        finally:
+            if err is not None:
+                err.close()
+        deadline = time.monotonic() + timeout_s
+        while self.slots.ctl[C_EPOCH] == epoch or self.slots.ctl[C_SERVER_PID] != self.proc.pid:
+            if self.proc.poll() is not None:
+                raise ServerError(f"the net server exited with code {self.proc.returncode} "
+                                  f"before serving{self._last_words()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                raise ServerError(f"the net server did not serve within {timeout_s:g} s"
+                                  f"{self._last_words()}")
+            time.sleep(0.01)
+
+    def _last_words(self) -> str:
+        if self.stderr_path is None or not self.stderr_path.exists():
+            return ""
+        with open(self.stderr_path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 2048))
+            lines = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        return f": {lines[-1]}" if lines else ""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart_if_dead(self) -> bool:
+        """Start a new server when the last one died (waiting between tries that fail);
+        True when a new one serves now. The clients' requests wait in their slots."""
+        if self.is_alive() or self.proc is None or time.monotonic() < self._next_start:
+            return False
+        log.warning("net server (pid %d) exited with code %s; restarting", self.proc.pid,
+                    self.proc.returncode)
+        try:
+            self.start()
+        except ServerError as e:
+            wait = RESTART_BACKOFF_S[min(self._failures, len(RESTART_BACKOFF_S) - 1)]
+            self._failures += 1
+            self._next_start = time.monotonic() + wait
+            log.error("net server restart failed (%s); next try in %.0fs", e, wait)
+            return False
+        self._failures = 0
+        self.restarts += 1
+        return True
+
+    def load_model(self, path: str | os.PathLike, timeout_s: float = 300.0) -> int:
+        """Have the server switch to the model file `path` (it keeps serving meanwhile);
+        returns the generation that now serves. ServerError when it refuses the file."""
+        ctl = self.slots.ctl
+        self.slots.set_text("model_path", str(path))
+        request = max(ctl[C_MODEL_REQUEST], ctl[C_MODEL_LOADED], ctl[C_MODEL_FAILED]) + 1
+        ctl[C_MODEL_REQUEST] = request
+        net_server.ring(self.signals.doorbell)
+        deadline = time.monotonic() + timeout_s
+        while ctl[C_MODEL_LOADED] < request:
+            if ctl[C_MODEL_FAILED] >= request:
+                raise ServerError(f"the net server refused {path}: "
+                                  f"{self.slots.text('model_error')}")
+            if not self.is_alive():
+                self.model = str(path)  # a restarted server starts with it
+                if self.restart_if_dead():
+                    return ctl[C_GENERATION]
+            if time.monotonic() > deadline:
+                raise ServerError(f"the net server did not load {path} within {timeout_s:g} s")
+            time.sleep(0.005)
+        self.model = str(path)
+        return ctl[C_GENERATION]
+
+    @property
+    def generation(self) -> int:
+        """The generation serving now (-1 before the first start)."""
+        return self.slots.ctl[C_GENERATION]
+
+    def client_args(self, slot: int) -> list[str]:
+        """Command-line words a search process attaches to slot `slot` with
+        (`training.search_processes`): the shared memory, its layout and the eventfds."""
+        return ["--shm", self.slots.name, "--layout", *self.layout.to_args(),
+                "--signals", *self.signals.to_args(), "--slot", str(slot)]
+
+    def client_fds(self, slot: int) -> tuple[int, ...]:
+        """The fds a search process on slot `slot` must inherit."""
+        return (self.signals.doorbell, self.signals.done[slot])
+
+    def stop(self) -> None:
+        """Stop the server (asked, then SIGTERM, then SIGKILL); the slots and eventfds go."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            self.slots.ctl[C_STOP] = 1
+            net_server.ring(self.signals.doorbell)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.slots.close()
+        self.signals.close()
+
+
+if __name__ == "__main__":
+    sys.exit(serve_main())
