@@ -327,3 +327,65 @@ def test_planes_of_the_search_are_zeros_and_ones():
         write_planes(boards, 0, HISTORY, out)
         seen |= set(np.unique(out).tolist())
     assert seen == {0.0, 1.0}
+
+
+# ------------------------------------------------------------------ the worker daemon
+
+
+def test_config_net_server_takes_true_false_or_auto(tiny_cfg):
+    from configs import ConfigError, dump_config, load_config_text
+
+    text = dump_config(tiny_cfg)
+    assert "net_server: auto" in text
+    for word, want in (("true", True), ("false", False), ("auto", "auto")):
+        cfg = load_config_text(text.replace("net_server: auto", f"net_server: {word}"))
+        assert cfg.self_play.net_server == want
+    with pytest.raises(ConfigError, match="self_play.net_server must be true, false or auto"):
+        load_config_text(text.replace("net_server: auto", "net_server: maybe"))
+
+
+def test_a_worker_with_the_net_server_plays_switches_models_and_stops_cleanly(tiny_cfg,
+                                                                              run_dir):
+    """The daemon's contract for the coach (models in, batches out, heartbeat, states) with
+    two search processes and a net server on the CPU."""
+    import threading
+
+    from configs import override
+    from distributed.status import WorkerState, read_heartbeat
+    from tests.test_worker import _publish
+    from training.go.records import outbox_batches, read_batch
+    from training.search.net_server import pid_alive
+    from training.worker import Worker
+
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "distributed.heartbeat_interval_s": 0.2,
+                              "self_play.net_server": True, "self_play.search_processes": 2,
+                              "distributed.max_outbox_batches": 10_000})
+    folder = run_dir / "workers" / "w1"
+    _publish(cfg, folder, 0)
+    worker = Worker(cfg, "w1", folder)
+    assert worker.uses_net_server()
+    t = threading.Thread(target=worker.run, kwargs={"max_games": 100_000})
+    t.start()
+    try:
+        wait_until(lambda: worker.generation == 0 and worker.games_done >= 10, 180,
+                   "generation 0 plays through the server")
+        server = worker._server
+        searchers = worker._selfplay.pids()
+        assert server.is_alive() and len(searchers) == 2 and all(searchers)
+        _publish(cfg, folder, 1, seed=1)
+        wait_until(lambda: worker.generation == 1, 60, "generation 1 in use")
+        done = worker.games_done  # games in progress (2 x 16) end first, with generation 0
+        wait_until(lambda: worker.games_done >= done + 100, 300, "games of generation 1")
+        assert read_heartbeat(folder / "status.json").generation == 1
+    finally:
+        worker.stop()
+        t.join(timeout=120)
+    assert not t.is_alive()
+    assert not server.is_alive() and not any(pid_alive(p) for p in searchers)
+    hb = read_heartbeat(folder / "status.json")
+    assert hb.state == WorkerState.OFFLINE and hb.generation == 1
+    records = [r for n in outbox_batches(folder / "outbox")
+               for r in read_batch(folder / "outbox" / n)[1]]  # validated by replay
+    assert len(records) == worker.games_done
+    assert {r.generation for r in records} == {0, 1}
+    assert len({r.seed for r in records}) == len(records)

@@ -2,7 +2,7 @@
 
     python -m training.serve --shm NAME --layout SLOTS,MAX_BATCH,C,N --signals FD:FD,...
                              (--model PATH | --stand-in-latency-ms MS) [--device cuda:0]
-                             [--jit auto] [--dtype auto] [--graphs auto] [--gather-wait-ms 2]
+                             [--jit auto] [--dtype auto] [--graphs auto] [--gather-wait-ms 10]
 
 Owns:
 - `ServerProcess`: what the worker daemon (or a test, or a benchmark) holds: the shared slots
@@ -212,7 +212,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="auto", help="net.inference_dtype")
     p.add_argument("--graphs", choices=("auto", "on", "off"), default="auto",
                    help="CUDA graphs by batch bucket (auto: on a GPU)")
-    p.add_argument("--gather-wait-ms", type=float, default=2.0)
+    p.add_argument("--gather-wait-ms", type=float, default=net_server.GATHER_WAIT_S * 1000)
     p.add_argument("--max-positions", type=int, default=0,
                    help="most positions in one net call (default: every slot full)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
@@ -344,7 +344,8 @@ class ServerProcess:
     def __init__(self, layout: SlotLayout, *, model: str | os.PathLike | None = None,
                  stand_in_latency_s: float | None = None, device: str = "cpu",
                  jit: Any = "auto", dtype: Any = "auto", graphs: str = "auto",
-                 gather_wait_s: float = 0.002, max_positions: int = 0, threads: int = 1,
+                 gather_wait_s: float = net_server.GATHER_WAIT_S, max_positions: int = 0,
+                 threads: int = 1,
                  stderr_path: str | os.PathLike | None = None, nice: int = 0):
         if (model is None) == (stand_in_latency_s is None):
             raise ValueError("a net server serves a model file or a stand-in net (one of them)")
@@ -360,6 +361,8 @@ class ServerProcess:
         self.slots = SharedSlots.create(layout)
         self.signals = Signals.create(layout.n_slots)
         self.proc: subprocess.Popen | None = None
+        self._lock = threading.RLock()  # the worker's loader and main loop may both restart
+        self._closed = False
         self.restarts = 0
         self._next_start = 0.0
         self._failures = 0
@@ -377,6 +380,10 @@ class ServerProcess:
 
     def start(self, timeout_s: float = 300.0) -> None:
         """Start the server and wait until it serves (ServerError naming why not)."""
+        with self._lock:
+            self._start(timeout_s)
+
+    def _start(self, timeout_s: float) -> None:
         epoch = self.slots.ctl[C_EPOCH]
         err = open(self.stderr_path, "ab") if self.stderr_path else None
         try:
@@ -417,12 +424,16 @@ class ServerProcess:
     def restart_if_dead(self) -> bool:
         """Start a new server when the last one died (waiting between tries that fail);
         True when a new one serves now. The clients' requests wait in their slots."""
+        with self._lock:
+            return self._restart_if_dead()
+
+    def _restart_if_dead(self) -> bool:
         if self.is_alive() or self.proc is None or time.monotonic() < self._next_start:
             return False
         log.warning("net server (pid %d) exited with code %s; restarting", self.proc.pid,
                     self.proc.returncode)
         try:
-            self.start()
+            self._start(300.0)
         except ServerError as e:
             wait = RESTART_BACKOFF_S[min(self._failures, len(RESTART_BACKOFF_S) - 1)]
             self._failures += 1
@@ -472,8 +483,13 @@ class ServerProcess:
         return (self.signals.doorbell, self.signals.done[slot])
 
     def stop(self) -> None:
-        """Stop the server (asked, then SIGTERM, then SIGKILL); the slots and eventfds go."""
-        proc, self.proc = self.proc, None
+        """Stop the server (asked, then SIGTERM, then SIGKILL); the slots and eventfds go.
+        A second call does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             self.slots.ctl[C_STOP] = 1
             net_server.ring(self.signals.doorbell)

@@ -160,6 +160,7 @@ class Worker:
         self._pending_since = 0.0  # monotonic time the oldest of them finished
         self._reserved: int | None = None  # a sequence number reserved, its batch unwritten
         self._heartbeat_failing = False
+        self._server: Any = None  # the net server process (self_play.net_server)
         self._make_disk_reserve()
 
     # ------------------------------------------------------------------ folder lock
@@ -198,7 +199,10 @@ class Worker:
     # ------------------------------------------------------------------ extension points
 
     def load_evaluator(self, model_path: Path) -> tuple[Callable, int]:
-        """Load a decompressed model file; returns (evaluate, generation)."""
+        """Load a decompressed model file; returns (evaluate, generation). With the net
+        server the server process loads it (and swaps it in between two batches)."""
+        if self.uses_net_server():
+            return self._serve_model(model_path)
         from training.learn.net import load_model, make_evaluator
 
         net, info = load_model(model_path, self.device)
@@ -210,7 +214,14 @@ class Worker:
 
     def make_selfplay(self, evaluate: Callable, generation: int) -> Any:
         """The self-play engine: `.step() -> [GameRecord]`, `.set_evaluator(fn, gen)`,
-        `.discard_unfinished() -> int`."""
+        `.discard_unfinished() -> int`. With the net server: `self_play.search_processes`
+        search processes through it (`training.search_processes.SearchProcesses`)."""
+        if self._server is not None:
+            from training.search_processes import SearchProcesses
+
+            return SearchProcesses(self.cfg, self._server,
+                                   processes=self.cfg.self_play.search_processes,
+                                   seed=self.seed)
         from training.search.selfplay import SelfPlay
 
         return SelfPlay(evaluate, self.cfg.go, self.cfg.mcts, self.cfg.self_play,
@@ -223,6 +234,43 @@ class Worker:
 
         meta = BatchMeta.from_records(self.name, records, max_moves=self.cfg.go.max_moves)
         write_batch(path, records, meta, level=self.cfg.distributed.wire_level)
+
+    # ------------------------------------------------------------------ the net server
+
+    def uses_net_server(self) -> bool:
+        """`self_play.net_server`: true, false, or auto (on when the device is a GPU)."""
+        choice = self.cfg.self_play.net_server
+        return self.device.startswith("cuda") if choice == "auto" else bool(choice)
+
+    def _serve_model(self, model_path: Path) -> tuple[Callable, int]:
+        """Start the net server with this model, or have the running one switch to it."""
+        from training.serve import ServerProcess
+
+        if self._server is None:
+            from training.go.features import num_planes
+            from training.search.net_server import SlotLayout
+
+            cfg = self.cfg
+            layout = SlotLayout(cfg.self_play.search_processes, cfg.self_play.batch_size,
+                                num_planes(cfg.net.history, cfg.net.liberties),
+                                cfg.go.board_size)
+            server = ServerProcess(layout, model=model_path, device=self.device,
+                                   jit=cfg.net.inference, dtype=cfg.net.inference_dtype,
+                                   threads=cfg.self_play.threads_per_worker)
+            try:
+                server.start()
+            except Exception:
+                server.stop()
+                raise
+            self._server = server
+            generation = server.generation
+        else:
+            generation = self._server.load_model(model_path)
+
+        def served(planes: Any, legal: Any) -> Any:
+            raise RuntimeError("this model is served by the net server process")
+
+        return served, generation
 
     # ------------------------------------------------------------------ the daemon
 
@@ -293,6 +341,15 @@ class Worker:
             n = int(self._selfplay.discard_unfinished() or 0)
             with self._lock:
                 self.discarded_games += n
+            close = getattr(self._selfplay, "close", None)  # search processes' last games
+            for rec in close() if close is not None else ():
+                self._pending.append(rec)
+                with self._lock:
+                    self.games_done += 1
+                    self.positions_done += int(getattr(rec, "num_moves", 0))
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
         if self._pending and not self._flush(len(self._pending)):
             log.error("the last %d finished games could not be written", len(self._pending))
         if observer is not None:

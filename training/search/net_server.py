@@ -85,7 +85,16 @@ SERVER_TICK_S = 0.05
 SPIN_S = 0.0001
 """Both ends look for an answer (a request) this long before they sleep on an eventfd: a
 wake-up from a blocking wait costs 5-10 us on bare metal but about 75 us in a virtual
-machine (measured here: 150 us an eventfd ping-pong, 1.6 us a spinning one)."""
+machine (measured here: 150 us an eventfd ping-pong, 1.6 us a spinning one). Each end spins
+only while its last wait was short (under `SPIN_WHILE_WAITS_UNDER_S`): a wait for a net
+call of milliseconds would only burn the CPU the searches need."""
+SPIN_WHILE_WAITS_UNDER_S = 5 * SPIN_S
+GATHER_WAIT_S = 0.010
+"""How long the server waits, with some requests in, for every other live client's: a
+worker's search processes then step together and each batch holds all of them. Measured on
+2 cores, 2 search processes and a stand-in net of 3 ms a call (`benchmarks/gpu_ceiling.py`):
+10 ms gave 2.0x the mean batch of one process and 1.8x its moves/s; 5 ms 1.9x and 1.7x;
+2 ms 1.4x and 1.5x. A client that is slow to send costs the others at most this per call."""
 
 
 class NetServerUnavailable(RuntimeError):
@@ -331,6 +340,7 @@ class NetClient:
         self.signals = signals
         self.call_timeout_s = call_timeout_s
         self.spin_s = spin_s
+        self._last_wait_s = 0.0
         self.generation = -1
         self.calls = 0
         self.positions = 0
@@ -384,7 +394,8 @@ class NetClient:
         header[S_SEQ] = seq
         header[S_STATE] = READY  # last: the server reads the request after this
         ring(self.signals.doorbell)
-        spin_end = time.perf_counter() + self.spin_s
+        asked = time.perf_counter()
+        spin_end = asked + (self.spin_s if self._last_wait_s < SPIN_WHILE_WAITS_UNDER_S else 0)
         while header[S_RESULT_SEQ] != seq and time.perf_counter() < spin_end:
             pass
         waited_since = time.monotonic()
@@ -397,6 +408,7 @@ class NetClient:
                     f"no answer from the net server (pid {self.slots.ctl[C_SERVER_PID]})"
                     f" for slot {self.slot} in {self.call_timeout_s:g} s")
             ring(self.signals.doorbell)  # a restarted server may not have heard the first
+        self._last_wait_s = time.perf_counter() - asked
         priors[:] = self._priors[:n]
         values[:] = self._values[:n]
         self.generation = header[S_GENERATION]
@@ -420,17 +432,17 @@ class NetServer:
         spin_s: how long to look for requests before sleeping on the doorbell (`SPIN_S`).
         max_positions: most positions in one batch (default: all slots full).
         gather_wait_s: with some slots ready, how long to wait for the other live clients'
-            requests before running what is there (a larger batch at about the same cost on
-            a GPU; 0: run at once).
+            requests before running what is there (`GATHER_WAIT_S`; 0: run at once).
     """
 
     def __init__(self, slots: SharedSlots, signals: Signals, *, max_positions: int = 0,
-                 gather_wait_s: float = 0.002, spin_s: float = SPIN_S):
+                 gather_wait_s: float = GATHER_WAIT_S, spin_s: float = SPIN_S):
         lay = slots.layout
         self.slots = slots
         self.signals = signals
         self.gather_wait_s = gather_wait_s
         self.spin_s = spin_s
+        self._idle_s = 0.0  # the last wait for a request
         self.max_positions = max_positions or lay.n_slots * lay.max_batch
         if self.max_positions < lay.max_batch:
             raise ValueError(f"max_positions {self.max_positions} is below one slot's "
@@ -484,13 +496,16 @@ class NetServer:
     def _gather(self) -> list[int]:
         """The slots to serve now (maybe none, after a tick without a doorbell)."""
         ready = self._ready()
-        spin_end = time.perf_counter() + self.spin_s
-        while not ready and time.perf_counter() < spin_end:
-            ready = self._ready()
         if not ready:
-            if wait_fd(self._poll, SERVER_TICK_S):
-                drain(self.signals.doorbell)
-            ready = self._ready()
+            started = time.perf_counter()
+            spin = self.spin_s if self._idle_s < SPIN_WHILE_WAITS_UNDER_S else 0.0
+            while not ready and time.perf_counter() < started + spin:
+                ready = self._ready()
+            if not ready:
+                if wait_fd(self._poll, SERVER_TICK_S):
+                    drain(self.signals.doorbell)
+                ready = self._ready()
+            self._idle_s = time.perf_counter() - started
             if not ready:
                 return ready
         hdr = self.slots.hdr
