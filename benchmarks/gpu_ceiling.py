@@ -215,6 +215,7 @@ def phase_latency(args) -> dict:
     finally:
         server.stop()
     one = {k: (before[k] + after[k]) / 2 for k in before}
+    one["processes"] = 1
     return {"phase": "latency", "latency_ms": args.latency_ms, "by_processes": {"1": one, "2": two},
             "moves_ratio": two["moves_per_s"] / max(one["moves_per_s"], 1e-9),
             "batch_ratio": two["mean_batch"] / max(one["mean_batch"], 1e-9)}

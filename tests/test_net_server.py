@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest

@@ -152,11 +152,11 @@ class BucketEvaluator:
         run = self._runs[b]
         with torch.inference_mode():
             np.copyto(run["host_in"].numpy()[:n], planes, casting="unsafe")
-            host_legal = run["host_legal"].numpy()
-            host_legal[:n] = legal
-            host_legal[n:] = True  # padded rows: a finite softmax, results unused
-            run["dev_in"].copy_(run["host_in"], non_blocking=True)
-            run["dev_legal"].copy_(run["host_legal"], non_blocking=True)
+            run["host_legal"].numpy()[:n] = legal
+            # only the rows in use go over; the padded rows keep what an earlier call left
+            # (legal rows all have a legal move: the softmax stays finite, results unused)
+            run["dev_in"][:n].copy_(run["host_in"][:n], non_blocking=True)
+            run["dev_legal"][:n].copy_(run["host_legal"][:n], non_blocking=True)
             run["forward"]()
             run["host_out"][:n].copy_(run["dev_out"][:n], non_blocking=True)
             if self.device.type == "cuda":
