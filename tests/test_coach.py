@@ -194,7 +194,7 @@ def test_status_file_shows_states_weights_and_shares(tiny_cfg, run_dir):
     coach.fleet.members["worker1"].games_collected = 30
     coach.fleet.members["worker2"].games_collected = 10
     coach.states["worker2"] = WorkerState.OFFLINE
-    coach.rounds.generation = 3
+    coach.generations.generation = 3
     from training.fleet.collector import WorkerTally
 
     coach.collector.tally["worker2"] = WorkerTally(batches=1, games=10, rejected=2)
@@ -386,11 +386,11 @@ def _train_one_round(coach, result_file: str = "") -> bool:
     coach.start_round()
     assert coach.rounds.current is not None and coach.rounds.current.generation == gen
     t0 = time.monotonic()
-    while coach.rounds.concluded == 0:
+    while coach.generations.concluded == 0:
         assert time.monotonic() - t0 < 60, "the round did not end"
         coach._advance_training()
         time.sleep(0.05)
-    assert coach.rounds.generation == gen and coach.rounds.current is None
+    assert coach.generations.generation == gen and coach.rounds.in_hand() is None
     return coach.fleet.target.generation == gen
 
 
@@ -411,7 +411,7 @@ def _round_coach(tiny_cfg, run_dir):
     coach = _coach(tiny_cfg, run_dir, ["worker1"], **{
         "logging.dir": str(run_dir.parent / "logs"), "evaluation.games": 0,
         "evaluation.gnugo_games": 0, "evaluation.gating": "none"})
-    coach.rounds.generation = 0
+    coach.generations.generation = 0
     return coach
 
 
@@ -422,7 +422,7 @@ def test_the_round_result_file_gives_the_loss_and_the_model_goes_out(tiny_cfg, r
     prepared = run_dir.parent / "prepared.json"
     round_result.write(prepared, _round_result(1, 0.75))
     assert _train_one_round(coach, str(prepared))
-    assert coach.rounds.last_loss == 0.75 and coach.rounds.concluded == 1
+    assert coach.generations.last_loss == 0.75 and coach.generations.concluded == 1
     assert (coach.paths.models / "model_000001.json").exists()
 
 
@@ -434,7 +434,9 @@ def test_a_round_driven_alone_reports_started_published_concluded(tiny_cfg, run_
     import time
 
     from training.learn import round_result
-    from training.rounds import Counts, ModelPublished, RoundConcluded, Rounds, RoundStarted
+    from training.generations import (Counts, Generations, ModelPublished, RoundConcluded,
+                                      RoundStarted)
+    from training.rounds import Rounds
     from training.run.run_dir import RunDir
 
     cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(run_dir / "logs"),
@@ -444,11 +446,12 @@ def test_a_round_driven_alone_reports_started_published_concluded(tiny_cfg, run_
     source = _model_file(run_dir.parent / "source.pt", cfg)
     prepared = run_dir.parent / "prepared.json"
     round_result.write(prepared, _round_result(1, 0.5))
-    rounds = Rounds(cfg, paths, threading.Event(), trainer_cmd=[
+    gens = Generations(cfg, paths, threading.Event())
+    rounds = Rounds(gens, trainer_cmd=[
         sys.executable, "-c", FAKE_TRAINER, str(source), str(paths.model(1)), str(prepared),
         str(paths.round_result(1))])
-    rounds.ensure_first_model()
-    assert rounds.generation == 0
+    gens.ensure_first_model()
+    assert gens.generation == 0
     assert rounds.advance(Counts(total_games=9, target=10)) == []  # not due
     events = rounds.advance(Counts(total_games=10, target=10))
     assert events == [RoundStarted(1)]
@@ -459,7 +462,7 @@ def test_a_round_driven_alone_reports_started_published_concluded(tiny_cfg, run_
         seen += rounds.advance(Counts(total_games=12, target=10))
         time.sleep(0.05)
     assert seen == [ModelPublished(1), RoundConcluded(1, True, seen[1].train_s, None)]
-    assert rounds.generation == 1 and rounds.last_loss == 0.5 and rounds.new_games(12) == 2
+    assert gens.generation == 1 and gens.last_loss == 0.5 and rounds.new_games(12) == 2
 
 
 def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
@@ -473,8 +476,9 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
     import time
 
     from training.learn import round_result
-    from training.rounds import (Counts, ModelPublished, Rated, RoundConcluded, Rounds,
-                                 RoundStarted)
+    from training.generations import (Counts, Generations, ModelPublished, Rated,
+                                      RoundConcluded, RoundStarted)
+    from training.rounds import Rounds
     from training.run import metrics
     from training.run.run_dir import RunDir
 
@@ -485,13 +489,14 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
     source = _model_file(run_dir.parent / "source.pt", cfg)
     release = threading.Event()
 
-    class HeldArena(Rounds):  # the real arena, started only once the test lets it
+    class HeldArena(Generations):  # the real arena, started only once the test lets it
         def _evaluate(self, generation):
             assert release.wait(60)
             return super()._evaluate(generation)
 
-    rounds = HeldArena(cfg, paths, threading.Event())
-    rounds.ensure_first_model()
+    gens = HeldArena(cfg, paths, threading.Event())
+    rounds = Rounds(gens)
+    gens.ensure_first_model()
 
     def train(gen: int, total: int) -> list:
         prepared = run_dir.parent / f"prepared_{gen}.json"
@@ -509,14 +514,14 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
 
     seen = train(1, 10)
     assert seen[1:] == [ModelPublished(1), RoundConcluded(1, True, seen[2].train_s, None)]
-    assert rounds.rating is not None and rounds.rating.is_alive()  # generation 1's arena
-    with caplog.at_level(logging.INFO, logger="training.rounds"):
+    assert gens.rating is not None and gens.rating.is_alive()  # generation 1's arena
+    with caplog.at_level(logging.INFO, logger="training.generations"):
         seen = train(2, 20)  # the next round starts and ends while generation 1 is rated
     assert seen[1:] == [ModelPublished(2), RoundConcluded(2, True, seen[2].train_s, None)]
     assert "generation 2 is not rated" in caplog.text
     release.set()
     t0, seen = time.monotonic(), []
-    while rounds.rating is not None:
+    while gens.rating is not None:
         assert time.monotonic() - t0 < 120, "the arena did not end"
         seen += rounds.advance(Counts(total_games=20, target=10))
         time.sleep(0.05)
@@ -524,10 +529,10 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
     rows = {r["generation"]: r for r in metrics.read_metrics(run_dir)}
     assert rows[1]["arena_opponent"] == 0 and rows[1]["arena_wins"] + rows[1][
         "arena_draws"] + rows[1]["arena_losses"] == 2 and isinstance(rows[1]["elo"], float)
-    assert "elo" not in rows.get(2, {}) and rounds.elo == rows[1]["elo"]
+    assert "elo" not in rows.get(2, {}) and gens.elo == rows[1]["elo"]
     train(3, 30)  # rated against generation 1: every link of the chain is a measured one
     t0 = time.monotonic()
-    while rounds.rating is not None:
+    while gens.rating is not None:
         assert time.monotonic() - t0 < 120, "the arena did not end"
         rounds.advance(Counts(total_games=30, target=10))
         time.sleep(0.05)
@@ -581,14 +586,15 @@ def test_a_model_with_a_nan_weight_is_never_published(tiny_cfg, run_dir, caplog)
     coach = _round_coach(tiny_cfg, run_dir)
     poisoned = _model_file(run_dir.parent / "nan.pt", tiny_cfg, poison=True)
     gen = _start_fake_round(coach, source=poisoned)
-    with caplog.at_level("ERROR", logger="training.rounds"):
+    with caplog.at_level("ERROR", logger="training.generations"):
         coach.start_round()
         t0 = time.monotonic()
-        while coach.rounds.current is not None:
+        while coach.rounds.in_hand() is not None:
             assert time.monotonic() - t0 < 60, "the round did not end"
             coach._advance_training()
             time.sleep(0.05)
-    assert coach.rounds.generation == 0 and coach.rounds.concluded == 0  # not published
+    gens = coach.generations
+    assert gens.generation == 0 and gens.concluded == 0  # not published
     assert not coach.paths.model(gen).exists()
     assert coach.paths.model(gen).with_name(f"model_{gen:06d}.pt.refused").exists()
     assert not (coach.paths.models / f"model_{gen:06d}.json").exists()
@@ -600,10 +606,10 @@ def test_a_round_without_a_result_counts_with_its_loss_unknown(tiny_cfg, run_dir
     coach.paths.create()
     stale = coach.paths.round_result(1)  # left by an earlier attempt: not this round's
     stale.write_text(json.dumps({"generation": 1, "loss": 9.0}))
-    with caplog.at_level("WARNING", logger="training.rounds"):
+    with caplog.at_level("WARNING", logger="training.generations"):
         _train_one_round(coach)
-    assert coach.rounds.last_loss is None and coach.rounds.concluded == 1
-    assert coach.rounds.generation == 1
+    assert coach.generations.last_loss is None and coach.generations.concluded == 1
+    assert coach.generations.generation == 1
     assert not stale.exists()
     assert "wrote no round result" in caplog.text
 
@@ -613,10 +619,10 @@ def test_an_unreadable_round_result_is_logged_and_the_round_still_counts(tiny_cf
     coach = _round_coach(tiny_cfg, run_dir)
     prepared = run_dir.parent / "prepared.json"
     prepared.write_text("{not json")
-    with caplog.at_level("ERROR", logger="training.rounds"):
+    with caplog.at_level("ERROR", logger="training.generations"):
         _train_one_round(coach, str(prepared))
-    assert coach.rounds.last_loss is None and coach.rounds.concluded == 1
-    assert coach.rounds.generation == 1
+    assert coach.generations.last_loss is None and coach.generations.concluded == 1
+    assert coach.generations.generation == 1
     assert "round result is unreadable" in caplog.text
 
 
@@ -630,7 +636,7 @@ def test_a_resumed_run_keeps_the_board_and_net_it_was_started_with(tiny_cfg, run
     first = Coach(override(tiny_cfg, {"run.dir": str(run_dir)}), watch_config=False,
                   status_path=run_dir / "status.txt")
     first._prepare_run_dir()
-    first.rounds.ensure_first_model()
+    first.generations.ensure_first_model()
     first._lock.release()
     newer = override(tiny_cfg, {"run.dir": str(run_dir), "net.liberties": True,
                                 "net.soft_policy_head": True, "net.inference": "eager",
@@ -778,7 +784,7 @@ def test_the_trainers_last_error_reaches_status_txt(tiny_cfg, run_dir):
     coach = _set_up_coach(tiny_cfg, run_dir)
     coach._write_status()
     assert parse_status_text((run_dir / "status.txt").read_text()).trainer_error == ""
-    coach.rounds.trainer_error = "trainer failed 3 times in a row: exit 1; ValueError: bad"
+    coach.generations.trainer_error = "trainer failed 3 times in a row: exit 1; ValueError: bad"
     coach._write_status()
     shown = parse_status_text((run_dir / "status.txt").read_text()).trainer_error
     assert shown.startswith("trainer failed 3 times in a row") and "ValueError" in shown

@@ -314,8 +314,8 @@ def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generat
     import logging
     import threading
 
-    from training.continuous_rounds import ContinuousRounds
-    from training.rounds import Counts, ModelPublished, RoundConcluded
+    from training.generations import Counts, Generations, ModelPublished, RoundConcluded
+    from training.long_lived_trainer import LongLivedTrainer
 
     caplog.set_level(logging.INFO)
     run = tmp_path / "run"
@@ -326,8 +326,9 @@ def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generat
         "evaluation.gnugo_games": 0, "distributed.backoff_max_s": 1.0}))
     paths = RunDir(run).create()
     paths.config.write_text(dump_config(cfg))
-    rounds = ContinuousRounds(cfg, paths, threading.Event())
-    rounds.ensure_first_model()
+    gens = Generations(cfg, paths, threading.Event())
+    rounds = LongLivedTrainer(gens)
+    gens.ensure_first_model()
     ingested: list[tuple[str, int]] = []
 
     def ingest(batch: tuple[Path, int]) -> None:  # what the collector does
@@ -339,7 +340,7 @@ def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generat
     def drive_until(generation: int) -> None:
         def published() -> bool:
             events.extend(rounds.advance(Counts(8 * len(ingested), 8,
-                                                ingested=lambda start=0: ingested[start:])))
+                                                ingested=tuple(ingested))))
             # the coach takes in the newest generation: one trained meanwhile may be skipped
             return any(isinstance(e, ModelPublished) and e.generation >= generation
                        for e in events)
@@ -373,13 +374,14 @@ def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generat
 def test_the_trainer_log_is_read_from_its_end_and_rotated_when_large(tmp_path, monkeypatch):
     """A trainer's exit reads the last lines of its log from its last 64 KiB only, and a log
     past its size limit is moved to `.1` when the next trainer starts."""
-    from training import continuous_rounds as cr
+    from training import long_lived_trainer as cr
+    from training.run.child_process import log_tail
 
     log = tmp_path / "trainer_continuous.log"
     with open(log, "wb") as f:
         f.write(b"x" * (8 << 20) + b"\n")  # a long line: never read whole
         f.write(b"".join(b"line %d\n" % i for i in range(40)))
-    assert cr._tail(log, 3).splitlines() == ["line 37", "line 38", "line 39"]
+    assert log_tail(log, 3).splitlines() == ["line 37", "line 38", "line 39"]
     monkeypatch.setattr(cr, "LOG_ROTATE_BYTES", 1 << 20)
     cr._rotate(log)
     assert not log.exists() and (tmp_path / "trainer_continuous.log.1").stat().st_size > 8 << 20

@@ -1,7 +1,7 @@
 """A trainer that keeps failing shows its last error in status.txt and on the run page.
 
 What is checked, with the real trainer (`python -m training.trainer`) started by the coach's
-side of training (`Rounds`, `ContinuousRounds`) from a config file it refuses: each exit is
+side of training (`Rounds`, `LongLivedTrainer`) from a config file it refuses: each exit is
 counted, `trainer_error` names how many failures in a row, the exit and the log's last error
 line, and status.txt (written and read back) and the page show it; a round that trains clears
 it. Also the error line picked from a log's tail, and a tail read from the end of a large log.
@@ -21,7 +21,8 @@ from configs import dump_config, load_config, override
 from distributed.status import StatusSnapshot, read_status, write_status
 from distributed.status_page import render_html
 from tests.conftest import REPO, wait_until
-from training.rounds import Counts, last_error_line, log_tail
+from training.generations import Counts, Generations, last_error_line
+from training.run.child_process import log_tail
 from training.run.run_dir import RunDir
 
 TINY = REPO / "configs" / "tiny.yaml"
@@ -42,7 +43,7 @@ def _growing() -> Iterator[Counts]:
     """What the coach counts on each pass: a game more each time (a failed round is due
     again once new games came)."""
     for games in itertools.count(100):
-        yield Counts(games, 1, new_positions=lambda g: 10**6)
+        yield Counts(games, 1, new_positions=10**6)
 
 
 def _status_shows(tmp_path: Path, error: str) -> str:
@@ -55,20 +56,21 @@ def _status_shows(tmp_path: Path, error: str) -> str:
 
 @pytest.mark.parametrize("mode", ["continuous", "rounds"])
 def test_a_trainer_that_keeps_failing_shows_its_last_error_in_status_txt(tmp_path, mode):
-    from training.continuous_rounds import ContinuousRounds
+    from training.long_lived_trainer import LongLivedTrainer
     from training.rounds import Rounds
 
     cfg, run, cmd = _setup(tmp_path, mode)
-    kind = ContinuousRounds if mode == "continuous" else Rounds
-    rounds = kind(cfg, run, threading.Event(), trainer_cmd=cmd)
-    rounds.ensure_first_model()
+    kind = LongLivedTrainer if mode == "continuous" else Rounds
+    gens = Generations(cfg, run, threading.Event())
+    rounds = kind(gens, trainer_cmd=cmd)
+    gens.ensure_first_model()
     counts = _growing()
     try:
-        wait_until(lambda: (rounds.advance(next(counts)), rounds.trainer_failures >= 2)[1], 120,
+        wait_until(lambda: (rounds.advance(next(counts)), gens.trainer_failures >= 2)[1], 120,
                    "two trainer failures", interval_s=0.2)
     finally:
         rounds.abandon()
-    error = rounds.trainer_error
+    error = gens.trainer_error
     assert "trainer failed 2 times in a row" in error and "exit 2" in error, error
     assert "bogus_section" in error, error  # the config error the trainer printed
     shown = _status_shows(tmp_path, error)
@@ -80,21 +82,22 @@ def test_a_round_that_trains_clears_the_trainer_error(tmp_path):
     from training.rounds import Rounds
 
     cfg, run, cmd = _setup(tmp_path, "rounds")
-    rounds = Rounds(cfg, run, threading.Event(), trainer_cmd=cmd)
-    rounds.ensure_first_model()
+    gens = Generations(cfg, run, threading.Event())
+    rounds = Rounds(gens, trainer_cmd=cmd)
+    gens.ensure_first_model()
     counts = _growing()
-    wait_until(lambda: (rounds.advance(next(counts)), rounds.trainer_failures >= 1)[1], 120,
+    wait_until(lambda: (rounds.advance(next(counts)), gens.trainer_failures >= 1)[1], 120,
                "a trainer failure", interval_s=0.2)
-    assert "trainer failed once" in rounds.trainer_error
+    assert "trainer failed once" in gens.trainer_error
     # the next trainer writes its model and exits 0 (the round's own command, not a real one)
     model = run.model(rounds.next_generation())
     rounds.trainer_cmd = [sys.executable, "-c", "import shutil, sys; shutil.copy(sys.argv[1], "
                           "sys.argv[2])", str(run.model(0)), str(model)]
     rounds.retry_at = 0.0
-    wait_until(lambda: (rounds.advance(next(counts)), rounds.concluded >= 1)[1], 120,
+    wait_until(lambda: (rounds.advance(next(counts)), gens.concluded >= 1)[1], 120,
                "a round that trains", interval_s=0.2)
-    assert rounds.trainer_error == "" and rounds.trainer_failures == 0
-    write_status(tmp_path / "s.txt", StatusSnapshot(trainer_error=rounds.trainer_error))
+    assert gens.trainer_error == "" and gens.trainer_failures == 0
+    write_status(tmp_path / "s.txt", StatusSnapshot(trainer_error=gens.trainer_error))
     assert "Trainer error" not in (tmp_path / "s.txt").read_text()
 
 

@@ -197,12 +197,12 @@ def _wait_round(coach, timeout_s: float) -> float:
 
     t0 = time.monotonic()
     rnd = coach.rounds.current
-    while coach.rounds.current is rnd and rnd.evaluation is None:
+    while coach.rounds.current is rnd:
         assert time.monotonic() - t0 < timeout_s, "the round did not end in time"
         coach._advance_training()
         time.sleep(0.2)
-    if rnd.evaluation is not None:
-        rnd.evaluation.join(60)
+    if (taken := coach.generations.evaluating) is not None:
+        taken.evaluation.join(60)
     return time.monotonic() - t0
 
 
@@ -218,7 +218,7 @@ def test_the_coach_trains_a_round_with_a_node_over_ssh(work, node_host):
         seconds = _wait_round(coach, 150)
         assert _status_nodes(coach) == "node1 Ready"
     finally:
-        if coach.rounds.current is not None and coach.rounds.current.evaluation is None:
+        if coach.rounds.current is not None:
             coach.rounds.current.popen.kill()
         coach.rounds.training_nodes.stop_round()
         coach.rounds.training_nodes.close()
@@ -299,11 +299,11 @@ def test_training_nodes_follow_config_edits_from_the_next_round(tmp_path):
     coach.rounds.sync_training_nodes()
     assert coach.rounds.training_nodes is first  # unchanged config: the same nodes, kept set up
     # what the coach's config reload hands the rounds
-    coach.rounds.cfg = override(cfg, {"distributed.training_nodes": [node("node1"),
-                                                                      node("node2")]})
+    coach.generations.cfg = override(cfg, {"distributed.training_nodes": [
+        node("node1"), node("node2")]})
     coach.rounds.sync_training_nodes()
     assert coach.rounds.training_nodes.names() == ["node1", "node2"]
-    coach.rounds.cfg = override(cfg, {"distributed.training_nodes": []})
+    coach.generations.cfg = override(cfg, {"distributed.training_nodes": []})
     coach.rounds.sync_training_nodes()
     assert coach.rounds.training_nodes is None and coach.snapshot().training_nodes == ""
     local = Coach(cfg, distributed=False, watch_config=False)

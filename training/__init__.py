@@ -10,7 +10,9 @@ import against this order):
 - learn/   the net, the replay window, the parts of a training round
 - play/    GTP players, referee, GNU Go series, arena, ratings
 - fleet/   worker supervision, local and SSH backends, the collector, load balancing
-- top      coach, rounds, and the commands: trainer, worker, simworker, gtp, strength, sandbox
+- top      the coach, its trainer drivers (rounds, long_lived_trainer) and what follows a
+           trained generation (generations), branch; and the commands: trainer, worker,
+           simworker, serve, search_processes, gtp, analysis, strength, sandbox
 
 A room imports only from the rooms below it (go and run at the bottom; search on go; learn on
 go and run; play on go, run, search and learn; fleet on go, run, learn and `distributed/`); the

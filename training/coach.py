@@ -20,8 +20,10 @@ never touches a host, so one dead link delays nobody; each pass (every
   4. train (`training.rounds`): once `self_play.games_per_worker` x active workers new games
      have arrived since the last round, run one training round as a subprocess
      (`python -m training.trainer`, or `torchrun` for several GPUs) while collecting goes
-     on; then (optional gating) publish `models/model_<gen>.pt.zst` + manifest, which every
-     supervisor pushes to its worker;
+     on (training.mode continuous: one long-lived trainer, `training.long_lived_trainer`);
+     each trained generation goes through `training.generations`: (optional gating)
+     publish `models/model_<gen>.pt.zst` + manifest, which every supervisor pushes to its
+     worker;
   5. `distributed/status.txt` (atomic), the metrics row and `progress.png`
      (`training.run.metrics`), a progress line in the log.
 
@@ -80,12 +82,14 @@ from distributed.status import (
 from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
-from training.continuous_rounds import ContinuousRounds
 from training.fleet.collector import (Collector, batch_rules, full_batch_positions,
                                       partial_batch_pace, validate_with_records)
 from training.fleet.fleet import Fleet
-from training.rounds import (REPO, Counts, ModelPublished, Rated, RoundConcluded, Rounds,
-                             RoundStarted)
+from training.generations import (Counts, Driver, Generations, ModelPublished, Rated,
+                                  RoundConcluded, RoundStarted)
+from training.long_lived_trainer import LongLivedTrainer
+from training.rounds import Rounds
+from training.run.child_process import REPO
 from training.run.run_dir import STRENGTH_GAMES, RunDir, absolute_paths
 from training.run.run_lock import RunLock
 from training.run.signals import on_stop_signals
@@ -162,12 +166,19 @@ class Coach:
         self._window_figure: tuple | None = None  # (ledger size and settings, window())
         self.fleet: Fleet | None = None
         self.collector: Collector | None = None
-        # training rounds and published models; the coach reacts to their events
-        # training.mode continuous: one long-lived trainer (its mode is fixed for the coach)
-        kind = ContinuousRounds if cfg.training.mode == "continuous" else Rounds
-        self.rounds = kind(self.cfg, self.paths, self._stop, trainer_cmd=trainer_cmd,
-                           distributed=self.distributed, initial_model=initial_model,
-                           run_hours=self.run_hours)
+        # trained generations and published models, and the trainer's driver: a round per
+        # generation, or (training.mode continuous, fixed for the coach) one long-lived
+        # trainer; the coach reacts to their events
+        self.generations = Generations(self.cfg, self.paths, self._stop,
+                                       initial_model=initial_model)
+        self.rounds: Driver
+        if cfg.training.mode == "continuous":
+            self.rounds = LongLivedTrainer(self.generations, trainer_cmd=trainer_cmd,
+                                           run_hours=self.run_hours)
+        else:
+            self.rounds = Rounds(self.generations, trainer_cmd=trainer_cmd,
+                                 distributed=self.distributed, run_hours=self.run_hours)
+        self._ingested_upto = 0  # the collector's ingested batches handed to the driver
         self.model_sync_s: float | None = None  # push to every active worker running it
         self._push_started: dict[int, float] = {}
         self._started = time.monotonic()
@@ -206,7 +217,7 @@ class Coach:
                         "config's: %s (for the config's, start a new run: --fresh or another "
                         "run.dir)", "; ".join(f"{k} {a!r} (the config says {b!r})"
                                               for k, a, b in kept))
-            self.cfg = self.rounds.cfg = _with_fixed_keys(self.cfg, started)
+            self.cfg = self.generations.cfg = _with_fixed_keys(self.cfg, started)
 
     @property
     def run_config_path(self) -> Path:
@@ -250,11 +261,11 @@ class Coach:
         self.collector = Collector(self.run_dir, validate_with_records(
             self.cfg.go.board_size, self.cfg.go.komi,
             sidecar_dir=sidecar_dir(self.paths.replay),
-            max_generation=lambda: self.rounds.generation,
+            max_generation=lambda: self.generations.generation,
             rules=lambda: batch_rules(self.cfg)),
             max_rejected=self.cfg.distributed.max_rejected_batches)
         self._pace_collector()
-        self.rounds.ensure_first_model()
+        self.generations.ensure_first_model()
         self.rounds.games_at_gen = self.total_games()
         self.fleet = self._make_fleet()
         self.rounds.sync_training_nodes()
@@ -322,10 +333,10 @@ class Coach:
 
     def _summary(self, t0: float) -> CoachSummary:
         summary = CoachSummary(
-            generations=self.rounds.concluded, games=self.total_games(),
+            generations=self.generations.concluded, games=self.total_games(),
             batches=len(self.collector.ingested_entries()),
             rejected=sum(t.rejected for t in self.collector.tally.values()),
-            last_generation=self.rounds.generation, seconds=time.monotonic() - t0)
+            last_generation=self.generations.generation, seconds=time.monotonic() - t0)
         log.info("coach finished: generations=%d games=%d batches=%d rejected=%d gen=%d "
                  "seconds=%.0f", summary.generations, summary.games, summary.batches,
                  summary.rejected, summary.last_generation, summary.seconds)
@@ -339,8 +350,8 @@ class Coach:
             self._stop_reason = self._stop_reason or f"the hours limit (run.hours {limit:g})"
             return True
         n = self.cfg.run.iterations
-        if (n > 0 and self.rounds.concluded >= n and self.rounds.current is None
-                and self.rounds.rating is None):
+        if (n > 0 and self.generations.concluded >= n and self.rounds.in_hand() is None
+                and self.generations.rating is None):
             self._stop_reason = self._stop_reason or f"{n} iterations (run.iterations)"
             return True
         return False
@@ -361,7 +372,7 @@ class Coach:
             return 0.0
 
     def _start_fleet(self) -> None:
-        self._push(self.rounds.generation)
+        self._push(self.generations.generation)
         self.fleet.start(self.collector)
 
     def _step(self) -> None:
@@ -493,7 +504,7 @@ class Coach:
                       "--fresh); its other keys apply",
                       "; ".join(f"{k} {a!r} -> {b!r}" for k, a, b in fixed))
             new = _with_fixed_keys(new, self.cfg)
-        self.cfg = self.rounds.cfg = new
+        self.cfg = self.generations.cfg = new
         if self.collector is not None:
             self._pace_collector()
         write_atomic(self.run_config_path, f"# git commit: {_git_commit()}\n" + dump_config(new))
@@ -510,19 +521,21 @@ class Coach:
         return sum(t.games for t in list(self.collector.tally.values()))
 
     def counts(self) -> Counts:
-        """What the rounds need to know of the games this pass."""
-        def ingested(start: int = 0) -> list[tuple[str, int]]:
-            return self.collector.ingested_since(start)
-
+        """What the driver needs to know of the games this pass: the batches ingested since
+        the last pass (on the first, all of the ledger's) among them."""
+        ingested = self.collector.ingested_since(self._ingested_upto)
+        self._ingested_upto += len(ingested)
         return Counts(self.total_games(), self.generation_target(),
-                      self.collector.new_positions, ingested)
+                      self.collector.new_positions(self.generations.generation),
+                      tuple(ingested))
 
     def _advance_training(self) -> None:
         for event in self.rounds.advance(self.counts()):
             self.on_round_event(event)
 
     def start_round(self) -> None:
-        """Start a training round now, due or not (what `_advance_training` does when it is)."""
+        """Start a training round now, due or not (what `_advance_training` does when it is;
+        training.mode rounds)."""
         for event in self.rounds.start(self.counts()):
             self.on_round_event(event)
 
@@ -544,11 +557,11 @@ class Coach:
     def _push(self, generation: int) -> None:
         """Every worker's supervisor pushes this model to it (and retries until it has it)."""
         self._push_started[generation] = time.monotonic()
-        self.fleet.publish(generation, self.paths.models, self.rounds.manifest(generation))
+        self.fleet.publish(generation, self.paths.models, self.generations.manifest(generation))
 
     def _check_sync_done(self, active: list[str]) -> None:
         """Model sync time: from the push until every active worker runs the new model."""
-        gen = self.rounds.generation
+        gen = self.generations.generation
         t0 = self._push_started.get(gen)
         if t0 is None:
             return
@@ -678,17 +691,17 @@ class Coach:
             model_sync_s=self.model_sync_s if self.model_sync_s is not None
             else self.stats.last_push_s,
             network_mb_per_min=self.stats.net_mb_per_min(),
-            generation=gen if (gen := self.rounds.generation) >= 0 else None,
+            generation=gen if (gen := self.generations.generation) >= 0 else None,
             window_games=games, window_positions=positions,
             staleness_generations=(gen - mean_gen) if mean_gen is not None
             else None,
-            last_loss=self.rounds.last_loss, elo=self.rounds.elo, workers=rows,
+            last_loss=self.generations.last_loss, elo=self.generations.elo, workers=rows,
             training_nodes=nodes.describe() if (nodes := self.rounds.training_nodes) else "",
             run_hours=self.run_hours(), hours_limit=self.cfg.run.hours, updated=_utc_now(),
             finished=self._finished, finished_after=self._finished_after,
             batches_deferred=sum(self.collector.deferred.get(n, 0) for n in members),
             games_repeated=sum(t.repeats for t in list(self.collector.tally.values())),
-            trainer_error=self.rounds.trainer_error)
+            trainer_error=self.generations.trainer_error)
 
     def _write_status(self) -> None:
         snap = self.snapshot()
@@ -719,18 +732,15 @@ class Coach:
             return
         self._last_progress = now
         snap = self._snap or self.snapshot()
-        rnd, total = self.rounds.current, self.total_games()
-        training = f" training={rnd.generation}" if rnd else ""
-        if isinstance(self.rounds, ContinuousRounds):  # no round: games since the last one
-            pace = f"since_generation={self.rounds.new_games(total)} "
-        else:
-            pace = f"next_round={self.rounds.new_games(total)}/{self.generation_target()} "
-        line = (f"gen={self.rounds.generation} games={total} {pace}"
+        gen, total = self.rounds.in_hand(), self.total_games()
+        training = f" training={gen}" if gen is not None else ""
+        pace = self.rounds.pace(total, self.generation_target())
+        line = (f"gen={self.generations.generation} games={total} {pace}"
                 f"games_per_s={snap.games_per_s:.2f} workers_active={snap.workers_active}/"
                 f"{snap.workers_total} window_positions={snap.window_positions} "
                 f"model_sync_s={_fmt(snap.model_sync_s)} "
-                f"net_mb_per_min={snap.network_mb_per_min:.2f} loss={_fmt(self.rounds.last_loss)}"
-                f"{training}")
+                f"net_mb_per_min={snap.network_mb_per_min:.2f} "
+                f"loss={_fmt(self.generations.last_loss)}{training}")
         log.info("progress %s", line)
 
 

@@ -18,6 +18,10 @@ Bounds: a line is at most `MAX_LINE_BYTES`, a poll reads at most `MAX_POLL_BYTES
 that is not an admission (bad JSON, a seq out of order, a name that is not a batch file
 name) is an `AdmissionError` naming the file and the seq.
 
+`TrainerState` is the other direction: what the long-lived trainer's rank 0 says of itself in
+`run_dir/trainer.json` (`RunDir.trainer_state`), written atomically when its counters change,
+read by the coach when it starts a trainer again (what the last one had reached).
+
 It must not: import torch, read batch files, or decide what is admitted (the coach does).
 """
 
@@ -26,13 +30,16 @@ from __future__ import annotations
 import errno
 import json
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from distributed.transfer import write_json_atomic
 from training.go.records import parse_batch_name
 
 MAX_LINE_BYTES = 4096
 MAX_POLL_BYTES = 1 << 20
+MAX_STATE_BYTES = 1 << 16
 
 
 class AdmissionError(Exception):
@@ -153,3 +160,36 @@ class AdmissionLog:
         self.seq += 1
         self.names.add(name)
         return self.seq
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """trainer.json: the long-lived trainer's generation, global step, last admission taken
+    in, the ratio's counters and the ratio, and whether it waits for data or has stopped."""
+
+    generation: int = -1
+    global_step: int = 0
+    admitted_seq: int = 0
+    new_samples: int = 0
+    trained_samples: int = 0
+    samples_per_new_sample: float = 0.0
+    waiting: bool = False
+    stopped: bool = False
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Atomically, with the time it was written."""
+        write_json_atomic(Path(path), {**asdict(self), "time": time.time()})
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> TrainerState | None:
+        """The state at `path`, or None when there is none or it is not one (at most
+        `MAX_STATE_BYTES` are read; keys it does not know are left out)."""
+        try:
+            with open(path, "rb") as f:
+                obj = json.loads(f.read(MAX_STATE_BYTES))
+            if not isinstance(obj, dict):
+                return None
+            return cls(**{f.name: type(f.default)(obj[f.name]) for f in fields(cls)
+                          if f.name in obj})
+        except (OSError, ValueError, TypeError):
+            return None

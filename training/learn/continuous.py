@@ -51,13 +51,13 @@ import math
 import os
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from configs import Config
-from distributed.transfer import write_json_atomic
 from training.learn import phases
-from training.learn.admissions import Admission, AdmissionReader
+from training.learn.admissions import Admission, AdmissionReader, TrainerState
 from training.learn.ddp import DistContext, broadcast_json
 from training.learn.steps import FaultHooks, IndexBatches
 from training.learn.train_state import start_file
@@ -194,7 +194,7 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
     totals = phases.Totals()
     last_publish = time.monotonic()
     published = 0
-    reported: dict[str, Any] = {}
+    reported: tuple[TrainerState | None, float] = (None, 0.0)
     while True:
         # rank 0 decides, every rank follows: the same admissions, clock and stop everywhere
         msg = None
@@ -255,17 +255,19 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
     return published
 
 
-def _report(paths: RunDir, last: dict[str, Any], generation: int, trainee: phases.Trainee,
-            counters: _Counters, ratio: float, waiting: bool, stopped: bool = False
-            ) -> dict[str, Any]:
+def _report(paths: RunDir, last: tuple[TrainerState | None, float], generation: int,
+            trainee: phases.Trainee, counters: _Counters, ratio: float, waiting: bool,
+            stopped: bool = False) -> tuple[TrainerState | None, float]:
     """trainer.json when something in it changed (the step alone: at most once a second,
-    since a GPU takes many a second); returns what it holds."""
-    state = {"generation": generation, "global_step": trainee.schedule.step,
-             **counters.as_dict(), "samples_per_new_sample": ratio, "waiting": waiting,
-             "stopped": stopped}
+    since a GPU takes many a second); returns what it holds and when it was written."""
+    state = TrainerState(generation, trainee.schedule.step, counters.admitted_seq,
+                         counters.new_samples, counters.trained_samples, ratio, waiting,
+                         stopped)
+    before, at = last
     now = time.monotonic()
-    moved = {k for k in state if state[k] != last.get(k)}
-    if moved - {"global_step", "trained_samples"} or (moved and now - last.get("_at", 0) >= 1):
-        write_json_atomic(paths.trainer_state, {**state, "time": time.time()})
-        return {**state, "_at": now}
+    moved = {f.name for f in fields(TrainerState)
+             if before is None or getattr(state, f.name) != getattr(before, f.name)}
+    if moved - {"global_step", "trained_samples"} or (moved and now - at >= 1):
+        state.write(paths.trainer_state)
+        return state, now
     return last

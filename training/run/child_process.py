@@ -1,4 +1,5 @@
-"""One function call in a child process that can be stopped at any time (the coach's arena).
+"""The coach's child processes: one function call that can be stopped at any time (the
+arena), and a logged command (the trainer).
 
 Why not a thread: a Python thread running torch when the interpreter exits makes the C++
 runtime abort with "terminate called without an active exception" (torch's intra-op thread
@@ -11,6 +12,10 @@ group, and importing torch takes seconds; the coach stops the child itself), and
 SIGTERM when the coach dies (`signals.die_with_parent`). Arguments and the result cross a
 pipe between two processes of this program (pickle), never anything from the network.
 
+`launch_logged(cmd, log_path)` starts a command from the repository with its output appended
+to a log, dying with the coach; `log_tail(path)` reads that log's end when it has exited, and
+`terminate(popen)` stops it (SIGTERM, then SIGKILL after a grace).
+
 It must not: be handed data that came from a worker or another host.
 """
 
@@ -18,13 +23,21 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from training.run.logsetup import CurrentStderrHandler
+from training.run.signals import die_with_parent
+
+REPO = Path(__file__).resolve().parents[2]
+TAIL_MAX_BYTES = 64 * 1024
+"""At most this much of a log is read for its tail (a trainer's log may be large)."""
 
 
 class ChildStopped(Exception):
@@ -51,7 +64,6 @@ def _child_main(conn, where: tuple[str, str], args: tuple,
     import importlib
 
     from training.run.logsetup import configure_logging
-    from training.run.signals import die_with_parent
 
     die_with_parent()
     if logs[0] is not None or logs[2]:
@@ -100,3 +112,38 @@ def run_in_child(fn: Callable, *args: Any, stop: threading.Event,
             if proc.is_alive() and time.monotonic() >= deadline:
                 proc.kill()
         proc.join(timeout=grace_s)
+
+
+def launch_logged(cmd: Sequence[str], log_path: Path) -> subprocess.Popen:
+    """Start `cmd` in the repository, its stdout and stderr appended to `log_path` (its folder
+    made), stdin closed; it gets SIGTERM when the coach dies (`signals.die_with_parent`)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log_path, "ab")
+    try:
+        return subprocess.Popen(list(cmd), cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+    finally:
+        out.close()
+
+
+def log_tail(path: Path, lines: int = 15, max_bytes: int = TAIL_MAX_BYTES) -> str:
+    """The last `lines` lines of the log at `path`, from at most its last `max_bytes`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - max_bytes))
+            text = f.read(max_bytes).decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def terminate(popen: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a launched command: SIGTERM, then SIGKILL if it is still there after `grace_s`."""
+    if popen.poll() is not None:
+        return
+    popen.terminate()
+    try:
+        popen.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()

@@ -39,6 +39,7 @@ It must not: create, read or delete anything but folders in `create`.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +84,20 @@ def checkpoint_name(generation: int) -> str:
 
 def round_result_name(generation: int) -> str:
     return f"round_{generation:06d}.json"
+
+
+_ROUND_RESULT = re.compile(r"^round_(\d{6,})\.json$")
+
+
+def round_result_generations(folder: Path) -> list[int]:
+    """The generations of the round results in `folder` (rounds/), unordered (a trainer
+    killed between its checkpoint and its result leaves a gap: the next one publishes past
+    it)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return [int(m.group(1)) for n in names if (m := _ROUND_RESULT.match(n))]
 
 
 @dataclass(frozen=True)
