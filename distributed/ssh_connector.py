@@ -18,35 +18,30 @@ Remote folder layout: `distributed.remote.WorkerPaths`. `--restart` against a ru
 `distributed.restart_requests`. The command line (`python distributed/ssh_connector.py
 --help`) is in `distributed/cli.py` (imported only when this file runs as a script).
 
-Why one module of about 900 lines: it is one class, `SSHConnector` (about 620 lines), and the
-errors, results and paramiko adapters it needs. Every public method runs through the same
-per-worker connection, lock and retry loop (`_connection`, `_with_retries`, `_exec`), so a
-split of transport from lifecycle would leave one half calling the other's private machinery;
-what could leave without that (the shell text, the folder layout, the command line, the
-transfers) already lives in `remote`, `cli` and `transfer`. The error classes stay too: the
-SSH workers (`training.fleet.ssh_workers`), the command line and the tests import them from here.
+What one connection is made of (the errors, host keys, the link and its SFTP session, a
+command's capped output) is `distributed.ssh_link`; reading a host's preflight report is
+`distributed.preflight`; the transfers are `distributed.sftp`. What stays here is the one
+class, `SSHConnector`: every public method runs through the same per-worker connection, lock
+and retry loop (`_connection`, `_with_retries`, `_exec`), so a split of transport from
+lifecycle would leave one half calling the other's private machinery. The error classes are
+imported here too, for the SSH workers (`training.fleet.ssh_workers`), the command line and
+the tests.
 
 It must not: import `training` or torch.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import logging
-import math
 import os
 import random
-import re
-import select
 import socket
 import stat
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, TypeVar
 
@@ -55,6 +50,14 @@ import paramiko
 from configs import DEFAULT_CONFIG_PATH, DistributedConfig, WorkerSpec, load_config
 from distributed import config_edit, remote
 from distributed.remote import WorkerPaths, q
+from distributed.preflight import PreflightReport, preflight_info, preflight_problems
+from distributed.sftp import get_file, open_sftp, put_file, sftp_deadline
+from distributed.ssh_link import (COMMAND_OUTPUT_MAX_BYTES, AuthError, CommandResult,
+                                  ConnectError, Connection, DeployError, HostKeyError,
+                                  HostKeyPolicy, ListingCapError, RemoteCommandError, Tail,
+                                  UnknownWorkerError, drain, fingerprint,
+                                  transport_factory)
+from distributed.ssh_link import SSHError  # noqa: F401 - the errors' base, with them here
 from distributed.status import Heartbeat, parse_heartbeat
 from distributed.transfer import (
     DeadlineError,
@@ -63,10 +66,6 @@ from distributed.transfer import (
     TransferStats,
     VerifyError,
     fan_out,
-    get_file,
-    open_sftp,
-    put_file,
-    sftp_deadline,
     sha256_file,
 )
 
@@ -74,126 +73,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _NET_ERRORS = (paramiko.SSHException, EOFError, OSError)
-_KNOWN_HOSTS_LOCK = threading.Lock()
 HEARTBEAT_MAX_BYTES = 1 << 16
-# What a remote command may print before the rest is dropped (counted, not kept): a noisy or
-# hostile shell cannot grow the coach's memory. The tail is kept, where errors are.
-COMMAND_OUTPUT_MAX_BYTES = 1 << 20
 LISTING_MAX_ENTRIES = 10_000
 """The most entries a remote folder listing reads unless its caller says otherwise."""
 LOG_TAIL_BYTES = 4096
 """What `log_tail` reads of a daemon's log: room for a traceback's last lines."""
 
 
-class SSHError(Exception):
-    """Base of this module's errors; `worker`, `host` and `action` say what failed where."""
-
-    def __init__(self, message: str, *, worker: str = "", host: str = "", action: str = ""):
-        super().__init__(message)
-        self.worker, self.host, self.action = worker, host, action
-
-
-class ConnectError(SSHError):
-    """Could not open or keep a connection (unreachable, refused, timed out, dropped)."""
-
-
-class HostKeyError(ConnectError):
-    """The host key is unknown (and not accepted) or CHANGED; never retried."""
-
-
-class AuthError(ConnectError):
-    """The server refused our key; never retried."""
-
-
-class RemoteCommandError(SSHError):
-    """A remote command exited non-zero or ran past its timeout."""
-
-    def __init__(self, message: str, *, exit_code: int | None = None, stdout: str = "",
-                 stderr: str = "", **kw):  # stdout/stderr: capped as in CommandResult
-        super().__init__(message, **kw)
-        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
-
-
-class DeployError(SSHError):
-    """The project could not be installed on a worker."""
-
-
-class ListingCapError(VerifyError):
-    """A remote folder lists more entries than the caller's cap (never retried)."""
-
-
-class UnknownWorkerError(LookupError):
-    """No worker of that name in the config."""
-
-
 # never retried: retrying cannot change the answer
 _PERMANENT = (HostKeyError, AuthError, RemoteCommandError, DeployError, VerifyError)
-
-
-_FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
-
-
-def _transport_factory(sock, **kwargs) -> paramiko.Transport:
-    """A Transport that prefers AES-GCM: measured here ~1.8x faster SFTP than paramiko's
-    default aes128-ctr + hmac-sha2-256 (one pass instead of cipher + MAC). Servers without
-    GCM still negotiate the rest of the default list."""
-    t = paramiko.Transport(sock, **kwargs)
-    opts = t.get_security_options()
-    fast = [c for c in _FAST_CIPHERS if c in opts.ciphers]
-    opts.ciphers = tuple(fast + [c for c in opts.ciphers if c not in fast])
-    return t
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH-style fingerprint, e.g. `SHA256:n4+...` (what `ssh-keygen -lf` prints)."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """A finished remote command. `stdout` and `stderr` hold at most
-    `COMMAND_OUTPUT_MAX_BYTES` each (the end of the output); `dropped_bytes` counts the rest."""
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    seconds: float
-    dropped_bytes: int = 0
-
-
-def gpu_problem(key: str, gpu_id: int, gpus: int) -> str | None:
-    """What is wrong with `gpu_id` on a host with `gpus` CUDA GPUs (None: nothing). -1 is the
-    CPU; 0, the default, is the first GPU, or the CPU on a host without one (the daemon
-    falls back, and a config written for GPU hosts also runs on CPU-only ones); a higher
-    number must name a GPU the host has."""
-    if gpu_id <= 0 or gpu_id < gpus:
-        return None
-    if gpus == 0:
-        return (f"{key} is {gpu_id} but the host has no CUDA GPU: set {key.rsplit('.', 1)[-1]}"
-                ": -1 to play on its CPU (0 also runs on the CPU where there is no GPU)")
-    return (f"{key} is {gpu_id} but the host has {gpus} CUDA GPU(s): set it to one of "
-            f"0..{gpus - 1}, or -1 for the CPU")
-
-
-@dataclass(frozen=True)
-class PreflightReport:
-    """What a worker host offers, and what is wrong with it for us (`problems`)."""
-
-    name: str
-    host: str
-    python: str
-    project_version: str | None
-    torch: str | None
-    cuda: bool
-    gpus: tuple[str, ...]
-    free_disk_gb: float
-    hostname: str = ""
-    problems: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 @dataclass(frozen=True)
@@ -207,135 +95,6 @@ class DeployResult:
 
 def _is_pid(word: str) -> bool:
     return word.isascii() and word.isdigit() and len(word) <= 10
-
-
-_PREFLIGHT_KEYS = {"python": (str,), "project_version": (str, type(None)),
-                   "torch": (str, type(None)), "cuda": (bool,), "gpus": (list,),
-                   "free_disk_gb": (int, float)}
-
-
-def preflight_info(stdout: str) -> dict:
-    """The preflight snippet's report (its output's last line), every key the coach reads
-    checked for its type; ValueError naming the key otherwise (the output comes from the
-    worker host: a missing key, a 400-digit number or brackets nested 2,000 deep are a
-    clear error, never a bare KeyError, OverflowError or RecursionError)."""
-    lines = stdout.strip().splitlines()
-    try:
-        info = json.loads(lines[-1]) if lines else None
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"unreadable output {stdout[-200:]!r}: {type(e).__name__}") from None
-    if not isinstance(info, dict):
-        raise ValueError(f"unreadable output {stdout[-200:]!r}: not a JSON object")
-    for key, types in _PREFLIGHT_KEYS.items():
-        if key not in info:
-            raise ValueError(f"output lacks {key!r} (is the remote `python` a Python?): "
-                             f"{stdout[-200:]!r}")
-        v = info[key]
-        if not isinstance(v, types) or (bool not in types and isinstance(v, bool)):
-            raise ValueError(f"output key {key!r} is {type(v).__name__} {str(v)[:60]!r}, "
-                             f"expected {' or '.join(t.__name__ for t in types)}")
-    try:
-        info["free_disk_gb"] = float(info["free_disk_gb"])
-    except OverflowError:
-        info["free_disk_gb"] = math.inf
-    if not math.isfinite(info["free_disk_gb"]):
-        raise ValueError("output key 'free_disk_gb' is not a finite number")
-    if not re.fullmatch(r"\d{1,4}\.\d{1,4}(\.\w{1,20})?", info["python"]):
-        raise ValueError(f"output key 'python' is {info['python'][:60]!r}, not a version")
-    if not all(isinstance(g, str) for g in info["gpus"]):
-        raise ValueError("output key 'gpus' is not a list of names")
-    for key in ("hostname", "torch_error"):
-        if not isinstance(info.get(key, ""), str):
-            info[key] = str(info[key])[:200]
-    return info
-
-
-@dataclass
-class _Connection:
-    client: paramiko.SSHClient
-    root: str  # the worker's remote folder, absolute
-    sftp: paramiko.SFTPClient | None = None
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    where: str = ""  # the worker and its host, for the SFTP session's errors
-
-    @property
-    def is_active(self) -> bool:
-        t = self.client.get_transport()
-        return t is not None and t.is_active()
-
-    def open_sftp(self, timeout_s: float) -> paramiko.SFTPClient:
-        if self.sftp is not None and self.sftp.get_channel().closed:
-            self.sftp = None  # closed after a refused reply or a deadline: a new session
-        if self.sftp is None:  # the handshake too within timeout_s
-            self.sftp = open_sftp(self.client.get_transport(), timeout_s=timeout_s,
-                                  where=self.where)
-        self.sftp.get_channel().settimeout(timeout_s)
-        return self.sftp
-
-    def close_sftp(self) -> None:
-        """End the SFTP session (the next call opens a new one); the SSH link stays."""
-        sftp, self.sftp = self.sftp, None
-        if sftp is not None:
-            try:
-                sftp.close()
-            except _NET_ERRORS:
-                pass
-
-    def close(self) -> None:
-        try:
-            if self.sftp is not None:
-                self.sftp.close()
-        finally:
-            self.client.close()
-
-
-class _Tail:
-    """The last `limit` bytes of a stream, and how many bytes before them were dropped."""
-
-    def __init__(self, limit: int):
-        self.limit, self.buf, self.dropped = limit, bytearray(), 0
-
-    def add(self, data: bytes) -> None:
-        self.buf += data
-        if len(self.buf) > 2 * self.limit:  # trim seldom: amortized, not once per packet
-            self._trim()
-
-    def _trim(self) -> None:
-        extra = len(self.buf) - self.limit
-        if extra > 0:
-            del self.buf[:extra]
-            self.dropped += extra
-
-    def text(self) -> str:
-        self._trim()
-        head = f"[{self.dropped} bytes of output dropped]\n" if self.dropped else ""
-        return head + self.buf.decode(errors="replace")
-
-
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Unknown host: refuse, or (when accepted explicitly) record the key in known_hosts."""
-
-    def __init__(self, accept: bool, known_hosts: Path, worker: str):
-        self.accept, self.known_hosts, self.worker = accept, known_hosts, worker
-
-    def missing_host_key(self, client, hostname, key):
-        fp = fingerprint(key)
-        if not self.accept:
-            raise HostKeyError(
-                f"{self.worker}: host key of {hostname} ({key.get_name()} {fp}) is not in "
-                f"{self.known_hosts}. Check the fingerprint with the host's owner, then add it "
-                "(`ssh` once, or ssh-keyscan) or allow recording new keys with "
-                "--accept-new-host-keys / distributed.accept_new_host_keys: true",
-                worker=self.worker, host=hostname, action="check host key",
-            )
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-        with _KNOWN_HOSTS_LOCK:
-            self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with open(self.known_hosts, "a") as f:
-                f.write(line)
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        log.warning("%s: recorded new host key of %s (%s) in %s", self.worker, hostname, fp,
-                    self.known_hosts)
 
 
 class SSHConnector:
@@ -370,7 +129,7 @@ class SSHConnector:
         self.stats = stats or TransferStats()
         self.project = project
         self._workers = {w.name: w for w in cfg.workers}
-        self._conns: dict[str, _Connection] = {}
+        self._conns: dict[str, Connection] = {}
         # clients still connecting (SSH, then the SFTP handshake): close() reaches them too
         self._opening: dict[str, paramiko.SSHClient] = {}
         self._closes = 0  # close() calls: a call in flight across one is not retried
@@ -441,7 +200,7 @@ class SSHConnector:
         with self._locks_guard:
             return self._locks.setdefault(name, threading.Lock())
 
-    def _connection(self, name: str) -> _Connection:
+    def _connection(self, name: str) -> Connection:
         conn = self._conns.get(name)
         if conn is not None and conn.is_active:
             return conn
@@ -478,7 +237,9 @@ class SSHConnector:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _open(self, name: str) -> _Connection:
+    def _socket(self, name: str) -> socket.socket:
+        """A TCP connection to the worker's host, its options set (ConnectError naming the
+        worker and what to check otherwise)."""
         s, cfg = self.spec(name), self.cfg
         action = "connect"
         timeout = cfg.connect_timeout_s
@@ -504,6 +265,13 @@ class SSHConnector:
         # when sent data (SSH keepalives included) stays unacknowledged this long
         user_timeout_ms = int(1000 * max(1.0, 2 * cfg.keepalive_s))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout_ms)
+        return sock
+
+    def _open(self, name: str) -> Connection:
+        s, cfg = self.spec(name), self.cfg
+        action = "connect"
+        timeout = cfg.connect_timeout_s
+        sock = self._socket(name)
         known_hosts = Path(os.path.expanduser(cfg.known_hosts))
         client = paramiko.SSHClient()
         self._opening[name] = client
@@ -511,13 +279,13 @@ class SSHConnector:
             if known_hosts.exists():
                 client.load_host_keys(str(known_hosts))
             client.set_missing_host_key_policy(
-                _HostKeyPolicy(self.accept_new_host_keys, known_hosts, name))
+                HostKeyPolicy(self.accept_new_host_keys, known_hosts, name))
             key = os.path.expanduser(s.key_path) if s.key_path else None
             client.connect(
                 s.host, port=s.port, username=s.user, sock=sock, key_filename=key,
                 allow_agent=key is None, look_for_keys=key is None, timeout=timeout,
                 banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
-                transport_factory=_transport_factory,
+                transport_factory=transport_factory,
             )
             if self._opening.get(name) is not client:  # closed while connecting
                 raise ConnectionAbortedError("closed before the SFTP session")
@@ -564,13 +332,13 @@ class SSHConnector:
                 self._opening.pop(name, None)
         root = remote.absolute_root(s.remote_dir or cfg.remote_dir, home)
         log.debug("%s: connected, root %s", self._where(name), root)
-        return _Connection(client, root, sftp, where=self._where(name))
+        return Connection(client, root, sftp, where=self._where(name))
 
     def _backoff_s(self, attempt: int) -> float:
         cap = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2**attempt)
         return cap / 2 + random.uniform(0, cap / 2)  # "equal jitter"
 
-    def _with_retries(self, name: str, action: str, fn: Callable[[_Connection], T],
+    def _with_retries(self, name: str, action: str, fn: Callable[[Connection], T],
                       *, retry: bool = True) -> T:
         """Run fn on the worker's connection; on a dropped connection or failed transfer,
         reconnect and retry with backoff. Permanent errors are raised at once."""
@@ -603,7 +371,7 @@ class SSHConnector:
 
     # ------------------------------------------------------------------ commands
 
-    def _exec(self, conn: _Connection, name: str, command: str, timeout_s: float,
+    def _exec(self, conn: Connection, name: str, command: str, timeout_s: float,
               check: bool) -> CommandResult:
         action = f"run {command[:60]!r}"
         t0 = time.monotonic()
@@ -614,32 +382,11 @@ class SSHConnector:
             # run under POSIX sh whatever the user's login shell is (fish, csh, ...)
             chan.exec_command(f"exec /bin/sh -c {q(command)}")
             chan.shutdown_write()
-            out, err = _Tail(COMMAND_OUTPUT_MAX_BYTES), _Tail(COMMAND_OUTPUT_MAX_BYTES)
-            while True:
-                while chan.recv_ready():
-                    out.add(chan.recv(1 << 16))
-                while chan.recv_stderr_ready():
-                    err.add(chan.recv_stderr(1 << 16))
-                # sshd may send the exit status before the last of the output (it reaps the
-                # child before draining its pipe): done only at both the status and EOF
-                if (chan.exit_status_ready() and (chan.eof_received or chan.closed)
-                        and not chan.recv_ready()
-                        and not chan.recv_stderr_ready()):
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    chan.close()
-                    raise self._err(RemoteCommandError, name, action,
-                                    f"no exit after {timeout_s:g}s (timed out)",
-                                    stdout=out.text(), stderr=err.text())
-                if not transport.is_active():
-                    raise ConnectionError("connection lost while the command ran")
-                if chan.eof_received:  # output done; the exit status is on its way
-                    chan.status_event.wait(min(remaining, 0.1))
-                elif chan.exit_status_ready():  # the status came first: the output follows
-                    time.sleep(min(remaining, 0.005))
-                else:
-                    select.select([chan], [], [], min(remaining, 0.1))
+            out, err = Tail(COMMAND_OUTPUT_MAX_BYTES), Tail(COMMAND_OUTPUT_MAX_BYTES)
+            if not drain(chan, transport, deadline, out, err):
+                raise self._err(RemoteCommandError, name, action,
+                                f"no exit after {timeout_s:g}s (timed out)",
+                                stdout=out.text(), stderr=err.text())
             code = chan.recv_exit_status()
             chan.close()
         except RemoteCommandError:
@@ -671,7 +418,7 @@ class SSHConnector:
 
     # ------------------------------------------------------------------ files
 
-    def _sftp(self, conn: _Connection) -> paramiko.SFTPClient:
+    def _sftp(self, conn: Connection) -> paramiko.SFTPClient:
         return conn.open_sftp(self.cfg.transfer_timeout_s)
 
     def _named(self, e: TransferError, name: str, action: str, path: str) -> TransferError:
@@ -687,7 +434,7 @@ class SSHConnector:
         worker's root; parent folders are made. Its replies are read by the same deadline as
         a download's (`distributed.transfer_timeout_s`). Retries with backoff."""
 
-        def op(c: _Connection) -> TransferResult:
+        def op(c: Connection) -> TransferResult:
             target = WorkerPaths(c.root, name).resolve(remote_path)
             self._makedirs(c, name, os.path.dirname(target))
             sftp = self._sftp(c)
@@ -704,10 +451,10 @@ class SSHConnector:
 
         Regular files only, at most `max_bytes` counted while reading, within `timeout_s`
         (default `distributed.transfer_timeout_s`; past it DeadlineError, not retried, and
-        the connection is dropped): see `transfer.get_file`."""
+        the connection is dropped): see `sftp.get_file`."""
         deadline_s = self.cfg.transfer_timeout_s if timeout_s is None else timeout_s
 
-        def op(c: _Connection) -> TransferResult:
+        def op(c: Connection) -> TransferResult:
             src = WorkerPaths(c.root, name).resolve(remote_path)
             return get_file(self._sftp(c), src, local, where=self._where(name),
                             stats=self.stats, expected_sha256=expected_sha256,
@@ -718,7 +465,7 @@ class SSHConnector:
     def read_bytes(self, name: str, remote_path: str, *, max_bytes: int = 1 << 20) -> bytes:
         """Read a small remote file whole (e.g. a heartbeat)."""
 
-        def op(c: _Connection) -> bytes:
+        def op(c: Connection) -> bytes:
             path = WorkerPaths(c.root, name).resolve(remote_path)
             try:
                 sftp = self._sftp(c)
@@ -754,7 +501,7 @@ class SSHConnector:
         is read one reply at a time and stops there (bounded time and memory; within
         `distributed.transfer_timeout_s`)."""
 
-        def op(c: _Connection) -> list[str]:
+        def op(c: Connection) -> list[str]:
             path = WorkerPaths(c.root, name).resolve(remote_path)
             names: list[str] = []
             try:
@@ -783,7 +530,7 @@ class SSHConnector:
     def remove(self, name: str, remote_path: str) -> bool:
         """Delete a remote file; False if it was already gone (idempotent)."""
 
-        def op(c: _Connection) -> bool:
+        def op(c: Connection) -> bool:
             path = WorkerPaths(c.root, name).resolve(remote_path)
             try:
                 sftp = self._sftp(c)
@@ -799,7 +546,7 @@ class SSHConnector:
 
         return self._with_retries(name, f"remove {remote_path}", op)
 
-    def _makedirs(self, c: _Connection, name: str, path: str) -> None:
+    def _makedirs(self, c: Connection, name: str, path: str) -> None:
         sftp = self._sftp(c)
         try:
             with sftp_deadline(sftp, self.cfg.transfer_timeout_s):
@@ -859,7 +606,7 @@ class SSHConnector:
         """Python version, project version, torch/CUDA/GPUs and free disk of one worker."""
         project = self._project()
 
-        def op(c: _Connection) -> CommandResult:
+        def op(c: Connection) -> CommandResult:
             cmd = remote.preflight_command(WorkerPaths(c.root, name), self._python(name),
                                            project.dist, with_torch)
             return self._exec(c, name, cmd, self.cfg.command_timeout_s, True)
@@ -870,33 +617,11 @@ class SSHConnector:
         except ValueError as e:
             raise self._err(RemoteCommandError, name, "preflight", str(e)) from e
         s = self.spec(name)
-        problems = []
-        major_minor = tuple(int(x) for x in info["python"].split(".")[:2])
-        if major_minor < (3, 10):
-            problems.append(f"python {info['python']} < 3.10")
-        if self.cfg.deploy:
-            pass  # deploy installs the right version; a mismatch now is expected
-        elif info["project_version"] != project.version:
-            problems.append(f"{project.dist} {info['project_version']} installed, coach has "
-                            f"{project.version} (deploy is off: install it by hand)")
-        if with_torch and info["torch"] is None:
-            problems.append("torch not importable" + (f": {info.get('torch_error')}"
-                                                      if info.get("torch_error") else "")
-                            + f"; install torch for {self._python(name)} on {s.host} (the "
-                            "worker's venv is made from that Python and sees its packages, "
-                            f"not a venv's): `{self._python(name)} -m pip install "
-                            "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu` "
-                            "(a GPU host: without --index-url); where that pip refuses "
-                            "(externally-managed-environment), give the host a Python of its "
-                            "own with torch and name it in distributed.python")
-        if with_torch and info["torch"] is not None:
-            key = next((f"distributed.workers[{i}].gpu_id" for i, n in enumerate(self._workers)
-                        if n == name), "gpu_id")
-            problem = gpu_problem(key, s.gpu_id, len(info["gpus"]))
-            if problem:
-                problems.append(problem)
-        if info["free_disk_gb"] < 1.0:
-            problems.append(f"only {info['free_disk_gb']:.2f} GB free")
+        key = next((f"distributed.workers[{i}].gpu_id" for i, n in enumerate(self._workers)
+                    if n == name), "gpu_id")
+        problems = preflight_problems(info, spec=s, gpu_key=key, python=self._python(name),
+                                      project=project, deploy=self.cfg.deploy,
+                                      with_torch=with_torch)
         return PreflightReport(
             name=name, host=s.host, python=info["python"],
             project_version=info["project_version"], torch=info["torch"],

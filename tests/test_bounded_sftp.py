@@ -1,6 +1,6 @@
 """The SFTP client's defences against a hostile server, and the paramiko internals they rest on.
 
-`BoundedSFTPClient` (distributed/transfer.py) overrides paramiko's private `_read_all` and
+`BoundedSFTPClient` (distributed/sftp.py) overrides paramiko's private `_read_all` and
 `_read_packet` and its `listdir_iter`, calls `_request`, `_async_request`, `_read_response`,
 `_convert_status` and `_adjust_cwd`, fills in `SFTPAttributes`, and replaces a Channel's
 `in_stderr_buffer`. setup.cfg asks only paramiko>=3.4, so the first tests pin the names,
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import queue
 import socket
 import struct
@@ -34,9 +35,9 @@ from paramiko.sftp import (CMD_ATTRS, CMD_DATA, CMD_FSTAT, CMD_HANDLE, CMD_INIT,
 from paramiko.sftp_attr import SFTPAttributes
 from paramiko.sftp_file import SFTPFile
 
-from distributed import transfer
-from distributed.transfer import (STDERR_MAX_BYTES, BoundedSFTPClient, DeadlineError,
-                                  ProtocolError, open_sftp)
+from distributed import sftp
+from distributed.sftp import STDERR_MAX_BYTES, BoundedSFTPClient, ProtocolError, open_sftp
+from distributed.transfer import DeadlineError
 
 HOST_KEY = paramiko.ECDSAKey.generate()
 ENDLESS_ATTRS = struct.pack(">II", SFTPAttributes.FLAG_EXTENDED, 0xFFFFFFFF)
@@ -74,7 +75,7 @@ E = inspect.Parameter.empty
 def test_paramiko_internals_we_override_or_call_keep_their_signatures(owner, name, expected):
     assert _params(getattr(owner, name)) == expected, (
         f"paramiko {paramiko.__version__} changed {owner.__name__}.{name}; "
-        "distributed/transfer.py's BoundedSFTPClient relies on it")
+        "distributed/sftp.py's BoundedSFTPClient relies on it")
 
 
 def test_our_overrides_match_paramikos_signatures():
@@ -108,7 +109,7 @@ def _attrs_bytes() -> bytes:
 
 def test_honest_attributes_parse_as_paramiko_parses_them():
     data = _attrs_bytes()
-    ours = transfer._parse_attrs(transfer._Fields(data, "ATTRS"))
+    ours = sftp._parse_attrs(sftp._Fields(data, "ATTRS"))
     theirs = SFTPAttributes._from_msg(Message(data))
     for field in ("st_size", "st_uid", "st_gid", "st_mode", "st_atime", "st_mtime"):
         assert getattr(ours, field) == getattr(theirs, field), field
@@ -116,7 +117,7 @@ def test_honest_attributes_parse_as_paramiko_parses_them():
     # paramiko's `attr[get_string()] = get_string()` reads the value first: its extended
     # pairs come out reversed (nothing in the project reads them)
     assert theirs.attr in (ours.attr, {v: k for k, v in ours.attr.items()})
-    transfer.check_reply(CMD_ATTRS, struct.pack(">I", 7) + data)  # whole: accepted
+    sftp.check_reply(CMD_ATTRS, struct.pack(">I", 7) + data)  # whole: accepted
 
 
 @pytest.mark.parametrize("cut", [1, 4, 9])
@@ -124,12 +125,12 @@ def test_attributes_cut_short_are_refused_where_paramiko_pads_them(cut):
     data = struct.pack(">I", 7) + _attrs_bytes()[:-cut]
     SFTPAttributes._from_msg(Message(data[4:]))  # paramiko: zeros for the missing bytes
     with pytest.raises(ProtocolError, match="ATTRS reply ends .* short"):
-        transfer.check_reply(CMD_ATTRS, data)
+        sftp.check_reply(CMD_ATTRS, data)
 
 
 def test_stderr_past_the_cap_is_dropped_and_ends_the_stdout_stream():
     chan = paramiko.Channel(0)
-    cap = transfer._StderrCap(chan, STDERR_MAX_BYTES)
+    cap = sftp._StderrCap(chan, STDERR_MAX_BYTES)
     for _ in range(256):
         cap.feed(b"e" * 4096)  # 1 MiB
     assert len(cap) <= STDERR_MAX_BYTES and cap.overflowed
@@ -301,3 +302,9 @@ def test_a_stderr_flood_on_the_sftp_channel_is_capped_and_closes_the_session():
             open_sftp(t, timeout_s=20, where="w1 (host)")
         chans = list(t._channels.values())
     assert all(len(c.in_stderr_buffer) <= STDERR_MAX_BYTES for c in chans)
+
+
+def test_remote_tmp_name_is_hidden_and_beside_target():
+    name = sftp.remote_tmp_name("/srv/models/model_000001.pt.zst")
+    assert name.startswith("/srv/models/.model_000001.pt.zst.") and name.endswith(".tmp")
+    assert os.path.dirname(name) == "/srv/models"

@@ -32,7 +32,7 @@ import pytest
 from configs import WorkerSpec
 from distributed.remote import WorkerPaths
 from distributed.ssh_connector import RemoteCommandError
-from distributed.transfer import BoundedSFTPClient
+from distributed.sftp import BoundedSFTPClient
 from tests.conftest import require_tool
 from tests.sshd import SSHServer, make_config, require_sshd
 from training.fleet.collector import BatchRefused, FetchTooSlow
@@ -161,7 +161,7 @@ def _set_mode(backend, mode: str) -> None:
 def test_short_replies_are_asked_for_again_and_the_file_is_whole(worker, tmp_path):
     """A server may answer a read with fewer bytes than asked (legal SFTP): the rest is asked
     for again, in order, and the download is whole and verified."""
-    from distributed import transfer
+    from distributed import sftp as bounded
 
     backend, folder = worker
     data = os.urandom(300_000)
@@ -171,15 +171,15 @@ def test_short_replies_are_asked_for_again_and_the_file_is_whole(worker, tmp_pat
     real = sftp._async_request
 
     def halve(fileobj, t, *args):  # ask for half of what the reader wants: short replies
-        if t == transfer.CMD_READ and isinstance(fileobj, transfer._Replies):
+        if t == bounded.CMD_READ and isinstance(fileobj, bounded._Replies):
             handle, off, n = args
             return real(fileobj, t, handle, off, max(1, n // 2))
         return real(fileobj, t, *args)
 
     sftp._async_request = halve
     try:
-        res = transfer.get_file(sftp, str(folder / "outbox" / BATCH), tmp_path / "b",
-                                timeout_s=DEADLINE_S)
+        res = bounded.get_file(sftp, str(folder / "outbox" / BATCH), tmp_path / "b",
+                               timeout_s=DEADLINE_S)
     finally:
         del sftp._async_request
     assert res.size == len(data) and (tmp_path / "b").read_bytes() == data

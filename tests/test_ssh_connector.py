@@ -292,7 +292,7 @@ def test_gpu_id_0_runs_on_a_cpu_only_host_and_a_missing_gpu_names_the_key(sshd_s
     """The default gpu_id 0 passes preflight on a host without CUDA (the daemon plays on
     its CPU); a GPU the host does not have is a problem that names the key and what to
     set."""
-    from distributed.ssh_connector import gpu_problem
+    from distributed.preflight import gpu_problem
 
     specs = [WorkerSpec(host=sshd_server.addr, port=sshd_server.port, user=sshd_server.user,
                         key_path=str(sshd_server.client_key), name=n, gpu_id=g,

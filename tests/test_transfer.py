@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import time
 
 import numpy as np
 import pytest
 
-from distributed import transfer
 from distributed.transfer import (
     DecompressionLimitError,
     TransferError,
@@ -139,12 +137,6 @@ def test_fan_out_returns_results_and_exceptions_per_name():
     assert res["a"] == "A" and res["d"] == "D"
     assert isinstance(res["bad"], TransferError)
     assert dt < 0.5, f"fan-out ran serially: {dt:.2f}s"
-
-
-def test_remote_tmp_name_is_hidden_and_beside_target():
-    name = transfer.remote_tmp_name("/srv/models/model_000001.pt.zst")
-    assert name.startswith("/srv/models/.model_000001.pt.zst.") and name.endswith(".tmp")
-    assert os.path.dirname(name) == "/srv/models"
 
 
 def test_truncated_zstd_is_an_error_not_a_silent_prefix(tmp_path):
