@@ -42,14 +42,9 @@ from training.go.records import (
     replay_boards,
     write_batch,
 )
-from training.learn.replay_buffer import (
-    INDEX_NAME,
-    SIDECAR_VERSION,
-    WINDOW_SHARE_SLACK,
-    ReplayWindow,
-    sidecar_dir,
-    write_sidecar,
-)
+from training.learn.replay_buffer import ReplayWindow
+from training.learn.sidecars import INDEX_NAME, SIDECAR_VERSION, sidecar_dir, write_sidecar
+from training.learn.window_shares import WINDOW_SHARE_SLACK
 
 REPO = Path(__file__).resolve().parent.parent
 

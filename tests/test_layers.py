@@ -43,7 +43,8 @@ ROOMS = [
      "the workers: supervision, local and SSH backends, the collector, balancing"),
 ]
 PURE_ROOMS = ("go", "search")  # no torch, no paramiko; and these modules of other rooms:
-PURE = ["training.learn.replay_buffer", "training.fleet.placement"]
+PURE = ["training.learn.replay_buffer", "training.learn.sidecars", "training.learn.window_shares",
+        "training.fleet.placement"]
 
 PROJECT = ("configs", "distributed", "training", "start_main", "start_worker")
 

@@ -38,9 +38,10 @@ from training.go.records import (
     replay_boards,
     write_batch,
 )
-from training.learn import replay_buffer
+from training.learn import sidecars
 from training.learn.admissions import AdmissionLog
-from training.learn.replay_buffer import INDEX_NAME, ReplayWindow, sidecar_dir, write_sidecar
+from training.learn.replay_buffer import ReplayWindow
+from training.learn.sidecars import INDEX_NAME, sidecar_dir, write_sidecar
 from training.run.run_dir import RunDir
 
 TINY = REPO / "configs" / "tiny.yaml"
@@ -187,15 +188,15 @@ def test_the_window_maps_a_bounded_number_of_arrays(tmp_path, monkeypatch):
     replay = tmp_path / "replay"
     replay.mkdir()
     _one_game_batches(tmp_path, replay, 60, distinct=4)
-    monkeypatch.setattr(replay_buffer, "IN_MEMORY_BYTES", 0)
-    monkeypatch.setattr(replay_buffer, "_MAPS", replay_buffer._OpenMaps(16))
+    monkeypatch.setattr(sidecars, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(sidecars, "_MAPS", sidecars._OpenMaps(16))
     cfg = load_config(TINY).replay
     w = ReplayWindow(replay, _wide(cfg), history=2)
     assert w.stats().files == 60
     before = len(os.listdir("/proc/self/fd"))
     for start in range(0, len(w), 64):
         w.samples(np.arange(start, min(start + 64, len(w))))
-    assert len(replay_buffer._MAPS) == 16
+    assert len(sidecars._MAPS) == 16
     assert len(os.listdir("/proc/self/fd")) <= before + 16
 
 

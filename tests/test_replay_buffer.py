@@ -28,17 +28,10 @@ from training.go.records import (
     replay_boards,
     write_batch,
 )
-from training.learn import replay_buffer
-from training.learn.replay_buffer import (
-    SIDECAR_VERSION,
-    TARGETS,
-    ReplayWindow,
-    is_validation_game,
-    sidecar_dir,
-    symmetry_permutations,
-    window_size,
-    write_sidecar,
-)
+from training.learn import replay_buffer, sidecars
+from training.learn.replay_buffer import TARGETS, ReplayWindow, symmetry_permutations
+from training.learn.sidecars import SIDECAR_VERSION, is_validation_game, sidecar_dir, write_sidecar
+from training.learn.window_shares import window_size
 
 N = 5
 KOMI = 0.5
@@ -374,7 +367,7 @@ def test_sidecars_are_memory_mapped_and_survive_a_restart(replay, monkeypatch):
     mtimes = {p: (p / "boards.npy").stat().st_mtime_ns for p in folders}
     w[0]
     assert not _is_memory_mapped(w._sidecars[0].array("boards"))  # a few KB: in memory
-    monkeypatch.setattr(replay_buffer, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(sidecars, "IN_MEMORY_BYTES", 0)
     w = ReplayWindow(replay, cfg, history=H)
     w[0]
     assert _is_memory_mapped(w._sidecars[0].array("boards"))
@@ -460,6 +453,31 @@ def test_add_files_takes_in_several_batches_with_one_selection(replay, monkeypat
     assert "cannot read the file" in w.skipped[gone.name]  # left out, with its reason
 
 
+def test_a_batch_name_is_parsed_once_in_the_windows_life(replay, monkeypatch):
+    """A batch taken in (`add_files`, the long-lived trainer's admissions) and selected is
+    parsed once: opening it, its sidecar and its metadata share the one parse, and so do the
+    later selections and refreshes that meet it again."""
+    from collections import Counter
+
+    _fill(replay, 2)
+    parsed: Counter = Counter()
+    real = replay_buffer.parse_batch_name
+
+    def counted(name):
+        parsed[name] += 1
+        return real(name)
+
+    monkeypatch.setattr(replay_buffer, "parse_batch_name", counted)
+    w = ReplayWindow(replay, _cfg(min_positions=10**6, max_positions=10**6), history=H,
+                     files=sorted(p.name for p in replay.iterdir() if p.is_file()))
+    rng = np.random.default_rng(11)
+    paths = [_write(replay, [random_record(N, KOMI, rng, generation=g)], seq=g) for g in (3, 4)]
+    assert w.add_files(paths) == [True, True]
+    w.refresh()
+    assert w.stats().files == 4
+    assert sorted(parsed) == sorted(w.names()) and set(parsed.values()) == {1}, parsed
+
+
 def test_an_empty_folder_gives_an_empty_window(replay):
     w = ReplayWindow(replay, _cfg(), history=H, board_size=N)
     assert len(w) == 0 and len(w.validation) == 0 and w.stats().positions == 0
@@ -512,7 +530,7 @@ def test_a_round_opens_only_the_batches_that_can_enter_the_window(replay):
     """80 batches on disk, a window of about 60 positions: a new window (the next round)
     reads the cache folder's index and opens the sidecars of each worker's newest batches
     only, and chooses exactly what a window over every batch chooses."""
-    from training.learn.replay_buffer import select_newest
+    from training.learn.window_shares import select_newest
 
     rng = np.random.default_rng(4)
     for seq in range(80):

@@ -2,33 +2,8 @@
 
 Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the coach ingested):
 
-- **Sidecar**: per batch file, compact arrays built once by replaying its games
-  (`records.load_batch`, which validates too) and kept in `<cache_dir>/<batch stem>/` as
-  `.npy` files, so a restart reuses them. An array file of at most `IN_MEMORY_BYTES` (a batch
-  of a few games) is read into memory, a larger one mapped, at most `open_maps_capacity` of
-  them at once in a process (the least recently used closed first): a large window never
-  has to sit in memory, and the descriptors and maps it holds stay bounded however many
-  batch files it holds (each map holds a descriptor). A missing or outdated sidecar is
-  rebuilt; it is written to a temporary folder and renamed, so concurrent builders (DDP
-  ranks) never see half of one.
-      boards   int8 [M, N*N]    the board before each move (M positions = moves of the file)
-      visits   uint16 [M, P]    the policy target (visit counts or a quantised improved
-                                policy, `training.go.records`), normalised when sampled
-      full_search bool [M]      the move's policy target is valid (a full search); the
-                                policy row of a fast search's move is sampled as all zeros
-                                (no policy target), and so is its opponent_policy
-      surprise float16 [M]      KL of the move's policy target from the net's prior (0 for a
-                                fast search or an older batch; a sidecar written before
-                                this array reads as zeros)
-      games    int64 [G, 4]     per game: first position, end position, model generation,
-                                result (+1 black won); black moves at even offsets in a game
-      ownership int8 [G, N*N]   per game: the owner of every point of the final position
-                                (`features.area_ownership`, black's view; 0 if resigned)
-      scores   float32 [G]      per game: the area score, black's view, komi included (the
-                                batch's `score`, checked by the replay); NaN if resigned
-      info.json                 name, meta generation, created, board size, counts, version
-  Ownership is recomputed here from the replayed final position rather than stored in the
-  batch file: a worker cannot forge it, and batches need no new array.
+- **Sidecar**: per batch file, compact arrays built once by replaying its games and kept in
+  the cache folder (`training.learn.sidecars`: the arrays, the index, the open maps).
 - **Window**: files ordered by (generation, ingest time, name), oldest first, where the
   ingest time is the file's modification time in `replay/`, which the coach sets as it
   ingests (a worker's own clock never orders the window); games are taken
@@ -36,7 +11,8 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   size = min_positions * (total / min_positions) ** growth, clamped to
   [min_positions, max_positions] and to the positions on disk. With `share_slack`, one
   worker's games fill at most `share_fractions` of the rows the window holds (its weight's
-  share among the workers with games on disk, times the slack; `select_newest`), so a
+  share among the workers with games on disk, times the slack; `select_newest`, in
+  `training.learn.window_shares`), so a
   worker that sends more than its share cannot own the window: when the others have fewer
   games, the window holds less of its. Given `files` are taken in
   their order (the rank that chose them sends them oldest first). With
@@ -45,7 +21,8 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   `sample_rows`, which repeats the positions whose search surprised the net and keeps that
   share of the fast searches' positions (every rank builds the same rows).
 - **Validation split**: a game is held out when a stable hash of (batch name, game index) falls
-  below `validation_fraction`, so the split is the same on every rank and after a restart.
+  below `validation_fraction` (`sidecars.is_validation_game`), so the split is the same on every
+  rank and after a restart.
 - **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, and
   `w.batch(indices)` / `w.__getitems__` for a whole batch at once (about 10x faster per
   sample). Planes are `training.go.features.planes` of the position (C = 2 * history + 1: the
@@ -72,58 +49,35 @@ import bisect
 import errno
 import functools
 import hashlib
-import json
 import logging
-import math
 import os
-import secrets
-import shutil
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from configs import ReplayConfig
-from distributed.transfer import write_json_atomic
 from training.go import features
 from training.go.fastgo import neighbor_table
-from training.go.records import (
-    BATCH_SUFFIX,
-    DEFAULT_MAX_BYTES,
-    Batch,
-    BatchError,
-    batch_names_among,
-    load_batch,
-    parse_batch_name,
-)
+from training.go.records import DEFAULT_MAX_BYTES, BatchError, batch_names_among, parse_batch_name
+from training.learn.sidecars import (INDEX_NAME, Sidecar, append_index, build_sidecar,
+                                     index_entry, read_info, sidecar_dir, stem)
+from training.learn.window_shares import select_newest, window_size
+
+# re-exported for the collector (write_sidecar), the node relay (CACHE_DIR_NAME), and the
+# coach, the node relay and the long-lived trainer (WINDOW_SHARE_SLACK)
+from training.learn.sidecars import CACHE_DIR_NAME, write_sidecar  # noqa: F401
+from training.learn.window_shares import WINDOW_SHARE_SLACK  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-SIDECAR_VERSION = 4
-CACHE_DIR_NAME = ".window"
-INDEX_NAME = "index.jsonl"
-"""One JSON line per sidecar built (name, generation, positions, games, board size, version),
-appended in the cache folder: the window reads it instead of opening every batch's sidecar."""
 _NOT_THE_BATCH = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS,
                             errno.EAGAIN, errno.EINTR})
 """Errors reading a batch that are this process's (no descriptor or memory left), not the
 batch's: raised, never a reason to skip a good batch for good."""
-_ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
-_OPTIONAL = {"surprise": np.float16}
-"""Sidecar arrays that sidecars written before them lack (read as zeros: no rebuild)."""
 TARGETS = ("ownership", "score", "opponent_policy")
 """Auxiliary targets of `WindowView.samples`, each with a `<name>_mask`."""
-
-
-def window_size(total: int, min_positions: int, max_positions: int, growth: float) -> int:
-    """Positions in the window for `total` positions on disk (KataGo's growing window)."""
-    if total <= min_positions:
-        return int(total)
-    size = min_positions * (total / min_positions) ** growth
-    return int(min(total, max_positions, max(min_positions, math.floor(size))))
 
 
 # ------------------------------------------------------------------------------ symmetries
@@ -143,107 +97,6 @@ def symmetry_permutations(n: int) -> np.ndarray:
     return perms
 
 
-WINDOW_SHARE_SLACK = 1.5
-"""A worker's games may fill up to 1.5 times its weight's share of the window held (2 equal
-workers: 75% each; 4: 37.5%)."""
-
-
-RECENT_GENERATIONS = 10
-"""Kept for callers of earlier versions: shares no longer lapse with age (a worker whose newest
-games are old keeps its share of the older games it holds, `share_fractions`)."""
-
-_SOLVE_ROUNDS = 40
-
-
-def share_fractions(owners: Sequence[str], weights: Mapping[str, float],
-                    slack: float | None) -> dict[str, float]:
-    """Most of the window each worker's games may hold, as a fraction of the rows held: its
-    weight's share (`distributed.worker_weights`, 1.0 when unlisted) among every worker with
-    games in `owners`, times `slack`, at most 1. 1.0 for everyone without `slack` or with a
-    single worker. A worker whose newest games are old still counts: a flood from another
-    cannot push its older games out of their share, and a worker alone among the recent ones
-    never holds more than its share while others have games in the window."""
-    names = sorted(set(owners))
-    if slack is None or len(names) < 2:
-        return {n: 1.0 for n in names}
-    w = {n: max(float(weights.get(n, 1.0)), 0.0) for n in names}
-    total = sum(w.values()) or 1.0
-    return {n: min(1.0, slack * w[n] / total) for n in names}
-
-
-def share_caps(owners: Sequence[str], weights: Mapping[str, float], slack: float | None,
-               target: int, generations: Sequence[int] | None = None) -> dict[str, float]:
-    """`share_fractions` times `target`: the most positions each worker may hold in a window
-    of `target` positions when every worker has its share to give (infinity with no cap).
-    The window itself measures shares on what it holds (`select_newest`); `generations` is
-    accepted for earlier callers and unused."""
-    return {n: math.inf if f >= 1.0 else f * target
-            for n, f in share_fractions(owners, weights, slack).items()}
-
-
-def take_newest(units: Sequence[tuple[str, int]], target: int,
-                caps: Mapping[str, float], rows: Sequence[float] | None = None) -> list[int]:
-    """The window's greedy pass: of `units` (owner, positions), ordered oldest first, the
-    indices taken newest first until `target` positions are held, skipping an owner once it
-    holds its cap, counted in `rows` (the sampled rows of each unit; its positions without
-    them); returned oldest first. `select_newest` chooses the caps."""
-    chosen: list[int] = []
-    held = 0
-    held_by: dict[str, float] = {}
-    for i in range(len(units) - 1, -1, -1):
-        if held >= target:
-            break
-        owner, n = units[i]
-        if held_by.get(owner, 0) >= caps.get(owner, math.inf):
-            continue
-        chosen.append(i)
-        held += n
-        held_by[owner] = held_by.get(owner, 0) + (n if rows is None else rows[i])
-    chosen.reverse()
-    return chosen
-
-
-def select_newest(units: Sequence[tuple[str, int]], target: int,
-                  weights: Mapping[str, float], slack: float | None,
-                  rows: Sequence[float] | None = None,
-                  owners: Collection[str] | None = None) -> list[int]:
-    """The window's rule, shared by the trainer (units = games) and status.txt (units =
-    batches, `training.coach`): of `units` (owner, positions), ordered oldest first, the
-    newest up to `target` positions, where no owner holds more than its `share_fractions`
-    of the rows held (`rows[i]`: the sampled rows of unit i, `sample_rows`' expectation; its
-    positions without them). Returned oldest first.
-
-    Shares are measured on what is held, not on the target: an owner whose share is f holds
-    at most f * R rows, where R is the largest total the others can match (R <= the rows
-    held). Found by a few greedy passes (`take_newest`), each with R from the last one's
-    counts (the owners at their cap hold f * R, the others what they had).
-
-    `owners`: the set of every unit's owner, where the caller keeps it (the coach's collector
-    does), so that a window over a million units costs what it takes, not a pass over all."""
-    fractions = share_fractions(list(owners) if owners is not None else
-                                [o for o, _ in units], weights, slack)
-    if all(f >= 1.0 for f in fractions.values()):
-        return take_newest(units, target, {}, rows)
-    bound = math.inf
-    chosen: list[int] = []
-    for _ in range(_SOLVE_ROUNDS):
-        caps = {o: f * bound for o, f in fractions.items()}
-        chosen = take_newest(units, target, caps, rows)
-        held_by: dict[str, float] = {}
-        for i in chosen:
-            held_by[units[i][0]] = held_by.get(units[i][0], 0.0) + (
-                units[i][1] if rows is None else rows[i])
-        held = sum(held_by.values())
-        if held <= 0 or held >= bound * (1 - 1e-9):
-            break  # every owner holds at most f * bound <= f * held
-        capped = {o for o, h in held_by.items() if h >= caps[o]}
-        free = held - sum(held_by[o] for o in capped)
-        share = sum(fractions[o] for o in capped)
-        root = free / (1.0 - share) if share < 1.0 else held
-        bound = min(held, root) if root > 0 else held * 0.5
-    return chosen
-
-
 def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
     """A splitmix64 hash of (seed, epoch, index): uint64, vectorised."""
     with np.errstate(over="ignore"):
@@ -255,7 +108,7 @@ def _mix(seed: int, epoch: int, index: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def sample_rows(sidecars: Sequence["_Sidecar"], segments: np.ndarray, surprise_weight: float,
+def sample_rows(sidecars: Sequence["Sidecar"], segments: np.ndarray, surprise_weight: float,
                 fast_weight: float, seed: int) -> np.ndarray:
     """int64 [R]: the position indices of a view over `segments`, each position repeated by
     its sampling frequency. A full search's position: with policy surprise weighting (KataGo,
@@ -287,300 +140,6 @@ def sample_rows(sidecars: Sequence["_Sidecar"], segments: np.ndarray, surprise_w
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
-def is_validation_game(name: str, game: int, fraction: float) -> bool:
-    """True if game `game` of batch `name` is held out (a stable hash, same on every rank)."""
-    if fraction <= 0:
-        return False
-    digest = hashlib.blake2b(f"{name}/{game}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2.0**64 < fraction
-
-
-# ------------------------------------------------------------------------------ sidecars
-
-
-def _stem(name: str) -> str:
-    return name[: -len(BATCH_SUFFIX)]
-
-
-def sidecar_dir(replay_dir: str | os.PathLike) -> Path:
-    """The default cache folder of the sidecars of `replay_dir`."""
-    return Path(replay_dir) / CACHE_DIR_NAME
-
-
-def build_sidecar(batch_path: str | os.PathLike, cache_dir: str | os.PathLike, *,
-                  max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
-    """Replay a batch file into its sidecar folder (atomically); BatchError if it is bad."""
-    batch_path = Path(batch_path)
-    batch = load_batch(batch_path, max_bytes=max_bytes)
-    return write_sidecar(batch, batch_path.name, cache_dir)
-
-
-def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path:
-    """Write the sidecar of an already validated batch named `name` (atomically).
-
-    The coach can validate once with `records.load_batch` and pass the result here, so that
-    ingesting a batch replays its games once and the trainer finds the sidecar ready.
-    """
-    cache_dir = Path(cache_dir)
-    parse_batch_name(name)
-    n = batch.meta.board_size
-    a = n * n
-    lengths = [r.num_moves for r in batch.records]
-    m = int(sum(lengths))
-    boards = np.zeros((m, a), np.int8)
-    visits = np.zeros((m, a + 1), np.uint16)
-    games = np.zeros((len(lengths), 4), np.int64)
-    scores = np.array([np.nan if r.resigned else r.score for r in batch.records], np.float32)
-    final = np.zeros((len(lengths), a), np.int8)
-    full_search = np.ones(m, np.bool_)
-    surprise = np.zeros(m, np.float16)
-    start = 0
-    for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
-        t = rec.num_moves
-        end = start + t
-        boards[start:end] = rec_boards[:-1]
-        visits[start:end] = rec.visits
-        if rec.full_search is not None:
-            full_search[start:end] = rec.full_search
-        if rec.surprise is not None:
-            surprise[start:end] = rec.surprise
-        games[g] = (start, end, rec.generation, rec.result)
-        if not rec.resigned:  # a resigned game's last position is not settled
-            final[g] = rec_boards[-1]
-        start = end
-    ownership = features.area_ownership(final, n)
-    info = {
-        "version": SIDECAR_VERSION,
-        "name": name,
-        "generation": batch.meta.generation,
-        "created": batch.meta.created,
-        "board_size": n,
-        "positions": m,
-        "games": len(lengths),
-    }
-    final = cache_dir / _stem(name)
-    tmp = cache_dir / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    tmp.mkdir(parents=True)
-    try:
-        for key, arr in zip((*_ARRAYS, *_OPTIONAL), (boards, visits, games, ownership, scores,
-                                                     full_search, surprise)):
-            np.save(tmp / f"{key}.npy", arr)
-        write_json_atomic(tmp / "info.json", info)
-        if final.exists():  # outdated (or another process built it meanwhile): replace
-            _remove_tree(final)
-        os.rename(tmp, final)
-    except OSError:
-        if final.exists() and _read_info(final) is not None:
-            _remove_tree(tmp)  # another process won the race with an equal sidecar
-            return final
-        _remove_tree(tmp)
-        raise
-    _append_index(cache_dir, info)
-    return final
-
-
-_INDEX_KEYS = ("generation", "positions", "games", "board_size")
-
-
-def _append_index(cache_dir: Path, info: dict) -> None:
-    """Add a sidecar's line to the cache folder's index (one short O_APPEND write, so lines
-    of processes appending at once never interleave). A failure only costs a later read of
-    the sidecar's info.json."""
-    line = json.dumps({"name": info["name"], "version": info["version"],
-                       **{k: int(info[k]) for k in _INDEX_KEYS}}, sort_keys=True) + "\n"
-    try:
-        fd = os.open(cache_dir / INDEX_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-    except OSError as e:
-        log.debug("%s: index line not written: %s", cache_dir, e)
-
-
-def _index_entry(line: bytes) -> dict | None:
-    """A parsed index line of the current sidecar version, or None."""
-    try:
-        entry = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(entry, dict) or entry.get("version") != SIDECAR_VERSION \
-            or not isinstance(entry.get("name"), str):
-        return None
-    if not all(type(entry.get(k)) is int for k in _INDEX_KEYS):
-        return None
-    return entry
-
-
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _read_info(folder: Path) -> dict | None:
-    """The sidecar's info if it is complete and current, else None."""
-    try:
-        info = json.loads((folder / "info.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if info.get("version") != SIDECAR_VERSION:
-        return None
-    if not all((folder / f"{key}.npy").exists() for key in _ARRAYS):
-        return None
-    return info
-
-
-IN_MEMORY_BYTES = 256 * 1024
-"""A sidecar array file up to this size is read into memory (a batch of one or a few games:
-boards and visits of a 19x19 game are about 270 KiB together); a larger one is mapped. The
-window's memory stays at most its own positions' bytes, and many small batches hold no file
-descriptors or maps at all."""
-MAX_OPEN_MAPS = 1024
-"""The most sidecar arrays mapped at once in a process, and at most an eighth of its
-open-files limit (`open_maps_capacity`): each map holds a duplicate of its file's descriptor,
-so the least recently used is closed when another is mapped, and the descriptors the window
-holds stay bounded whatever the number of batch files. A window of full batches maps two
-arrays per file (boards and visits): 68 maps for the default window of 9x9 games."""
-
-
-def open_maps_capacity(open_files_limit: int) -> int:
-    """How many sidecar arrays a process with this soft open-files limit maps at once."""
-    return max(16, min(MAX_OPEN_MAPS, open_files_limit // 8))
-
-
-def _open_files_limit() -> int:
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        return 1024
-    return MAX_OPEN_MAPS * 8 if soft == resource.RLIM_INFINITY else int(soft)
-
-
-class _OpenMaps:
-    """The process's mapped sidecar arrays, least recently used first (`MAX_OPEN_MAPS`)."""
-
-    def __init__(self, capacity: int | None = None):
-        self.capacity = capacity  # None: from the open-files limit when first used
-        self._maps: OrderedDict[Path, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, path: Path) -> np.ndarray:
-        with self._lock:
-            arr = self._maps.get(path)
-            if arr is not None:
-                self._maps.move_to_end(path)
-                return arr
-        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-        arr = mapped.view(np.ndarray)  # same pages, without np.memmap's per-index overhead
-        with self._lock:
-            if self.capacity is None:  # read late: the entry point raises the limit first
-                self.capacity = open_maps_capacity(_open_files_limit())
-            self._maps[path] = arr
-            while len(self._maps) > self.capacity:
-                # its map (and descriptor) closes once the last view of it is gone: at once
-                # here, since samples are gathered into copies
-                self._maps.popitem(last=False)
-        return arr
-
-    def forget(self, folder: Path) -> None:
-        """Close the maps of the arrays in `folder` (a sidecar that left the window)."""
-        with self._lock:
-            for path in [p for p in self._maps if p.parent == folder]:
-                del self._maps[path]
-
-    def __len__(self) -> int:
-        return len(self._maps)
-
-
-_MAPS = _OpenMaps()
-
-
-class _Sidecar:
-    """One batch's sidecar: info read eagerly; on first use, each array read into memory if
-    small (`IN_MEMORY_BYTES`), else mapped through the process's `_MAPS`."""
-
-    def __init__(self, folder: Path, info: dict, ingested_ns: int = 0):
-        self.folder = folder
-        self.info = info
-        self.name: str = info["name"]
-        self.ingested_ns = ingested_ns  # the batch file's mtime: when the coach ingested it
-        self.games = np.load(folder / "games.npy")  # small: [G, 4]
-        self._arrays: dict[str, np.ndarray] = {}  # in memory; mapped ones live in _MAPS
-        self._mapped: set[str] = set()
-        self.worker = parse_batch_name(self.name).worker
-        self._units: list[tuple[str, int]] | None = None
-        self._rows: list[tuple[int, int, int, int, int, bool]] | None = None
-        self._rows_fraction = -1.0
-
-    def units(self) -> list[tuple[str, int]]:
-        """(worker, positions) of each game, for `select_newest` (computed once)."""
-        if self._units is None:
-            self._units = [(self.worker, end - start)
-                           for start, end, _, _ in self.games.tolist()]
-        return self._units
-
-    def rows(self, validation_fraction: float) -> list[tuple[int, int, int, int, int, bool]]:
-        """(first position, end position, generation, result, game, held out) of each game
-        (computed once per fraction)."""
-        if self._rows is None or self._rows_fraction != validation_fraction:
-            self._rows_fraction = validation_fraction
-            self._rows = [(start, end, gen, result, g,
-                           is_validation_game(self.name, g, validation_fraction))
-                          for g, (start, end, gen, result) in enumerate(self.games.tolist())]
-        return self._rows
-
-    def array(self, key: str) -> np.ndarray:
-        arr = self._arrays.get(key)
-        if arr is not None:
-            return arr
-        path = self.folder / f"{key}.npy"
-        if key in self._mapped:
-            return _MAPS.get(path)
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            if key not in _OPTIONAL:
-                raise
-            size = -1  # a sidecar from before the array: zeros
-        if size < 0:
-            arr = np.zeros(int(self.info["positions"]), _OPTIONAL[key])
-        elif size <= IN_MEMORY_BYTES:
-            arr = np.load(path, allow_pickle=False)  # read whole, the file closed
-        else:
-            self._mapped.add(key)
-            return _MAPS.get(path)
-        self._arrays[key] = arr
-        return arr
-
-    def close(self) -> None:
-        """Drop its arrays and close its maps (it left the window)."""
-        self._arrays = {}
-        if self._mapped:
-            _MAPS.forget(self.folder)
-            self._mapped = set()
-
-    def full_counts(self) -> np.ndarray:
-        """int64 [G]: the full-search positions of each game (a fast search's position is
-        sampled `fast_search_weight` times as often)."""
-        counts = self._arrays.get("_full_counts")
-        if counts is None:
-            full = np.asarray(self.array("full_search"), np.int64)
-            counts = np.array([int(full[s:e].sum()) for s, e in self.games[:, :2]], np.int64)
-            self._arrays["_full_counts"] = counts
-        return counts
-
-    def __getstate__(self) -> dict:
-        # DataLoader workers started with spawn get the paths, not copies of the mmaps
-        state = dict(self.__dict__)
-        state["_arrays"] = {}
-        state["_mapped"] = set()
-        state["_units"] = state["_rows"] = None
-        return state
-
-    @property
-    def sort_key(self) -> tuple:
-        return (int(self.info["generation"]), self.ingested_ns, self.name)
 
 
 # ------------------------------------------------------------------------------ samples
@@ -589,7 +148,7 @@ class _Sidecar:
 class WindowView:
     """A map-style dataset over a list of game segments (the training or validation part)."""
 
-    def __init__(self, sidecars: list[_Sidecar], segments: np.ndarray, *, history: int,
+    def __init__(self, sidecars: list[Sidecar], segments: np.ndarray, *, history: int,
                  board_size: int, seed: int, augment: bool, liberties: bool = False,
                  rows: np.ndarray | None = None):
         self._sidecars = sidecars
@@ -825,7 +384,7 @@ class ReplayWindow(WindowView):
         self._fixed_set = set(self._fixed_files or ())
         self.worker_weights = dict(worker_weights or {})
         self.share_slack = share_slack
-        self._all: dict[str, _Sidecar] = {}  # sidecars opened (the window's candidates)
+        self._all: dict[str, Sidecar] = {}  # sidecars opened (the window's candidates)
         self._known: dict[str, tuple[int, int, int, str]] = {}
         """Every batch seen: (generation, ingest time ns, positions, worker), from the
         cache folder's index (or a sidecar's info.json), without opening its arrays."""
@@ -856,18 +415,16 @@ class ReplayWindow(WindowView):
             return []
         return batch_names_among(names)
 
-    def _open(self, name: str, build: bool) -> _Sidecar | None:
+    def _open(self, name: str, build: bool) -> Sidecar | None:
         if name in self._all:
             return self._all[name]
         if name in self.skipped:
             return None
-        try:
-            parse_batch_name(name)
-        except ValueError as e:
-            self._skip(name, str(e))
+        worker = self._worker(name)
+        if worker is None:
             return None
-        folder = self.cache_dir / _stem(name)
-        info = _read_info(folder)
+        folder = self.cache_dir / stem(name)
+        info = read_info(folder)
         if info is None or info.get("name") != name:
             if not build:
                 return None
@@ -879,7 +436,7 @@ class ReplayWindow(WindowView):
                     raise cause from None  # this process's trouble: the batch is good
                 self._skip(name, str(e))
                 return None
-            info = _read_info(folder)
+            info = read_info(folder)
             assert info is not None, folder
         if not self._same_board(name, info):
             return None
@@ -887,12 +444,28 @@ class ReplayWindow(WindowView):
             ingested_ns = os.stat(self.replay_dir / name).st_mtime_ns
         except OSError:
             ingested_ns = 0  # gone meanwhile: _select leaves it out
-        car = _Sidecar(folder, info, ingested_ns)
+        car = Sidecar(folder, info, worker, ingested_ns)
         self._all[name] = car
         if name not in self._index:  # a sidecar from before the index: found next time
             self._index[name] = info
-            _append_index(self.cache_dir, info)
+            append_index(self.cache_dir, info)
         return car
+
+    def _worker(self, name: str) -> str | None:
+        """The worker that wrote batch `name`, its name parsed once in the window's life (a
+        batch already known or opened is not parsed again); None, and skipped, if `name` is
+        no batch name."""
+        meta = self._known.get(name)
+        if meta is not None:
+            return meta[3]
+        car = self._all.get(name)
+        if car is not None:
+            return car.worker
+        try:
+            return parse_batch_name(name).worker
+        except ValueError as e:
+            self._skip(name, str(e))
+            return None
 
     def _same_board(self, name: str, info: dict) -> bool:
         """Whether batch `name` is of the window's board (the first batch sets it); a batch of
@@ -916,7 +489,7 @@ class ReplayWindow(WindowView):
         end = data.rfind(b"\n") + 1
         self._index_at += end
         for line in data[:end].splitlines():
-            entry = _index_entry(line)
+            entry = index_entry(line)
             if entry is not None:
                 self._index[entry["name"]] = entry
 
@@ -932,10 +505,8 @@ class ReplayWindow(WindowView):
             if car is None:
                 return None
             info = car.info
-        try:
-            worker = parse_batch_name(name).worker
-        except ValueError as e:
-            self._skip(name, str(e))
+        worker = self._worker(name)
+        if worker is None:
             return None
         if not self._same_board(name, info):
             return None
