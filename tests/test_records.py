@@ -7,8 +7,6 @@ import io
 import json
 import math
 import pickle
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +17,6 @@ from sgfmill import sgf
 
 from configs import override
 from distributed.transfer import compress_bytes
-from tests.conftest import REPO
 from training.go.coords import from_gtp
 from training.go.rules import Position
 from training.go.records import (
@@ -564,43 +561,6 @@ def test_sgf_result_texts():
     assert result_text(replace(rec, result=1, score=3.5)) == "B+3.5"
     assert result_text(replace(rec, result=-1, score=float("nan"), resigned=True)) == "W+R"
     assert result_text(replace(rec, result=0, score=0.0)) == "0"
-
-
-# ------------------------------------------------------------------------------ CLI
-
-
-def test_cli_prints_a_summary_and_writes_sgf(run_dir):
-    games = _games(3)
-    path = write_batch_to(run_dir, games)
-    out_dir = run_dir / "sgf"
-    proc = subprocess.run(
-        [sys.executable, "-m", "training.go.records", str(path), "--sgf-dir", str(out_dir)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "3 games" in proc.stdout and "worker w1" in proc.stdout
-    files = sorted(out_dir.glob("*.sgf"))
-    assert len(files) == 3
-    assert _sgfmill_moves(files[1].read_text(), N) == games[1].moves.tolist()
-
-
-def test_cli_reports_a_rejected_batch(run_dir):
-    path = write_batch_to(run_dir, _games(2))
-    path.write_bytes(path.read_bytes()[:40])
-    proc = subprocess.run([sys.executable, "-m", "training.go.records", str(path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
-    assert "rejected" in proc.stderr and path.name in proc.stderr
-
-
-def test_cli_bench_prints_one_json_line():
-    proc = subprocess.run(
-        [sys.executable, "-m", "training.go.records", "--bench", "5", "--bench-games", "3"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert figures["board_size"] == 5 and figures["validate_games_per_s"] > 0
 
 
 def _uniform_evaluator(planes: np.ndarray, legal: np.ndarray):

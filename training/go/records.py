@@ -35,10 +35,12 @@ through the reference rules (`training.go.rules.Position`, the check of record).
 `BatchRules` (the run's config: `training.fleet.collector.batch_rules`), a batch is also held
 to the run's move cap, simulations, games per batch and passes, within a CPU budget.
 
-Why one module of about 900 lines: the batch format and every check of it are one contract,
+Why one module of about 800 lines: the batch format and every check of it are one contract,
 read together (a field added to the writer without its check, or a check without its field,
 is the bug this layout prevents); the rest is small (`random_record` for tests and
-benchmarks, and the `python -m training.go.records FILE` summary).
+benchmarks). The data classes (`GameRecord`, `BatchMeta`, `Batch`, `BatchRules`,
+`BatchError`) are `training.go.batch_types`, imported here; the command-line tool over batch
+files (summary, SGF export, the validation benchmark) is `training.go.batch_tool`.
 
 This module must not import torch, and never writes a file other processes read except through
 `distributed.transfer.write_atomic` (temp name, then rename).
@@ -46,19 +48,17 @@ This module must not import torch, and never writes a file other processes read 
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import logging
 import math
 import os
 import re
-import sys
 import time
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -70,154 +70,17 @@ from distributed.transfer import (
     write_atomic,
 )
 from configs.schema import WORKER_NAME_PATTERN
-from training.go.coords import BLACK, EMPTY, MAX_SIZE, MIN_SIZE, WHITE, to_gtp
+from training.go.batch_types import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, FORMAT_VERSION,
+                                     FUTURE_SLACK_S, RULES, Batch, BatchError, BatchMeta,
+                                     BatchName, BatchRules, GameRecord)
+from training.go.coords import EMPTY, MAX_SIZE, MIN_SIZE, to_gtp
 from training.go.rules import IllegalMove, Position, neighbors
-from training.go.sgf import result_text, to_sgf
 
 log = logging.getLogger(__name__)
-
-RULES = "tromp-taylor-positional-superko"
-FORMAT_VERSION = 1
-BATCH_SUFFIX = ".npz.zst"
-DEFAULT_MAX_BYTES = 256 << 20
-"""Default cap on a batch's decompressed size (a 19x19 batch of 100 games is about 30 MB)."""
 
 _BATCH_NAME_RE = re.compile(  # the worker part is the config's name rule: one rule for both
     rf"^(?P<worker>{WORKER_NAME_PATTERN})_(?P<gen>\d{{6,9}})_(?P<seq>\d{{8,12}})"
     + re.escape(BATCH_SUFFIX) + "$")
-
-
-@dataclass
-class GameRecord:
-    """One finished game of self-play, with the search's policy target for every move.
-
-    Shapes: T moves, P = N*N + 1 policy entries (pass last).
-    """
-
-    board_size: int
-    komi: float
-    moves: np.ndarray
-    """int16 [T]: flat index row*N+col (row 0 = top), PASS = N*N."""
-    visits: np.ndarray
-    """uint16 [T, N*N+1]: root visit counts per move, the policy target."""
-    result: int
-    """+1 black won, -1 white won, 0 draw."""
-    score: float
-    """Tromp-Taylor area score from black's view with komi; NaN when resigned."""
-    resigned: bool
-    resign_disabled: bool
-    would_resign_as: int
-    """0, or the colour (1 black, -1 white) that would have resigned in a resign-disabled game."""
-    generation: int
-    seed: int
-    simulations: int
-    values: np.ndarray
-    """float16 [T]: root value, from the side to move's view."""
-    full_search: np.ndarray | None = None
-    """bool [T]: the move's `visits` row is a policy target (a full search); False: a fast
-    search of playout cap randomization, trained for the value only. None: all True (a
-    record read from a batch always has the array)."""
-    surprise: np.ndarray | None = None
-    """float16 [T]: how much the search's policy target surprised the net, KL(target ||
-    root prior) in nats (0 for fast searches); the window's policy surprise weighting reads
-    it. None: all 0 (a record read from a batch always has the array)."""
-
-    @property
-    def num_moves(self) -> int:
-        return int(len(self.moves))
-
-
-@dataclass(frozen=True)
-class BatchMeta:
-    """What a batch file says about itself (stored as JSON inside the file)."""
-
-    worker: str
-    generation: int
-    """The generation in the file name: by convention the oldest model generation that
-    played a game of the batch (games carry their own generation)."""
-    board_size: int
-    komi: float
-    simulations: int
-    max_moves: int = 0
-    """The move cap the games were played under; 0 means 2 * board_size**2."""
-    rules: str = RULES
-    created: float = field(default_factory=time.time)
-    """Unix time the batch was written."""
-    version: int = FORMAT_VERSION
-
-    @property
-    def move_cap(self) -> int:
-        return self.max_moves or 2 * self.board_size**2
-
-    @classmethod
-    def from_records(
-        cls, worker: str, records: Sequence[GameRecord], *, max_moves: int = 0
-    ) -> "BatchMeta":
-        """The meta of a non-empty batch, taken from its games (generation: the oldest).
-
-        Pass the config's `go.max_moves`: validation replays games under that move cap.
-        """
-        if not records:
-            raise ValueError("BatchMeta.from_records needs at least one game")
-        first = records[0]
-        return cls(
-            worker=worker,
-            generation=min(int(r.generation) for r in records),
-            board_size=int(first.board_size),
-            komi=float(first.komi),
-            simulations=max(int(r.simulations) for r in records),
-            max_moves=int(max_moves),
-        )
-
-
-class BatchName(NamedTuple):
-    worker: str
-    generation: int
-    seq: int
-
-
-FUTURE_SLACK_S = 86_400.0
-"""A batch may say it was written at most this far in the future (clocks drift)."""
-
-
-@dataclass(frozen=True)
-class BatchRules:
-    """What the run's own config demands of every batch, whatever the batch says of itself.
-
-    None leaves a rule to the batch's meta (reading a file outside a run)."""
-
-    move_cap: int | None = None
-    """The run's move cap (`go.max_moves`, 0 = 2 N^2); a batch under another cap is refused."""
-    max_simulations: int | None = None
-    """Most simulations a game may claim."""
-    max_games: int | None = None
-    """Most games in one batch (the run's batch size, with slack)."""
-    early_pass: bool = True
-    """False: a pass that is not a reply to a pass, while a move other than filling an own
-    single-point eye is left, is refused (the run's self-play never plays one)."""
-    cpu_budget_s: float | None = None
-    """CPU seconds the whole validation of one batch may take."""
-
-
-class BatchError(ValueError):
-    """A batch file that must not be trained on. `kind` is a short tag per kind of failure."""
-
-    def __init__(self, path: str | Path, reason: str, *, kind: str, game: int | None = None):
-        self.path = str(path)
-        self.reason = reason
-        self.kind = kind
-        self.game = game
-        where = f"{self.path}: game {game}" if game is not None else self.path
-        super().__init__(f"{where}: {reason}")
-
-
-@dataclass
-class Batch:
-    """A validated batch: its meta, its games, and each game's boards [T+1, N*N] int8."""
-
-    meta: BatchMeta
-    records: list[GameRecord]
-    boards: list[np.ndarray]
 
 
 # ------------------------------------------------------------------------------------ names
@@ -918,97 +781,3 @@ def random_record(
         simulations=simulations,
         values=rng.uniform(-1, 1, size=t).astype(np.float16),
     )
-
-
-# -------------------------------------------------------------------------------------- CLI
-
-
-def _summary(path: Path, batch: Batch) -> str:
-    meta, recs = batch.meta, batch.records
-    lengths = [r.num_moves for r in recs]
-    wins = sum(r.result == BLACK for r in recs), sum(r.result == WHITE for r in recs)
-    lines = [
-        f"{path.name}: worker {meta.worker} generation {meta.generation} "
-        f"{meta.board_size}x{meta.board_size} komi {meta.komi:g} {meta.simulations} sims, "
-        f"{len(recs)} games, {sum(lengths)} positions, written "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(meta.created))} UTC",
-        f"black wins {wins[0]}, white wins {wins[1]}, draws {len(recs) - sum(wins)}, "
-        f"resigned {sum(r.resigned for r in recs)}, "
-        f"moves per game min/mean/max {min(lengths, default=0)}/"
-        f"{(sum(lengths) / max(len(lengths), 1)):.1f}/{max(lengths, default=0)}",
-    ]
-    for g, r in enumerate(recs):
-        lines.append(f"  game {g:3d}: {r.num_moves:3d} moves {result_text(r):>8s} "
-                     f"gen {r.generation} seed {r.seed}")
-    return "\n".join(lines)
-
-
-def measure_validation(board_size: int, n_games: int = 100, seed: int = 0) -> dict:
-    """Games and moves per second that `decode_batch` validates (random legal games)."""
-    rng = np.random.default_rng(seed)
-    games = [random_record(board_size, 7.5, rng, pass_prob=0.03, seed=i) for i in range(n_games)]
-    raw = compress_bytes(encode_batch(games, BatchMeta.from_records("bench", games)))
-    best = math.inf
-    for _ in range(3):
-        start = time.perf_counter()
-        decode_batch(raw)
-        best = min(best, time.perf_counter() - start)
-    moves = sum(g.num_moves for g in games)
-    return {
-        "board_size": board_size,
-        "games": n_games,
-        "mean_moves": round(moves / n_games, 1),
-        "bytes_per_game": round(len(raw) / n_games),
-        "validate_games_per_s": round(n_games / best, 1),
-        "validate_moves_per_s": round(moves / best),
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.go.records",
-        description="Validate a game batch file, print a summary, export games as SGF.",
-    )
-    parser.add_argument("file", type=Path, nargs="?",
-                        help="a <worker>_<gen>_<seq>.npz.zst batch file")
-    parser.add_argument("--sgf-dir", type=Path, help="write each game as SGF into this folder")
-    parser.add_argument("--game", type=int, help="only this game (0-based); print its SGF")
-    parser.add_argument("--max-mb", type=int, default=DEFAULT_MAX_BYTES >> 20,
-                        help="decompressed size limit in MiB")
-    parser.add_argument("--bench", type=int, metavar="N",
-                        help="measure validation speed on random N x N games instead")
-    parser.add_argument("--bench-games", type=int, default=100)
-    args = parser.parse_args(argv)
-    if args.bench:
-        print(json.dumps(measure_validation(args.bench, args.bench_games)))
-        return 0
-    if args.file is None:
-        parser.error("a batch FILE is needed (or --bench N)")
-    try:
-        batch = load_batch(args.file, max_bytes=args.max_mb << 20)
-    except BatchError as e:
-        print(f"rejected: {e}", file=sys.stderr)
-        return 1
-    print(_summary(args.file, batch))
-    games = range(len(batch.records))
-    if args.game is not None:
-        if not 0 <= args.game < len(batch.records):
-            print(f"--game {args.game}: the batch has games 0..{len(batch.records) - 1}",
-                  file=sys.stderr)
-            return 2
-        games = [args.game]
-        if args.sgf_dir is None:
-            print(to_sgf(batch.records[args.game], comment=f"{args.file.name} game {args.game}"),
-                  end="")
-    if args.sgf_dir is not None:
-        args.sgf_dir.mkdir(parents=True, exist_ok=True)
-        stem = args.file.name.removesuffix(BATCH_SUFFIX)
-        for g in games:
-            out = args.sgf_dir / f"{stem}_game{g:04d}.sgf"
-            write_atomic(out, to_sgf(batch.records[g], comment=f"{args.file.name} game {g}"))
-            print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
