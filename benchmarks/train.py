@@ -218,7 +218,8 @@ def bench_training(args: argparse.Namespace) -> dict:
 def bench_heads_cost(args: argparse.Namespace) -> dict:
     """Training and inference speed of the config's net against the plain net, interleaved."""
     from training.learn.net import net_from_config
-    from training.trainer import _losses, loss_weights
+    from training.train.steps import loss_weights
+    from training.train.steps import losses as _losses
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

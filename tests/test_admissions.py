@@ -8,11 +8,11 @@ import sys
 import textwrap
 
 from training.go.records import batch_name
-from training.learn.admissions import AdmissionLog, AdmissionReader
+from training.train.admissions import AdmissionLog, AdmissionReader
 
 _CHILD = textwrap.dedent("""
     import resource, signal, sys
-    from training.learn.admissions import AdmissionLog
+    from training.train.admissions import AdmissionLog
 
     path, names = sys.argv[1], sys.argv[2:]
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit returns short

@@ -369,7 +369,7 @@ def _round_result(generation: int, loss: float):
     """A round result with every required field (zeros but the generation and the loss)."""
     from dataclasses import MISSING, fields
 
-    from training.learn.round_result import RoundResult
+    from training.train.round_result import RoundResult
 
     values = {f.name: 0 for f in fields(RoundResult)
               if f.default is MISSING and f.default_factory is MISSING}
@@ -416,7 +416,7 @@ def _round_coach(tiny_cfg, run_dir):
 
 
 def test_the_round_result_file_gives_the_loss_and_the_model_goes_out(tiny_cfg, run_dir):
-    from training.learn import round_result
+    from training.train import round_result
 
     coach = _round_coach(tiny_cfg, run_dir)
     prepared = run_dir.parent / "prepared.json"
@@ -433,7 +433,7 @@ def test_a_round_driven_alone_reports_started_published_concluded(tiny_cfg, run_
     import threading
     import time
 
-    from training.learn import round_result
+    from training.train import round_result
     from training.generations import (Counts, Generations, ModelPublished, RoundConcluded,
                                       RoundStarted)
     from training.rounds import Rounds
@@ -475,7 +475,7 @@ def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
     import threading
     import time
 
-    from training.learn import round_result
+    from training.train import round_result
     from training.generations import (Counts, Generations, ModelPublished, Rated,
                                       RoundConcluded, RoundStarted)
     from training.rounds import Rounds
@@ -565,7 +565,7 @@ def test_with_logging_tensorboard_each_generation_goes_to_tensorboard_too(tiny_c
     """The scalars are read back with TensorBoard's own event reader."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from training.learn import round_result
+    from training.train import round_result
     from training.run.metrics import record_metrics
 
     coach = _round_coach(override(tiny_cfg, {"logging.tensorboard": True}), run_dir)
@@ -697,8 +697,8 @@ def test_a_flood_through_the_coach_holds_its_share_of_the_trainers_window(
     """A worker sending 50x the other's games, ingested by the coach's collector, holds at
     most 1.5 x its equal share of the window the trainer opens (`open_replay_window`, the
     real path with the run's share slack), and status.txt counts the same window."""
-    from training.learn.ddp import DistContext
-    from training.learn.node_relay import open_replay_window
+    from training.train.ddp import DistContext
+    from training.train.node_relay import open_replay_window
 
     coach = _set_up_coach(tiny_cfg, run_dir, **{"replay.min_positions": 10**5,
                                                   "replay.max_positions": 10**5,

@@ -22,11 +22,11 @@ import pytest
 
 from configs import ConfigError, dump_config, load_config, override
 from tests.conftest import REPO, wait_until
-from training.learn import round_result
-from training.learn.admissions import AdmissionError, AdmissionLog, AdmissionReader
-from training.learn.continuous import cpu_threads
+from training.train import round_result
+from training.train.admissions import AdmissionError, AdmissionLog, AdmissionReader
+from training.train.continuous import cpu_threads
 from training.trainer import selfplay_cores
-from training.learn.train_state import load_checkpoint
+from training.train.train_state import load_checkpoint
 from training.run.run_dir import RunDir
 
 TINY = REPO / "configs" / "tiny.yaml"
@@ -40,7 +40,7 @@ def batches(tmp_path_factory) -> list[tuple[Path, int]]:
     (file, positions)."""
     from training.go.records import BatchMeta, batch_name, write_batch
     from training.learn.net import load_model, make_evaluator
-    from training.learn.train_state import write_initial_model
+    from training.train.train_state import write_initial_model
     from training.search.selfplay import SelfPlay
 
     cfg = load_config(TINY)
@@ -239,7 +239,7 @@ def test_a_run_that_trained_in_rounds_goes_on_without_taking_its_window_as_new_d
         tmp_path, batches):
     """A round's checkpoint has no admission seq: what was admitted before is the window the
     rounds trained on, and only later admissions buy steps."""
-    from training.trainer import train_round
+    from training.train.round import train_round
 
     run = RunDir(tmp_path / "run").create().root
     config = _config(tmp_path, run, 1.0)

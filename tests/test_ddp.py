@@ -23,7 +23,7 @@ import pytest
 from configs import dump_config, load_config, override
 from tests.conftest import REPO
 from training.learn.samples import synthetic_samples
-from training.trainer import train_round
+from training.train.round import train_round
 
 TINY = REPO / "configs" / "tiny.yaml"
 STEPS = 5
@@ -263,7 +263,7 @@ def test_two_ranks_train_from_the_real_replay_window(work):
     equal weights after steps of two micro-batches each show no_sync + the final all-reduce."""
     from training.go.records import BatchMeta, batch_name, write_batch
     from training.learn.net import load_model, make_evaluator
-    from training.learn.train_state import write_initial_model
+    from training.train.train_state import write_initial_model
     from training.search.selfplay import SelfPlay
 
     cfg = load_config(TINY)

@@ -107,7 +107,7 @@ def _branch_goes_on_from_generation_1(cfg, config: Path, run: Path, status: Path
     """`--from-run RUN --from-generation 1 --run-dir NEW`: the new run starts with generation
     1's models, checkpoint, games and metrics, trains generation 2 from checkpoint 1 (its step
     goes on), and the source is only read."""
-    from training.learn.train_state import load_checkpoint
+    from training.train.train_state import load_checkpoint
 
     before = {p.relative_to(run): p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
     branch = run.parent / "branch"
@@ -215,8 +215,8 @@ def test_continuous_mode_publishes_and_resumes_after_the_coach_is_killed(setup):
     generations that the coach publishes, plots and shows; after a SIGKILL of the coach (the
     trainer dies with it) a new coach admits what was missed and its trainer resumes from
     the newest checkpoint with every admitted batch counted once."""
-    from training.learn.admissions import AdmissionReader
-    from training.learn.train_state import latest, load_checkpoint
+    from training.train.admissions import AdmissionReader
+    from training.train.train_state import latest, load_checkpoint
 
     cfg, config, run, status = setup
     config.write_text(dump_config(override(cfg, {

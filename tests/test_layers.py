@@ -36,10 +36,12 @@ ROOMS = [
     ("go", ("base",), "the game: rules, array boards, features, records, SGF"),
     ("run", ("base",), "a run's files and processes: run folder, models, metrics, logs"),
     ("search", ("base", "go"), "tree search and self-play"),
-    ("learn", ("base", "go", "run"), "the net, the replay window, the parts of a round"),
+    ("learn", ("base", "go", "run"), "the net, the replay window, samples"),
+    ("train", ("base", "go", "run", "learn"),
+     "the trainer's process: a round, the long-lived trainer, their phases and files"),
     ("play", ("base", "go", "run", "search", "learn"),
      "GTP players, referee, GNU Go series, arena, ratings"),
-    ("fleet", ("base", "hosts", "go", "run", "learn"),
+    ("fleet", ("base", "hosts", "go", "run", "learn", "train"),
      "the workers: supervision, local and SSH backends, the collector, balancing"),
 ]
 PURE_ROOMS = ("go", "search")  # no torch, no paramiko; and these modules of other rooms:

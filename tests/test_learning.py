@@ -20,10 +20,10 @@ from training.go.records import BatchMeta, batch_name, write_batch
 from training.go.rules import Position
 from training.gtp import RandomPlayer
 from training.learn.net import load_model, make_evaluator
-from training.learn.train_state import write_initial_model
+from training.train.train_state import write_initial_model
 from training.play.players import MctsPlayer
 from training.search.selfplay import SelfPlay
-from training.trainer import train_round
+from training.train.round import train_round
 
 GENERATIONS = 3
 GAMES_PER_GENERATION = 200

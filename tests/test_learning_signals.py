@@ -88,8 +88,8 @@ def test_self_play_positions_reach_the_window_unchanged(tiny_cfg, run_dir):
 def test_a_net_trained_on_games_black_always_wins_says_so(tiny_cfg, run_dir, seed):
     """records -> window -> trainer -> evaluator keep the value's sign (side to move's view)."""
     from training.learn.net import load_model, make_evaluator
-    from training.learn.train_state import write_initial_model
-    from training.trainer import train_round
+    from training.train.train_state import write_initial_model
+    from training.train.round import train_round
 
     torch.set_num_threads(1)
     # komi -30.5 on 5x5: black wins every game whatever is played

@@ -39,7 +39,7 @@ from training.go.records import (
     write_batch,
 )
 from training.learn import sidecars
-from training.learn.admissions import AdmissionLog
+from training.train.admissions import AdmissionLog
 from training.learn.replay_buffer import ReplayWindow
 from training.learn.sidecars import INDEX_NAME, sidecar_dir, write_sidecar
 from training.run.run_dir import RunDir

@@ -160,7 +160,7 @@ def test_fast_search_moves_have_no_policy_target_in_the_window(tiny_cfg, run_dir
 def test_the_policy_loss_skips_rows_without_a_target(tiny_cfg):
     torch = pytest.importorskip("torch")
     from training.learn.net import net_from_config
-    from training.trainer import _losses
+    from training.train.steps import losses as _losses
 
     torch.manual_seed(0)
     net = net_from_config(tiny_cfg.net, tiny_cfg.go.board_size).eval()  # no batch statistics

@@ -36,7 +36,7 @@ def _rank(rank: int, port: int, folder: str, hostile: bool) -> None:
     import torch
     import torch.distributed as dist
 
-    from training.learn import ddp, node_relay
+    from training.train import ddp, node_relay
     from training.learn.training_error import TrainingError
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -15,24 +15,20 @@ import torch
 
 from configs import override
 from tests.conftest import REPO
-from training.learn import round_result
+from training.train import round_result
 from training.learn.net import load_model
 from training.learn.samples import SampleArrays, config_samples, synthetic_samples
 from training.run.run_dir import RunDir
-from training.learn.train_state import (
+from training.train.train_state import (
     WarmupSchedule,
     drop_multiplier,
     load_checkpoint,
     scaled_lr,
     write_initial_model,
 )
-from training.trainer import (
-    FaultHooks,
-    build_parser,
-    config_from_args,
-    relaunch_command,
-    train_round,
-)
+from training.train.round import train_round
+from training.train.steps import FaultHooks
+from training.trainer import build_parser, config_from_args, relaunch_command
 from training.learn.training_error import TrainingError
 
 
@@ -207,7 +203,7 @@ def test_synthetic_samples_fit_each_shipped_configs_net(name, run_dir):
 
 
 def test_allocation_failures_of_cuda_libraries_count_as_out_of_memory():
-    from training.trainer import _is_oom
+    from training.train.steps import is_oom as _is_oom
 
     assert _is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert _is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
@@ -226,7 +222,6 @@ def test_too_few_samples_for_one_batch_is_a_clear_error(tiny_cfg, run_dir):
 def test_mixed_precision_on_the_cpu_trains_in_bf16_autocast(tiny_cfg, tmp_path, samples,
                                                             monkeypatch):
     from configs import override
-    from training import trainer
 
     seen = []
     real = torch.autocast
@@ -235,7 +230,7 @@ def test_mixed_precision_on_the_cpu_trains_in_bf16_autocast(tiny_cfg, tmp_path, 
         seen.append((kwargs.get("device_type"), kwargs.get("dtype")))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer.torch, "autocast", spy)
+    monkeypatch.setattr(torch, "autocast", spy)
     cfg = override(tiny_cfg, {"training.mixed_precision": True, "training.amp_dtype": "fp16"})
     mixed = train_round(cfg, tmp_path / "mixed", dataset=samples, steps=8, progress=False)
     assert seen and set(seen) == {("cpu", torch.bfloat16)}  # fp16 is for GPUs: bf16 here

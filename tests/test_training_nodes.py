@@ -39,7 +39,7 @@ def _make_window_run(cfg, run: Path, batches: int = 2, games: int = 12) -> None:
     """run/models/model_000000.pt and `batches` real self-play batch files in run/replay."""
     from training.go.records import BatchMeta, batch_name, write_batch
     from training.learn.net import load_model, make_evaluator
-    from training.learn.train_state import write_initial_model
+    from training.train.train_state import write_initial_model
     from training.search.selfplay import SelfPlay
 
     (run / "replay").mkdir(parents=True)
@@ -57,7 +57,7 @@ def _make_window_run(cfg, run: Path, batches: int = 2, games: int = 12) -> None:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     """A run folder with a real window and checkpoint_000001 (one single-process round)."""
-    from training.trainer import train_round
+    from training.train.round import train_round
 
     d = tmp_path_factory.mktemp("nodes")
     cfg = load_config(TINY)
@@ -120,7 +120,7 @@ def test_a_node_without_the_run_folder_trains_from_what_rank_0_sends(work):
     assert two_nodes["rank_checksums"] == pytest.approx(same["rank_checksums"], rel=1e-7)
 
     # and one process on the same total batch (BatchNorm sees half batches: a tolerance)
-    from training.trainer import train_round
+    from training.train.round import train_round
 
     single = train_round(load_config(TINY), _copy_run(work, "single"), steps=STEPS,
                          progress=False)

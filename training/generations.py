@@ -48,11 +48,11 @@ from pathlib import Path
 from typing import Protocol, Union
 
 from configs import Config
-from training.learn import round_result
-from training.learn.round_result import RoundResult, RoundResultError
 from training.run import model_store
 from training.run.child_process import log_tail
 from training.run.run_dir import RunDir
+from training.train import round_result
+from training.train.round_result import RoundResult, RoundResultError
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class Generations:
             gen = 0
             self._adopt_initial_model(Path(self.initial_model))
         else:
-            from training.learn.train_state import write_initial_model
+            from training.train.train_state import write_initial_model
 
             gen = 0
             write_initial_model(self.cfg, self.paths.root)

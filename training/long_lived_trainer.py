@@ -8,7 +8,7 @@ Each pass:
 
   1. admit: every batch the collector ingested into replay/ since the last pass
      (`Counts.ingested`) and not yet admitted gets one line in the admission log
-     (`training.learn.admissions`), in the ledger's order;
+     (`training.train.admissions`), in the ledger's order;
   2. keep the trainer running: `python -m training.trainer --continuous`, its output appended
      to `logs/trainer_continuous.log` (moved to `.1` past `LOG_ROTATE_BYTES`). A trainer that
      exits is started again after a backoff (1, 2, 4 ... s up to `distributed.backoff_max_s`),
@@ -38,10 +38,10 @@ from typing import Callable, Sequence
 
 from configs import Config
 from training.generations import Counts, Event, Generations, RoundStarted
-from training.learn.admissions import AdmissionLog, TrainerState
-from training.learn.command import run_hours_flag, trainer_command
 from training.run.child_process import launch_logged, log_tail, terminate
 from training.run.run_dir import RunDir, round_result_generations
+from training.train.admissions import AdmissionLog, TrainerState
+from training.train.command import run_hours_flag, trainer_command
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class LongLivedTrainer:
                                continuous=True, run_hours=hours)
 
     def _launch_trainer(self) -> None:
-        from training.learn.train_state import latest  # torch: not at the coach's import
+        from training.train.train_state import latest  # torch: not at the coach's import
 
         cmd = self.trainer_command()
         found = latest(self.paths.checkpoints, "checkpoint")

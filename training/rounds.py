@@ -38,10 +38,10 @@ from typing import Any, Callable, Sequence
 from configs import Config
 from training.fleet.fleet import Job
 from training.generations import Counts, Event, Generations, RoundStarted
-from training.learn.command import run_hours_flag, trainer_command
 from training.run import model_store
 from training.run.child_process import launch_logged, terminate
 from training.run.run_dir import RunDir
+from training.train.command import run_hours_flag, trainer_command
 
 log = logging.getLogger(__name__)
 

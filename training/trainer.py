@@ -1,6 +1,7 @@
-"""One training round: replay window -> new generation's model and checkpoint, alone or DDP.
+"""The trainer's command: `python -m training.trainer`, one training round or the long-lived
+trainer, alone, DDP or multi-node.
 
-Owns `train_round(cfg, run_dir, ...)` and its command line. The same code runs
+The same command runs
 - alone:                    python -m training.trainer --config FILE --run-dir DIR
 - under torchrun:           torchrun --nproc_per_node=N -m training.trainer ...
 - multi-node:               torchrun --nnodes M --node_rank R --master_addr A --master_port P ...
@@ -9,40 +10,15 @@ Owns `train_round(cfg, run_dir, ...)` and its command line. The same code runs
 - from the coach, as a subprocess of one of the above; the last stdout line is a JSON summary.
 - long-lived, with --continuous (training.mode continuous): the coach starts one for the run;
   it trains from the run's admission log and publishes a generation every
-  training.steps_per_generation steps until SIGTERM (training.learn.continuous).
+  training.steps_per_generation steps until SIGTERM (training.train.continuous).
 
-Vocabulary (torchrun's): `rank`, `local_rank`, `world_size`; rank 0 is the main process, the
-only one that logs progress and writes files. A **round** trains `training.steps_per_generation`
-optimizer steps (or `training.epochs` passes) and produces generation G+1 from generation G.
-A **micro-batch** is one forward/backward; `accumulation` micro-batches make one optimizer step
-(gradients are all-reduced only on the last, `no_sync` before).
+Here: the flags (`build_parser`, `config_from_args`), `--world-size`/`--rank` as torchrun's
+environment (`apply_world_size`), the relaunch under torch.distributed.run
+(`relaunch_command`), the cores local self-play holds (`selfplay_cores`, for the long-lived
+trainer's CPU threads), and `main`. The round itself is `training.train.round.train_round`
+(its vocabulary, behaviour, losses and files are described there).
 
-Behaviour: the total batch `training.batch_size` is split across ranks; LR scaled linearly / by
-sqrt from `lr_reference_batch`, with linear warmup; DistributedSampler with `set_epoch` and
-`drop_last`; losses reduced across ranks; a process-group timeout (`training.timeout_s`); a
-rank that fails makes the others exit (the collective raises, the launcher ends the group); an
-out-of-memory micro-batch halves the micro-batch and accumulates twice as many. A checkpoint
-resumes exactly (the next step's loss is the same).
-
-Losses: policy cross-entropy + value MSE, plus the net's training-only heads where it has them
-(KataGo's auxiliary targets, `TARGETS`): ownership (cross-entropy per point, mean), score
-(Huber on margin / N) and the opponent's reply (cross-entropy), each masked per sample and
-weighted by `training.ownership_weight`, `score_weight`, `opponent_policy_weight`. `loss` in
-results and metrics stays policy + value, so that runs with and without the heads compare.
-
-Files (rank 0, then a barrier), where run_dir.RunDir puts them:
-checkpoints/checkpoint_<gen:06d>.pt (train_state), models/model_<gen:06d>.pt (net.save_model),
-one metrics row (training.run.metrics) and rounds/round_<gen:06d>.json (round_result: what the
-coach reads; the same as the JSON summary line).
-
-A round is the phases of training.learn.phases: plan (the batch arithmetic), start the net,
-restore (the checkpoint), run steps (training.learn.steps: what one step is), finish (the
-files); under them samples (sample arrays, batches as tensors), ddp (the process group and its
-collectives), node_relay (the window and the starting file for nodes without the run folder)
-and train_state (LR schedule, RNG states, checkpoints, the file a round starts from).
-
-It must not: play games, read game batch files itself (the replay window does), or talk to
-workers.
+It must not: train (the training room does), play games, or talk to workers.
 """
 
 from __future__ import annotations
@@ -63,108 +39,20 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from configs import Config, ConfigError, load_config, override
 from configs.flags import add_flags, overrides
 from training.fleet.placement import plan_workers
-from training.learn import phases
-from training.learn.admissions import AdmissionError
-from training.learn.continuous import train_continuously
-from training.learn.ddp import (
-    DistContext,
-    init_distributed,
-    is_peer_failure,
-    shutdown,
-    under_torchrun,
-)
-from training.learn.node_relay import open_replay_window, resolve_start_shared
-from training.learn.round_result import RoundResult
-from training.learn.samples import SampleArrays, SampleDataset
-# the step's parts, for the tests and benchmarks that import them from here
-from training.learn.steps import AUX_LOSSES, FaultHooks, IndexBatches, progress_bar
-from training.learn.steps import is_oom as _is_oom  # noqa: F401
-from training.learn.steps import loss_weights  # noqa: F401
-from training.learn.steps import losses as _losses  # noqa: F401
+from training.learn.samples import SampleArrays
 from training.learn.training_error import TrainingError
 from training.run.limits import raise_open_files_limit
 from training.run.logsetup import configure_logging
 from training.run.signals import die_with_parent, on_stop_signals
+from training.train.admissions import AdmissionError
+from training.train.continuous import train_continuously
+from training.train.ddp import init_distributed, is_peer_failure, shutdown, under_torchrun
+from training.train.round import train_round
+from training.train.steps import FaultHooks
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AUX_LOSSES", "FaultHooks", "train_round", "main"]
-
-
-# ------------------------------------------------------------------------------ the round
-
-def train_round(
-    cfg: Config,
-    run_dir: str | os.PathLike,
-    *,
-    dataset: SampleDataset | None = None,
-    checkpoint: str | os.PathLike | None = None,
-    steps: int | None = None,
-    generation: int | None = None,
-    progress: bool = True,
-    hooks: FaultHooks | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    run_hours: float | None = None,
-) -> RoundResult:
-    """Train one round and write the next generation's model and checkpoint.
-
-    Must be called in every process of the group (alone, it is a group of one). Starts from
-    `checkpoint`, else the newest checkpoint in run_dir/checkpoints, else the newest model in
-    run_dir/models, else a fresh net; "none" forces a fresh start. `dataset` defaults to the
-    replay window over run_dir/replay. `steps` overrides the config's round length.
-    `cache_dir`: this rank's node does not share rank 0's run folder; rank 0 sends the window's
-    batch files and the starting checkpoint there, and run_dir is never read.
-    `run_hours`: the hours the run had run when the round started (the coach's), which place
-    the LR drops of a run with run.hours (training.lr_schedule_by_time).
-    """
-    run_dir = Path(run_dir)
-    hooks = hooks or FaultHooks()
-    tcfg = cfg.training
-    try:
-        ctx = init_distributed(tcfg.timeout_s, tcfg.backend)
-    except ValueError as e:
-        raise TrainingError(str(e)) from e
-    try:
-        return _train(cfg, run_dir, ctx, dataset, checkpoint, steps, generation, progress, hooks,
-                      None if cache_dir is None else Path(cache_dir), run_hours)
-    finally:
-        shutdown(ctx)
-
-
-def _train(cfg: Config, run_dir: Path, ctx: DistContext, dataset: SampleDataset | None,
-           checkpoint: str | os.PathLike | None, steps: int | None, generation: int | None,
-           progress: bool, hooks: FaultHooks, cache_dir: Path | None = None,
-           run_hours: float | None = None) -> RoundResult:
-    """One round in its phases (training.learn.phases); see `train_round`."""
-    tcfg = cfg.training
-    if cache_dir is not None and ctx.is_main:
-        raise TrainingError("--cache-dir is for the other training nodes; rank 0 reads run_dir")
-    if dataset is None:
-        dataset = open_replay_window(cfg, run_dir, ctx, cache_dir)
-    ckpt, start_payload, base_gen = resolve_start_shared(run_dir, checkpoint, ctx, cache_dir)
-    new_gen = generation if generation is not None else base_gen + 1
-
-    plan = phases.plan(tcfg, ctx)
-    trainee = phases.start_net(cfg, ctx, plan, start_payload, checkpoint or run_dir, run_hours)
-    epoch, offset = phases.restore(cfg, ctx, trainee, plan, ckpt,
-                                   str(checkpoint or "the newest checkpoint"), len(dataset))
-    batches = IndexBatches(dataset, plan.per_rank, ctx, cfg.run.seed, epoch, offset)
-    if steps is None:
-        steps = tcfg.epochs * batches.per_epoch if tcfg.epochs > 0 else tcfg.steps_per_generation
-    if ctx.is_main:
-        log.info(
-            "training generation %d from %s: steps=%d world_size=%d total_batch=%d "
-            "micro_batch=%d accumulation=%d lr=%.4g device=%s backend=%s window=%d",
-            new_gen, f"generation {base_gen}" if start_payload is not None else "a fresh net",
-            steps, ctx.world_size, plan.total, plan.micro, plan.accumulation, trainee.peak_lr,
-            ctx.device, ctx.backend or "none", len(dataset),
-        )
-    bar = progress_bar(steps, new_gen, enabled=progress and ctx.is_main)
-    totals = phases.Totals()
-    phases.run_steps(trainee, batches, dataset, steps, ctx, plan, hooks, totals, bar)
-    if bar is not None:
-        bar.close()
-    return phases.finish(cfg, run_dir, ctx, trainee, plan, dataset, batches, totals, new_gen)
+__all__ = ["main"]
 
 
 def selfplay_cores(cfg: Config, n_gpus: int, n_cpus: int) -> int:
@@ -180,7 +68,7 @@ def selfplay_cores(cfg: Config, n_gpus: int, n_cpus: int) -> int:
 
 def _train_continuously(cfg: Config, run_dir: Path, hooks: FaultHooks,
                         run_hours: float | None) -> None:
-    """The long-lived trainer (training.learn.continuous) in this process's group, until
+    """The long-lived trainer (training.train.continuous) in this process's group, until
     SIGTERM or SIGINT."""
     stop = threading.Event()
     on_stop_signals(stop.set)

@@ -47,7 +47,7 @@ from distributed.ssh_connector import SSHConnector, SSHError
 from distributed.transfer import TransferError
 from training.fleet.fleet import Member, backoff_s
 from training.fleet.ssh_workers import prepare_host, write_worker_config
-from training.learn.command import trainer_command
+from training.train.command import trainer_command
 from training.run.run_dir import RunDir
 
 log = logging.getLogger(__name__)

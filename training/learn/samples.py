@@ -33,6 +33,9 @@ _TARGET_KEYS = tuple(k for t in TARGETS for k in (t, f"{t}_mask"))
 class SampleDataset(Protocol):
     """What the trainer reads: replay_buffer.ReplayWindow, or SampleArrays below."""
 
+    validation: SampleDataset | None
+    """The held-out samples (validation loss), or None."""
+
     def __len__(self) -> int: ...
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, float]: ...

@@ -1,21 +1,26 @@
 """The phases of training, shared by a round and the long-lived trainer.
 
 A round is `plan` -> `start_net` -> `restore` -> `run_steps` -> `finish`; the long-lived
-trainer (`training.learn.continuous`) runs the first three once and then `run_steps` and
-`finish` for as long as the run lasts, each `finish` publishing one generation.
+trainer (`training.train.continuous`) runs the first three once and then `run_steps` and
+`finish` for as long as the run lasts, each `finish` publishing one generation. The last three
+take one `Session`: what a trainer holds while it trains (the config, the process group, the
+plan, the trainee, the data and the order it is read in, the fault hooks, the totals since the
+last `finish`).
 
 - `plan(tcfg, ctx) -> Plan`: the batch arithmetic (per rank, total, micro-batches).
 - `start_net(cfg, ctx, plan, payload, ...) -> Trainee`: the net (from the starting model or
   fresh, seeded by run.seed so every rank starts equal), DDP around it, autocast, the LR
   schedule and the optimizer: everything a step changes, kept in memory.
-- `restore(...)`: a checkpoint back into the trainee (`train_state.restore_checkpoint`, beside
-  `save_checkpoint`), or this rank's seed for a fresh start; returns the data position.
-- `run_steps(trainee, batches, n, ...)`: n optimizer steps, summed into a `Totals`.
-- `finish(...)`: the totals reduced over ranks, the non-finite check, validation, and on rank
-  0 the generation's files (checkpoint, model, metrics row, rounds/round_<gen>.json) before a
-  barrier. Returns the `RoundResult`.
+- `restore(session, ckpt, source)`: a checkpoint back into the trainee
+  (`train_state.restore_checkpoint`, beside `save_checkpoint`), or this rank's seed for a
+  fresh start; returns the data position.
+- `run_steps(session, n)`: n optimizer steps, summed into `session.totals`.
+- `finish(session, run_dir, generation)`: the totals reduced over ranks, the non-finite
+  check, validation, and on rank 0 the generation's files (checkpoint, model, metrics row,
+  rounds/round_<gen>.json) before a barrier; the totals start again. Returns the
+  `RoundResult`.
 
-Vocabulary as in `training.trainer` (rank, world_size, round, micro-batch). It must not:
+Vocabulary as in `training.train.round` (rank, world_size, round, micro-batch). It must not:
 choose the data (the window is opened by the caller), parse the command line, or decide when
 a generation is due.
 """
@@ -34,21 +39,21 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configs import Config
-from training.learn import round_result
-from training.learn.ddp import DistContext, all_gather_json, all_reduce_sum, barrier
 from training.learn.net import ModelError, finite_weights, net_from_config, net_from_payload
 from training.learn.net import save_model
-from training.learn.round_result import RoundResult
 from training.learn.samples import SampleDataset, fetch_batch
-from training.learn.steps import (AUX_LOSSES, FaultHooks, IndexBatches, autocast_dtype, is_oom,
-                                  loss_weights, maybe_inject_fault, one_step, validate,
-                                  weights_checksums)
-from training.learn.train_state import (WarmupSchedule, drop_multiplier, restore_checkpoint,
-                                        rng_from_json, rng_json, rng_state, save_checkpoint,
-                                        scaled_lr, seed_everything)
 from training.learn.training_error import TrainingError
 from training.run import metrics
 from training.run.run_dir import RunDir
+from training.train import round_result
+from training.train.ddp import DistContext, all_gather_json, all_reduce_sum, barrier
+from training.train.round_result import RoundResult
+from training.train.steps import (AUX_LOSSES, FaultHooks, IndexBatches, Trainee,
+                                  autocast_dtype, is_oom, loss_weights, maybe_inject_fault,
+                                  one_step, validate, weights_checksums)
+from training.train.train_state import (WarmupSchedule, drop_multiplier, restore_checkpoint,
+                                        rng_from_json, rng_json, rng_state, save_checkpoint,
+                                        scaled_lr, seed_everything)
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +70,6 @@ class Plan:
 
 
 @dataclass
-class Trainee:
-    """The net and everything a step changes, in memory for as long as training lasts."""
-
-    net: torch.nn.Module
-    model: torch.nn.Module  # the net, or DDP around it
-    optimizer: torch.optim.Optimizer
-    schedule: WarmupSchedule
-    scaler: torch.amp.GradScaler | None
-    autocast: torch.dtype | None
-    micro: int  # halved after an out-of-memory micro-batch
-    peak_lr: float
-    weights: dict[str, float]
-
-
-@dataclass
 class Totals:
     """What steps since the last `finish` added up to on this rank."""
 
@@ -92,6 +82,20 @@ class Totals:
     @property
     def steps(self) -> int:
         return len(self.step_losses)
+
+
+@dataclass
+class Session:
+    """What a trainer holds while it trains, handed to each phase after `start_net`."""
+
+    cfg: Config
+    ctx: DistContext
+    plan: Plan
+    trainee: Trainee
+    dataset: SampleDataset  # the replay window (or given samples)
+    hooks: FaultHooks
+    batches: IndexBatches | None = None  # the order `dataset` is read in (after `restore`)
+    totals: Totals = field(default_factory=Totals)  # since the last `finish`
 
 
 def plan(tcfg: Any, ctx: DistContext) -> Plan:
@@ -161,24 +165,24 @@ def start_net(cfg: Config, ctx: DistContext, p: Plan, payload: dict | None, sour
                    loss_weights(tcfg))
 
 
-def restore(cfg: Config, ctx: DistContext, trainee: Trainee, p: Plan, ckpt: dict | None,
-            source: str, length: int) -> tuple[int, int]:
-    """The checkpoint `ckpt` (or None: a fresh start, this rank's seed) into `trainee`;
-    returns the data position (epoch, offset) over a window of `length` samples."""
+def restore(s: Session, ckpt: dict | None, source: str) -> tuple[int, int]:
+    """The checkpoint `ckpt` (or None: a fresh start, this rank's seed) into the trainee;
+    returns the data position (epoch, offset) over the session's dataset."""
+    cfg, ctx, trainee = s.cfg, s.ctx, s.trainee
     if ckpt is None:
         seed_everything(cfg.run.seed + 1000 * ctx.rank)
         return 0, 0
     return restore_checkpoint(ckpt, source, trainee.optimizer, trainee.schedule,
-                              length=length, per_rank=p.per_rank, rank=ctx.rank,
+                              length=len(s.dataset), per_rank=s.plan.per_rank, rank=ctx.rank,
                               world_size=ctx.world_size, seed=cfg.run.seed)
 
 
-def run_steps(trainee: Trainee, batches: IndexBatches, dataset: SampleDataset, n: int,
-              ctx: DistContext, p: Plan, hooks: FaultHooks, totals: Totals,
-              bar: Any = None) -> None:
-    """`n` optimizer steps over `batches` of `dataset`, added to `totals`; an out-of-memory
+def run_steps(s: Session, n: int, bar: Any = None) -> None:
+    """`n` optimizer steps over the session's batches, added to its totals; an out-of-memory
     micro-batch is halved (down to 1) and the step taken again."""
     t0 = time.perf_counter()
+    trainee, batches, dataset, totals = s.trainee, s.batches, s.dataset, s.totals
+    ctx, p, hooks = s.ctx, s.plan, s.hooks
     schedule, optimizer = trainee.schedule, trainee.optimizer
     for step in range(totals.steps, totals.steps + n):
         t_step = time.perf_counter()
@@ -188,9 +192,7 @@ def run_steps(trainee: Trainee, batches: IndexBatches, dataset: SampleDataset, n
             g["lr"] = schedule.lr()
         while True:
             try:
-                step_sums = one_step(trainee.model, optimizer, trainee.scaler, batch,
-                                     trainee.micro, trainee.autocast, ctx, hooks,
-                                     trainee.weights)
+                step_sums = one_step(trainee, batch, ctx, hooks)
                 break
             except RuntimeError as e:
                 if not is_oom(e) or trainee.micro == 1:
@@ -213,12 +215,14 @@ def run_steps(trainee: Trainee, batches: IndexBatches, dataset: SampleDataset, n
     totals.seconds += time.perf_counter() - t0
 
 
-def finish(cfg: Config, run_dir: Path, ctx: DistContext, trainee: Trainee, p: Plan,
-           dataset: SampleDataset, batches: IndexBatches, totals: Totals, generation: int,
+def finish(s: Session, run_dir: Path, generation: int,
            extra_data: dict[str, int] | None = None) -> RoundResult:
-    """Reduce `totals`, check them, validate, and write `generation`'s files (rank 0: the
-    checkpoint with the data position and `extra_data`, the model, the metrics row, the round
-    result); every rank waits at a barrier until they are written. Collective."""
+    """Reduce the session's totals, check them, validate, and write `generation`'s files
+    (rank 0: the checkpoint with the data position and `extra_data`, the model, the metrics
+    row, the round result); every rank waits at a barrier until they are written, and the
+    totals start again. Collective."""
+    cfg, ctx, trainee, p, dataset, batches, totals = (s.cfg, s.ctx, s.trainee, s.plan,
+                                                       s.dataset, s.batches, s.totals)
     net, schedule = trainee.net, trainee.schedule
     steps = totals.steps
     p_sum, v_sum, correct, n, *aux_sums = (float(v) for v in
@@ -237,8 +241,7 @@ def finish(cfg: Config, run_dir: Path, ctx: DistContext, trainee: Trainee, p: Pl
     checksums = weights_checksums(net, ctx)
     # RNG states before validation, so that a resumed run continues as an unbroken one would
     rng_states = [rng_from_json(r) for r in all_gather_json(rng_json(rng_state()), ctx)]
-    val_loss = validate(trainee.model, getattr(dataset, "validation", None), p.per_rank, ctx,
-                        trainee.autocast)
+    val_loss = validate(trainee.model, dataset.validation, p.per_rank, ctx, trainee.autocast)
 
     paths = RunDir(run_dir)
     model_file, ckpt_file = paths.model(generation), paths.checkpoint(generation)
@@ -272,4 +275,5 @@ def finish(cfg: Config, run_dir: Path, ctx: DistContext, trainee: Trainee, p: Pl
         )
         round_result.write(paths.round_result(generation), result)
     barrier(ctx)  # nobody reads the new files before they are all written
+    s.totals = Totals()
     return result

@@ -5,10 +5,11 @@ Owns the losses (policy cross-entropy + value MSE, plus the net's training-only 
 batch in micro-batches, `no_sync` on all but the last; the out-of-memory test `is_oom` lets the
 caller halve the micro-batch), `validate` (the held-out loss), `weights_checksums` (equal on
 every rank under DDP), `IndexBatches` (DistributedSampler with `set_epoch` and `drop_last`,
-resumable at (epoch, offset)), the autocast choice and the fault hooks of the tests.
+resumable at (epoch, offset)), the autocast choice and the fault hooks of the tests, and the
+`Trainee` a step changes (the net, DDP around it, the optimizer, the schedule, autocast).
 
-Vocabulary as in `training.learn.phases`. It must not: write files, choose what to train on or
-for how long (the phases do), or touch the process group but through `training.learn.ddp`.
+Vocabulary as in `training.train.phases`. It must not: write files, choose what to train on or
+for how long (the phases do), or touch the process group but through `training.train.ddp`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
-from training.learn.ddp import DistContext, all_gather_floats, all_reduce_sum
 from training.learn.samples import TARGETS, SampleDataset, fetch_batch
 from training.learn.training_error import TrainingError
+from training.train.ddp import DistContext, all_gather_floats, all_reduce_sum
+from training.train.train_state import WarmupSchedule
 
 log = logging.getLogger(__name__)
 
@@ -177,14 +179,30 @@ def autocast_dtype(ctx: DistContext, mixed_precision: bool,
     return torch.float16, True
 
 
-def one_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             scaler: torch.amp.GradScaler | None, batch: dict[str, torch.Tensor], micro: int,
-             autocast: torch.dtype | None, ctx: DistContext, hooks: FaultHooks,
-             weights: dict[str, float]) -> np.ndarray:
-    """One optimizer step over this rank's batch in micro-batches (no_sync on all but last).
+@dataclass
+class Trainee:
+    """The net and everything a step changes, in memory for as long as training lasts."""
+
+    net: torch.nn.Module
+    model: torch.nn.Module  # the net, or DDP around it
+    optimizer: torch.optim.Optimizer
+    schedule: WarmupSchedule
+    scaler: torch.amp.GradScaler | None
+    autocast: torch.dtype | None
+    micro: int  # halved after an out-of-memory micro-batch
+    peak_lr: float
+    weights: dict[str, float]
+
+
+def one_step(trainee: Trainee, batch: dict[str, torch.Tensor], ctx: DistContext,
+             hooks: FaultHooks) -> np.ndarray:
+    """One optimizer step of `trainee` over this rank's batch in micro-batches of
+    `trainee.micro` (no_sync on all but the last).
 
     Returns the sums [policy loss * n, value loss * n, correct, n, then each of AUX_LOSSES'
     loss * n]. The objective is policy + value + the weighted auxiliary losses."""
+    model, optimizer, scaler = trainee.model, trainee.optimizer, trainee.scaler
+    micro, autocast, weights = trainee.micro, trainee.autocast, trainee.weights
     optimizer.zero_grad(set_to_none=True)
     rows = batch["planes"].shape[0]
     chunks = [(lo, min(rows, lo + micro)) for lo in range(0, rows, micro)]

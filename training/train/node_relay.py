@@ -5,7 +5,9 @@ see rank 0's run folder. Rank 0 then sends it, over the process group itself, th
 of the window and the file the round starts from; nothing else crosses, and a round whose
 ranks all share run_dir sends nothing. Owns `open_replay_window` (the same replay window on
 every rank), `resolve_start_shared` (the same starting checkpoint or model on every rank),
-and the relay under them: `relay_files`, `any_receiver`, `prune_cache`.
+and the relay under them: `relay_files`, `any_receiver`, `prune_cache`. `build_window` is the
+one place a trainer builds a `ReplayWindow` from the config (a round's, here, and the
+long-lived trainer's).
 
 A receiver asks for files by setting bits over rank 0's own list of names, so a peer cannot
 name a file rank 0 would read (`../../secret.txt` is not in it); names and sizes travel as
@@ -26,18 +28,20 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from configs import Config
 from distributed.transfer import write_atomic
-from training.learn.ddp import (DistContext, all_reduce_max_, all_reduce_sum, broadcast_,
-                                broadcast_json)
-from training.learn.samples import SampleDataset
-from training.learn.train_state import load_start, resolve_start, start_file
 from training.learn.training_error import TrainingError
 from training.run.run_dir import RunDir
+from training.train.ddp import (DistContext, all_reduce_max_, all_reduce_sum, broadcast_,
+                                broadcast_json)
+from training.train.train_state import load_start, resolve_start, start_file
+
+if TYPE_CHECKING:
+    from training.learn.replay_buffer import ReplayWindow
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,19 @@ RELAY_CHUNK_BYTES = 32 << 20
 # -------------------------------------------------------------- the same inputs on every rank
 
 
+def build_window(cfg: Config, replay_dir: Path, files: Sequence[str] | None) -> ReplayWindow:
+    """The replay window over `replay_dir` as the config says (the run's seed, worker
+    weights, history, board and liberty planes), of `files` when given, else of the newest."""
+    from training.learn.replay_buffer import WINDOW_SHARE_SLACK, ReplayWindow
+
+    return ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size,
+                        seed=cfg.run.seed, files=files,
+                        worker_weights=cfg.distributed.worker_weights,
+                        share_slack=WINDOW_SHARE_SLACK, liberties=cfg.net.liberties)
+
+
 def open_replay_window(cfg: Config, run_dir: Path, ctx: DistContext,
-                       cache_dir: Path | None = None) -> SampleDataset:
+                       cache_dir: Path | None = None) -> ReplayWindow:
     """replay_buffer.ReplayWindow over run_dir/replay, the same on every rank.
 
     Rank 0 builds the window (and any missing sidecars) first; the others then open exactly
@@ -56,17 +71,8 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: DistContext,
     A rank given `cache_dir` (a training node without rank 0's run folder) opens its window
     over cache_dir/replay instead, after rank 0 sent it the chosen files it lacks there.
     """
-    from training.learn.replay_buffer import WINDOW_SHARE_SLACK, ReplayWindow
-
     replay_dir = RunDir(run_dir).replay if cache_dir is None else cache_dir / "replay"
-
-    def _open(files: list[str] | None) -> SampleDataset:
-        return ReplayWindow(replay_dir, cfg.replay, cfg.net.history, cfg.go.board_size,
-                            seed=cfg.run.seed, files=files,
-                            worker_weights=cfg.distributed.worker_weights,
-                            share_slack=WINDOW_SHARE_SLACK, liberties=cfg.net.liberties)
-
-    window = _open(None) if ctx.is_main else None
+    window = build_window(cfg, replay_dir, None) if ctx.is_main else None
     names = [window.names() if window is not None else None]
     if ctx.is_distributed:
         names = [broadcast_json(names[0], ctx)]
@@ -77,7 +83,7 @@ def open_replay_window(cfg: Config, run_dir: Path, ctx: DistContext,
             if cache_dir is not None and ctx.local_rank == 0:
                 prune_cache(replay_dir, names[0])
         if window is None:
-            window = _open(names[0])
+            window = build_window(cfg, replay_dir, names[0])
     assert window is not None
     if len(window) == 0:
         raise TrainingError(
