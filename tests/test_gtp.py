@@ -9,7 +9,7 @@ import pytest
 from training.go.coords import BLACK, WHITE, from_gtp
 from training.go.endgame import judged_score
 from training.go.rules import Position
-from training.gtp import RandomPlayer
+from training.play.players import RandomPlayer
 from training.play.gtp_client import GtpClient, GtpEngineError, GtpError
 from training.play.referee import play_game
 

@@ -2,7 +2,7 @@
 
 On a 5x5 board, three generations of real self-play (selfplay.SelfPlay, records.write_batch),
 each followed by a real training round over the replay window (trainer.train_round), make a
-net whose search beats a uniformly random player (training.gtp.RandomPlayer: any legal move
+net whose search beats a uniformly random player (training.play.players.RandomPlayer: any legal move
 that does not fill its own eye) far more often than chance, while the untrained net with the
 same search does not. The win rate and a one-sided binomial p-value are printed.
 """
@@ -18,7 +18,7 @@ import torch
 from configs import override
 from training.go.records import BatchMeta, batch_name, write_batch
 from training.go.rules import Position
-from training.gtp import RandomPlayer
+from training.play.players import RandomPlayer
 from training.learn.net import load_model, make_evaluator
 from training.train.train_state import write_initial_model
 from training.play.players import MctsPlayer

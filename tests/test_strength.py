@@ -16,7 +16,7 @@ from tests.conftest import REPO, gnugo_path, require_tool
 from training.go.rules import area_score
 from training.learn.net import net_from_config, save_model
 from training.run.model_store import publish_model
-from training.strength import default_generations, play_vs_random, read_history
+from training.play.strength import default_generations, play_vs_random, read_history
 
 
 def area(sign: float):
@@ -84,7 +84,7 @@ def test_run_hours_leave_out_the_time_a_run_was_stopped(tiny_cfg, run_dir):
     the hours come from the coach's elapsed seconds, the stop left out. Generation 3 has no
     elapsed seconds (its coach stopped before writing them): the manifests give its step."""
     from training.run import metrics
-    from training.strength import run_hours
+    from training.play.strength import run_hours
 
     made = {0: 0.0, 1: 0.5, 2: 1.0, 3: 1.5, 4: 9.7, 5: 10.2}
     _fake_run(run_dir, tiny_cfg, list(made), hours=made)

@@ -19,8 +19,9 @@ Who chooses the moves is a *player*: any object with
 chooses. A command or a player that fails raises `training.play.gtp_client.GtpError` (the one
 class of a GTP failure, shared with the client); its message is the `? message` reply.
 
-Until a trained network exists the player is `RandomPlayer`: a uniformly random legal move
-that does not fill one of its own single-point eyes, passing when no other move is left.
+Until a trained network exists the player is `RandomPlayer` (`training.play.players`): a
+uniformly random legal move that does not fill one of its own single-point eyes, passing when
+no other move is left.
 With `--model FILE` the player is `training.play.players.NetPlayer`: the trained network with MCTS
 (torch is imported only then), under an explicit budget per move: `--simulations N` or
 `--seconds-per-move S` (searches sized to the time; see `training.play.players.MctsPlayer`),
@@ -51,15 +52,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import random
 import sys
 import threading
 import time
 from typing import Protocol, TextIO
 
-from training.go.coords import EMPTY, MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
+from training.go.coords import MAX_SIZE, MIN_SIZE, from_gtp, parse_color, to_gtp
 from training.go.endgame import final_status, judged_score
-from training.go.rules import IllegalMove, Position, neighbors
+from training.go.rules import IllegalMove, Position
 from training.play.clock import Clock
 from training.play.gtp_client import GtpError
 
@@ -112,26 +112,6 @@ class Player(Protocol):
 
     def genmove(self, position: Position, color: int) -> int | None:
         """A legal move for `color` in `position` (flat index or PASS), or None to resign."""
-
-
-class RandomPlayer:
-    """Uniformly random legal move, never filling its own single-point eye; else pass."""
-
-    def __init__(self, seed: int | None = None):
-        self._rng = random.Random(seed)
-
-    def genmove(self, position: Position, color: int) -> int:
-        n = position.size
-        board = position.board
-        nbrs = neighbors(n)
-        candidates = [
-            p
-            for p in range(n * n)
-            if board[p] == EMPTY
-            and not all(board[q] == color for q in nbrs[p])  # own eye: keep it
-            and position.is_legal(p, color)
-        ]
-        return self._rng.choice(candidates) if candidates else position.pass_move
 
 
 class GtpEngine:
@@ -602,6 +582,8 @@ def make_player(model: str | None, simulations: int, seed: int | None, *,
                 seconds_per_move: float | None = None, config: str | None = None,
                 max_simulations: int | None = None) -> Player:
     """The move chooser the flags ask for: random, or a trained model with MCTS."""
+    from training.play.players import RandomPlayer
+
     if model is None:
         return RandomPlayer(seed)
     if not os.path.isfile(model):

@@ -1,9 +1,11 @@
 """The players of our GTP engine (`python -m training.gtp`): a search, and a trained model.
 
 A *player* chooses moves for `training.gtp.GtpEngine`, which keeps the board and speaks the
-protocol (see `training.gtp.Player`; the engine's default, `RandomPlayer`, lives there too).
+protocol (see `training.gtp.Player`).
 
 Owns:
+- `RandomPlayer(seed)`: a uniformly random legal move that never fills its own eye; the
+  engine's player until a trained network exists, and the strength table's weakest opponent.
 - `MctsPlayer(evaluate, go_cfg, mcts_cfg, simulations)`: searches one position at a time with
   any evaluator (no noise, the search's own choice), under a budget of simulations or seconds
   per move.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -31,13 +34,33 @@ import numpy as np
 
 from configs import Config, GoConfig
 from training.go import endgame
-from training.go.coords import BLACK
-from training.go.rules import Position
+from training.go.coords import BLACK, EMPTY
+from training.go.rules import Position, neighbors
 from training.play.gtp_client import GtpError
 from training.search.mcts import Evaluate, Mcts
 
 if TYPE_CHECKING:
     from configs import MctsConfig
+
+
+class RandomPlayer:
+    """Uniformly random legal move, never filling its own single-point eye; else pass."""
+
+    def __init__(self, seed: int | None = None):
+        self._rng = random.Random(seed)
+
+    def genmove(self, position: Position, color: int) -> int:
+        n = position.size
+        board = position.board
+        nbrs = neighbors(n)
+        candidates = [
+            p
+            for p in range(n * n)
+            if board[p] == EMPTY
+            and not all(board[q] == color for q in nbrs[p])  # own eye: keep it
+            and position.is_legal(p, color)
+        ]
+        return self._rng.choice(candidates) if candidates else position.pass_move
 
 
 class MctsPlayer:
@@ -60,7 +83,7 @@ class MctsPlayer:
 
     `early_pass` False (default): never pass first while a real move is left, as in self-play
     (the net never learned what follows its own early pass; against players that never pass
-    early, such as `training.gtp.RandomPlayer`, passing first gives the board away; under area
+    early, such as `RandomPlayer`, passing first gives the board away; under area
     scoring the rule costs nothing but own-eye fills, which it does not force).
     """
 
