@@ -10,7 +10,6 @@ from training.go.features import NUM_SYMMETRIES, transform_planes, transform_pol
 from training.learn.net import (
     ModelError,
     PolicyValueNet,
-    global_pool,
     load_model,
     make_evaluator,
     net_from_config,
@@ -19,6 +18,7 @@ from training.learn.net import (
     save_model,
 )
 from training.learn.replay_buffer import symmetry_permutations
+from training.learn.resnet import global_pool
 
 
 def _random_planes(net: PolicyValueNet, batch: int, seed: int = 0) -> np.ndarray:

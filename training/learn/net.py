@@ -1,19 +1,9 @@
 """The policy/value network: a ResNet, its model files, and a fast batched evaluator.
 
 Owns:
-- `PolicyValueNet(board_size, blocks, filters, history, value_hidden, ...)`: a conv stem,
-  `blocks` residual blocks (two 3x3 convs with BatchNorm and ReLU), a policy head giving N*N+1
-  logits (pass last) and a value head giving tanh in [-1, 1] from the side to move's view.
-  Options from KataGo ("Accelerating Self-Play Learning in Go", Wu 2019), each off by default
-  so that model files written without them rebuild the same net:
-  - `global_pooling`: every other block from the second is a global pooling block, and the
-    policy head is KataGo's (1x1 convs, a bias from global pooling, a logit per point, pass
-    from the pooled features). Pooling is mean, mean * (N - 14) / 10 and max over the board.
-  - `ownership_head`: the final owner of every point, pre-tanh [B, N*N] (side to move's view).
-  - `score_head`: the final area margin / N from the side to move's view, komi included [B].
-  - `opponent_policy_head`: logits [B, N*N+1] of the opponent's reply (the next move's target).
-  `forward(x)` returns (policy logits, value) and is what the evaluator traces;
-  `forward(x, heads=True)` returns a dict with every head, for training only.
+- `PolicyValueNet` (defined in `training.learn.resnet`: the ResNet, its heads and KataGo's
+  options) as the rest of the project builds it: `net_from_config(cfg.net, board_size)`,
+  `unwrap` (inside a DDP or torch.compile wrapper), `plain_state_dict`.
 - Model files: `save_model(path, net, generation)` writes ONE `torch.save` dict holding a plain
   state dict (no `module.`/`_orig_mod.` prefixes), the net's own config and its generation,
   atomically (temp name + rename). `load_model(path)` rebuilds the net from that copy with
@@ -48,9 +38,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from training.go.features import num_planes
+from training.learn.resnet import PolicyValueNet
 
 log = logging.getLogger(__name__)
 
@@ -66,204 +55,6 @@ class ModelError(Exception):
 
 
 # ------------------------------------------------------------------------------- the network
-
-
-class _ResidualBlock(nn.Module):
-    def __init__(self, filters: int):
-        super().__init__()
-        self.conv1 = nn.Conv2d(filters, filters, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(filters)
-        self.conv2 = nn.Conv2d(filters, filters, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(filters)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(x + self.bn2(self.conv2(y)))
-
-
-def global_pool(x: torch.Tensor) -> torch.Tensor:
-    """KataGo's global pooling: [B, C, N, N] -> [B, 3C] (mean, mean * (N - 14) / 10, max).
-
-    Invariant under the 8 board symmetries; the scaled mean lets one net tell board sizes
-    apart (a constant factor of the mean for a fixed N).
-    """
-    mean = x.mean(dim=(2, 3))
-    return torch.cat([mean, mean * ((x.shape[-1] - 14) / 10.0), x.amax(dim=(2, 3))], dim=1)
-
-
-class _PoolingBlock(nn.Module):
-    """A residual block with KataGo's global pooling bias structure.
-
-    The first 3x3 conv's output is split: `pool` channels go through BatchNorm, ReLU and
-    global pooling, and a linear layer turns them into a per-channel bias of the other
-    channels, which then feed the second conv. So every point sees a summary of the whole
-    board (life and death elsewhere, who is ahead) at the cost of one small linear layer.
-    """
-
-    def __init__(self, filters: int, pool: int):
-        super().__init__()
-        assert 1 <= pool < filters, (pool, filters)
-        self.regular = filters - pool
-        self.conv1 = nn.Conv2d(filters, filters, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(self.regular)
-        self.pool_bn = nn.BatchNorm2d(pool)
-        self.pool_fc = nn.Linear(3 * pool, self.regular)
-        self.conv2 = nn.Conv2d(self.regular, filters, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(filters)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.conv1(x)
-        g = F.relu(self.pool_bn(y[:, self.regular :]))
-        bias = self.pool_fc(global_pool(g))
-        y = F.relu(self.bn1(y[:, : self.regular]) + bias[:, :, None, None])
-        return F.relu(x + self.bn2(self.conv2(y)))
-
-
-class _PooledPolicyHead(nn.Module):
-    """KataGo's policy head: [B, F, N, N] -> logits [B, outputs, N*N+1] (pass last).
-
-    P = conv1x1(trunk); G = conv1x1(trunk) -> BN -> ReLU -> global pooling; P gets a
-    per-channel bias from G, then BN, ReLU and a 1x1 conv give one logit per point and
-    output; the pass logit comes from G alone. Output 0 is the policy, then (where the net has
-    them) the opponent's reply and the soft policy.
-    """
-
-    def __init__(self, filters: int, channels: int, outputs: int):
-        super().__init__()
-        self.p_conv = nn.Conv2d(filters, channels, 1, bias=False)
-        self.g_conv = nn.Conv2d(filters, channels, 1, bias=False)
-        self.g_bn = nn.BatchNorm2d(channels)
-        self.g_fc = nn.Linear(3 * channels, channels)
-        self.p_bn = nn.BatchNorm2d(channels)
-        self.out_conv = nn.Conv2d(channels, outputs, 1)
-        self.pass_fc = nn.Linear(3 * channels, outputs)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        g = global_pool(F.relu(self.g_bn(self.g_conv(h))))
-        p = self.p_conv(h) + self.g_fc(g)[:, :, None, None]
-        points = self.out_conv(F.relu(self.p_bn(p))).flatten(2)  # [B, outputs, N*N]
-        return torch.cat([points, self.pass_fc(g)[:, :, None]], dim=2)
-
-
-class PolicyValueNet(nn.Module):
-    """AlphaZero ResNet: planes [B, C, N, N] -> (policy logits [B, N*N+1], value [B]),
-    with KataGo's optional global pooling and training-only heads (see the module docs)."""
-
-    def __init__(
-        self,
-        board_size: int,
-        blocks: int,
-        filters: int,
-        history: int,
-        value_hidden: int,
-        global_pooling: bool = False,
-        ownership_head: bool = False,
-        score_head: bool = False,
-        opponent_policy_head: bool = False,
-        liberties: bool = False,
-        soft_policy_head: bool = False,
-    ):
-        super().__init__()
-        assert 2 <= board_size <= 25, board_size
-        assert blocks >= 1 and filters >= 1 and history >= 1 and value_hidden >= 1
-        self.board_size = board_size
-        self.blocks = blocks
-        self.filters = filters
-        self.history = history
-        self.value_hidden = value_hidden
-        self.global_pooling = bool(global_pooling)
-        self.ownership_head = bool(ownership_head)
-        self.score_head = bool(score_head)
-        self.opponent_policy_head = bool(opponent_policy_head)
-        self.liberties = bool(liberties)
-        self.soft_policy_head = bool(soft_policy_head)
-        self.in_planes = num_planes(history, self.liberties)
-        self.num_moves = board_size * board_size + 1
-        points = board_size * board_size
-
-        self.stem = nn.Sequential(
-            nn.Conv2d(self.in_planes, filters, 3, padding=1, bias=False),
-            nn.BatchNorm2d(filters),
-            nn.ReLU(inplace=True),
-        )
-        # KataGo puts pooling in a few blocks spread over the tower: here blocks 2, 4, 6, ...
-        pool = max(1, filters // 4)
-        self.tower = nn.Sequential(*[
-            _PoolingBlock(filters, pool) if self.global_pooling and i % 2 == 1
-            else _ResidualBlock(filters)
-            for i in range(blocks)
-        ])
-        policies = 1 + self.opponent_policy_head + self.soft_policy_head
-        if self.global_pooling:
-            self.policy_head = _PooledPolicyHead(filters, max(8, filters // 2), policies)
-        else:
-            self.policy_conv = nn.Sequential(
-                nn.Conv2d(filters, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU(inplace=True)
-            )
-            self.policy_fc = nn.Linear(2 * points, self.num_moves)
-            if self.opponent_policy_head:
-                self.opponent_policy_fc = nn.Linear(2 * points, self.num_moves)
-            if self.soft_policy_head:
-                self.soft_policy_fc = nn.Linear(2 * points, self.num_moves)
-        self.value_conv = nn.Sequential(
-            nn.Conv2d(filters, 1, 1, bias=False), nn.BatchNorm2d(1), nn.ReLU(inplace=True)
-        )
-        self.value_fc1 = nn.Linear(points, value_hidden)
-        self.value_fc2 = nn.Linear(value_hidden, 1)
-        if self.score_head:
-            self.score_fc = nn.Linear(value_hidden, 1)
-        if self.ownership_head:
-            self.ownership_conv = nn.Conv2d(filters, 1, 1)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The constructor arguments; stored in model files so they rebuild the net."""
-        return {
-            "board_size": self.board_size,
-            "blocks": self.blocks,
-            "filters": self.filters,
-            "history": self.history,
-            "value_hidden": self.value_hidden,
-            "global_pooling": self.global_pooling,
-            "ownership_head": self.ownership_head,
-            "score_head": self.score_head,
-            "opponent_policy_head": self.opponent_policy_head,
-            # only when on: the configs of nets without it stay what older files hold
-            **({"liberties": True} if self.liberties else {}),
-            **({"soft_policy_head": True} if self.soft_policy_head else {}),
-        }
-
-    def forward(self, x: torch.Tensor, heads: bool = False) -> Any:
-        """(policy logits [B, N*N+1], value [B]); with `heads`, a dict of every head:
-        policy, value, and where present ownership (pre-tanh [B, N*N]), score [B],
-        opponent_policy and soft_policy [B, N*N+1]."""
-        h = self.tower(self.stem(x))
-        soft = None
-        if self.global_pooling:
-            both = self.policy_head(h)
-            logits = both[:, 0]
-            opponent = both[:, 1] if self.opponent_policy_head else None
-            soft = both[:, -1] if self.soft_policy_head else None
-        else:
-            p = self.policy_conv(h).flatten(1)
-            logits = self.policy_fc(p)
-            opponent = self.opponent_policy_fc(p) if self.opponent_policy_head and heads \
-                else None
-            soft = self.soft_policy_fc(p) if self.soft_policy_head and heads else None
-        v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
-        value = torch.tanh(self.value_fc2(v)).squeeze(1)
-        if not heads:
-            return logits, value
-        out = {"policy": logits, "value": value}
-        if opponent is not None:
-            out["opponent_policy"] = opponent
-        if soft is not None:
-            out["soft_policy"] = soft
-        if self.score_head:
-            out["score"] = self.score_fc(v).squeeze(1)
-        if self.ownership_head:
-            out["ownership"] = self.ownership_conv(h).flatten(1)
-        return out
 
 
 def net_from_config(cfg_net: Any, board_size: int) -> PolicyValueNet:
@@ -711,13 +502,70 @@ def make_evaluator(
     device synchronised between them (`benchmarks/selfplay.py --breakdown`); None: no timing.
     """
     dev = resolve_device(device)
+    model = _private_copy(net, dev)
+    autocast = _gpu_autocast(autocast_dtype, dev)
+    mode, run_dtype = _form_and_dtype(model, dev, jit, dtype, autocast)
+    forms = {"fn": compile_for_inference(model, dev, mode)}
+    if forms["fn"] is model:
+        mode = "eager"
+    n, c = model.board_size, model.in_planes
+    moves = model.num_moves
+    limit = max_batch or 1 << 30
+    _forward = _forward_of(forms, mode, run_dtype, autocast, dev)
+
+    def evaluate(
+        planes: np.ndarray, legal: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if planes.ndim != 4 or planes.shape[1:] != (c, n, n):
+            raise ValueError(f"planes must be [B, {c}, {n}, {n}], got {list(planes.shape)}")
+        batch = planes.shape[0]
+        if legal is not None and legal.shape != (batch, moves):
+            raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
+        priors = np.empty((batch, moves), dtype=np.float32)
+        values = np.empty(batch, dtype=np.float32)
+        if timings is not None:
+            return _timed_evaluate(_forward, dev, limit, timings, planes, legal, priors, values)
+        with torch.inference_mode():
+            for lo in range(0, batch, limit):
+                hi = min(batch, lo + limit)
+                x = torch.from_numpy(np.ascontiguousarray(planes[lo:hi], dtype=np.float32))
+                logits, v = _forward(x.to(dev, non_blocking=True))
+                if legal is not None:
+                    mask = torch.from_numpy(np.ascontiguousarray(legal[lo:hi], dtype=bool))
+                    logits = logits.masked_fill(~mask.to(dev), float("-inf"))
+                p = torch.softmax(logits, dim=1)
+                priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
+                values[lo:hi] = v.cpu().numpy()
+        return priors, values
+
+    evaluate.mode = mode  # type: ignore[attr-defined]
+    evaluate.dtype = run_dtype  # type: ignore[attr-defined]
+    evaluate.device = dev  # type: ignore[attr-defined]
+    evaluate.load_weights = _weight_loader(model, forms, mode, dev)  # type: ignore[attr-defined]
+    return evaluate
+
+
+def _private_copy(net: nn.Module, dev: torch.device) -> nn.Module:
+    """An eval-mode copy of `net` on `dev` whose parameters take no gradient."""
     model = copy.deepcopy(unwrap(net)).to(dev).eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    return model
+
+
+def _gpu_autocast(autocast_dtype: Any, dev: torch.device) -> torch.dtype | None:
+    """The autocast dtype asked for, on a GPU; None on a CPU (logged)."""
     autocast = _autocast_dtype(autocast_dtype)
     if autocast is not None and dev.type not in ("cuda", "mps"):
         log.info("autocast %s ignored on %s (GPUs only)", autocast, dev)
         autocast = None
+    return autocast
+
+
+def _form_and_dtype(model: nn.Module, dev: torch.device, jit: bool | str, dtype: Any,
+                    autocast: torch.dtype | None) -> tuple[str, torch.dtype]:
+    """(the form `jit` asks for that can run here, the dtype the net runs in); `model` is cast
+    to that dtype."""
     mode = {True: "auto", False: "eager"}.get(jit, jit)  # type: ignore[arg-type]
     if mode == "auto":
         mode = automatic_form(dev)
@@ -732,12 +580,13 @@ def make_evaluator(
         # TorchScript freezing does not keep autocast regions; eager under autocast on a GPU
         # is network-bound anyway.
         mode = "eager"
-    forms = {"fn": compile_for_inference(model, dev, mode)}
-    if forms["fn"] is model:
-        mode = "eager"
-    n, c = model.board_size, model.in_planes
-    moves = model.num_moves
-    limit = max_batch or 1 << 30
+    return mode, run_dtype
+
+
+def _forward_of(forms: dict, mode: str, run_dtype: torch.dtype, autocast: torch.dtype | None,
+                dev: torch.device) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """The evaluator's forward pass: `forms["fn"]` (swapped by `load_weights`) in `run_dtype`,
+    under autocast, or padded to a power of two for torch.compile; float32 out."""
 
     def _forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         fn = forms["fn"]
@@ -759,60 +608,47 @@ def make_evaluator(
         logits, values = fn(x)
         return logits.float(), values.float()
 
-    def evaluate(
-        planes: np.ndarray, legal: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if planes.ndim != 4 or planes.shape[1:] != (c, n, n):
-            raise ValueError(f"planes must be [B, {c}, {n}, {n}], got {list(planes.shape)}")
-        batch = planes.shape[0]
-        if legal is not None and legal.shape != (batch, moves):
-            raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
-        priors = np.empty((batch, moves), dtype=np.float32)
-        values = np.empty(batch, dtype=np.float32)
-        if timings is not None:
-            return _timed_evaluate(planes, legal, priors, values)
-        with torch.inference_mode():
-            for lo in range(0, batch, limit):
-                hi = min(batch, lo + limit)
-                x = torch.from_numpy(np.ascontiguousarray(planes[lo:hi], dtype=np.float32))
-                logits, v = _forward(x.to(dev, non_blocking=True))
-                if legal is not None:
-                    mask = torch.from_numpy(np.ascontiguousarray(legal[lo:hi], dtype=bool))
-                    logits = logits.masked_fill(~mask.to(dev), float("-inf"))
-                p = torch.softmax(logits, dim=1)
-                priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
-                values[lo:hi] = v.cpu().numpy()
-        return priors, values
+    return _forward
 
-    def _timed_evaluate(planes, legal, priors, values):
-        """`evaluate` with its phases timed into `timings`."""
-        import time
 
-        def sync() -> float:
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            return time.perf_counter()
+def _timed_evaluate(forward: Callable, dev: torch.device, limit: int, timings: dict[str, float],
+                    planes: np.ndarray, legal: np.ndarray | None, priors: np.ndarray,
+                    values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`make_evaluator`'s `evaluate` with its phases timed into `timings`: `forward` is the
+    evaluator's form, `limit` its largest batch; fills `priors` and `values`."""
+    import time
 
-        with torch.inference_mode():
-            for lo in range(0, planes.shape[0], limit):
-                hi = min(planes.shape[0], lo + limit)
-                t0 = sync()
-                x = torch.from_numpy(np.ascontiguousarray(planes[lo:hi], dtype=np.float32))
-                x = x.to(dev, non_blocking=True)
-                mask = None if legal is None else torch.from_numpy(
-                    np.ascontiguousarray(legal[lo:hi], dtype=bool)).to(dev)
-                t1 = sync()
-                logits, v = _forward(x)
-                t2 = sync()
-                if mask is not None:
-                    logits = logits.masked_fill(~mask, float("-inf"))
-                p = torch.softmax(logits, dim=1)
-                priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
-                values[lo:hi] = v.cpu().numpy()
-                t3 = time.perf_counter()
-                for key, dt in (("copy_in", t1 - t0), ("net", t2 - t1), ("copy_out", t3 - t2)):
-                    timings[key] = timings.get(key, 0.0) + dt
-        return priors, values
+    def sync() -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter()
+
+    with torch.inference_mode():
+        for lo in range(0, planes.shape[0], limit):
+            hi = min(planes.shape[0], lo + limit)
+            t0 = sync()
+            x = torch.from_numpy(np.ascontiguousarray(planes[lo:hi], dtype=np.float32))
+            x = x.to(dev, non_blocking=True)
+            mask = None if legal is None else torch.from_numpy(
+                np.ascontiguousarray(legal[lo:hi], dtype=bool)).to(dev)
+            t1 = sync()
+            logits, v = forward(x)
+            t2 = sync()
+            if mask is not None:
+                logits = logits.masked_fill(~mask, float("-inf"))
+            p = torch.softmax(logits, dim=1)
+            priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
+            values[lo:hi] = v.cpu().numpy()
+            t3 = time.perf_counter()
+            for key, dt in (("copy_in", t1 - t0), ("net", t2 - t1), ("copy_out", t3 - t2)):
+                timings[key] = timings.get(key, 0.0) + dt
+    return priors, values
+
+
+def _weight_loader(model: nn.Module, forms: dict, mode: str,
+                   dev: torch.device) -> Callable[[nn.Module], None]:
+    """The evaluator's `load_weights`: new weights into `model`, its form rebuilt where the
+    weights are inlined."""
 
     def load_weights(new_net: nn.Module) -> None:
         """Swap in the weights of `new_net` (same net config) without rebuilding from scratch.
@@ -830,8 +666,4 @@ def make_evaluator(
         if mode in ("trace", *_CPU_ONLY):  # weights inlined: build again
             forms["fn"] = compile_for_inference(model, dev, mode)
 
-    evaluate.mode = mode  # type: ignore[attr-defined]
-    evaluate.dtype = run_dtype  # type: ignore[attr-defined]
-    evaluate.device = dev  # type: ignore[attr-defined]
-    evaluate.load_weights = load_weights  # type: ignore[attr-defined]
-    return evaluate
+    return load_weights
