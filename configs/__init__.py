@@ -1,5 +1,13 @@
 """The project's one config: typed, strictly validated, loaded from configs/config.yaml."""
 
+from configs.loading import (
+    dump_config,
+    load_config,
+    load_config_text,
+    override,
+    parse_config,
+    to_dict,
+)
 from configs.schema import (
     DEFAULT_CONFIG_PATH,
     Config,
@@ -16,12 +24,6 @@ from configs.schema import (
     SelfPlayConfig,
     TrainingConfig,
     WorkerSpec,
-    dump_config,
-    load_config,
-    load_config_text,
-    override,
-    parse_config,
-    to_dict,
 )
 
 __all__ = [

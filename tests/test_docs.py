@@ -38,7 +38,8 @@ from pathlib import Path
 import pytest
 
 from configs import Config, ConfigError
-from configs.schema import WorkerSpec, load_config_text
+from configs.loading import load_config_text
+from configs.schema import WorkerSpec
 from tests.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -31,7 +31,8 @@ from tests.conftest import REPO
 # its modules). In training/ a layer is a folder (a room): every module under training/<room>/
 # is in that room, so a new module is placed by where it is saved. `hosts` builds on `base`
 # but, by the test below, on none of training/. docs/DESIGN.md describes the same order.
-BASE = ("configs", "configs.schema", "configs.flags", "distributed", "distributed.transfer")
+BASE = ("configs", "configs.schema", "configs.loading", "configs.flags", "distributed",
+        "distributed.transfer")
 ROOMS = [
     ("go", ("base",), "the game: rules, array boards, features, records, SGF"),
     ("run", ("base",), "a run's files and processes: run folder, models, metrics, logs"),
