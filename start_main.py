@@ -132,38 +132,34 @@ def games_per_worker(games_per_epoch: int, cfg) -> int:
     return max(1, -(-games_per_epoch // max(1, workers)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-        overrides = overrides_from_args(args)
-        if overrides:
-            cfg = override(cfg, overrides)
-        if args.games_per_epoch is not None:
-            if args.games_per_epoch < 1:
-                raise ConfigError(f"command line: --games-per-epoch must be >= 1, "
-                                  f"got {args.games_per_epoch}")
-            overrides["self_play.games_per_worker"] = games_per_worker(args.games_per_epoch, cfg)
-            cfg = override(cfg, overrides)
-        # one meaning for a relative run.dir and logging.dir: this working directory's
-        cfg = absolute_paths(cfg)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    run_dir = Path(cfg.run.dir)
-    problem = check_branch(args, run_dir)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+def _config(args: argparse.Namespace) -> tuple:
+    """(the config with the command line's overrides, absolute paths; the overrides);
+    ConfigError naming what is wrong."""
+    cfg = load_config(args.config)
+    overrides = overrides_from_args(args)
+    if overrides:
+        cfg = override(cfg, overrides)
+    if args.games_per_epoch is not None:
+        if args.games_per_epoch < 1:
+            raise ConfigError(f"command line: --games-per-epoch must be >= 1, "
+                              f"got {args.games_per_epoch}")
+        overrides["self_play.games_per_worker"] = games_per_worker(args.games_per_epoch, cfg)
+        cfg = override(cfg, overrides)
+    # one meaning for a relative run.dir and logging.dir: this working directory's
+    cfg = absolute_paths(cfg)
+    return cfg, overrides
+
+
+def _take_run_folder(args: argparse.Namespace, run_dir: Path) -> str | None:
+    """Resume the run in `run_dir`, or with --fresh move it aside, under its lock; what is
+    wrong (another coach holds it, --resume without a run), or None."""
     from training.run.run_lock import RunFolderBusy, RunLock
 
-    configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
     if run_dir.exists():
         try:  # refused while a coach runs on it; held while --fresh moves it aside
             lock = RunLock(run_dir).acquire()
         except RunFolderBusy as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return str(e)
         try:
             if args.fresh:
                 aside = run_dir.with_name(
@@ -175,31 +171,54 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             lock.release()
     elif args.resume:
-        print(f"error: --resume: no run folder {run_dir} to resume (run.dir in the config, or "
-              "--run-dir)", file=sys.stderr)
-        return 2
+        return (f"--resume: no run folder {run_dir} to resume (run.dir in the config, or "
+                "--run-dir)")
+    return None
+
+
+def _config_problem(args: argparse.Namespace, cfg) -> str | None:
+    """What the config asks that cannot run (workers, training nodes, TensorBoard, the
+    initial model), or None."""
     if cfg.distributed.enabled and not cfg.distributed.workers:
-        print(f"error: {args.config or 'configs/config.yaml'}: distributed mode needs "
-              "distributed.workers (add one with `python distributed/ssh_connector.py "
-              "--add-worker HOST USER`)", file=sys.stderr)
-        return 2
+        return (f"{args.config or 'configs/config.yaml'}: distributed mode needs "
+                "distributed.workers (add one with `python distributed/ssh_connector.py "
+                "--add-worker HOST USER`)")
     if cfg.distributed.training_nodes and not cfg.distributed.enabled:
-        print(f"error: {args.config or 'configs/config.yaml'}: distributed.training_nodes are "
-              "used with distributed self-play only: add --distributed (or "
-              "distributed.enabled: true), or remove the training nodes", file=sys.stderr)
-        return 2
+        return (f"{args.config or 'configs/config.yaml'}: distributed.training_nodes are "
+                "used with distributed self-play only: add --distributed (or "
+                "distributed.enabled: true), or remove the training nodes")
     if cfg.logging.tensorboard:
         from training.run.tensorboard import check_available
 
         problem = check_available()
         if problem:
-            print(f"error: {args.config or 'configs/config.yaml'}: {problem}", file=sys.stderr)
-            return 2
+            return f"{args.config or 'configs/config.yaml'}: {problem}"
     if args.checkpoint is not None:
         problem = check_initial_model(args.checkpoint, cfg)
         if problem:
-            print(f"error: {problem}", file=sys.stderr)
-            return 2
+            return problem
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg, overrides = _config(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    run_dir = Path(cfg.run.dir)
+    problem = check_branch(args, run_dir)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    from training.run.run_lock import RunFolderBusy
+
+    configure_logging(Path(cfg.logging.dir) / "distributed_training.log", cfg.logging.level)
+    problem = _take_run_folder(args, run_dir) or _config_problem(args, cfg)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.from_run is not None:
         from training.branch import BranchError, branch_run
 

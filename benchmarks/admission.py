@@ -8,7 +8,7 @@ the trainer has it after `--admitted` admissions and times `add_files` of one ne
 
   - the newest `--real` batches are real one-game batch files of the board in `--config`,
     with their sidecars as the coach writes them at ingest (`records.write_batch`,
-    `replay_buffer.write_sidecar`, the rest copied from a few of them under their own names);
+    `sidecars.write_sidecar`, the rest copied from a few of them under their own names);
   - the older ones exist as the sidecar index's lines only (`index.jsonl`): the window
     knows their generation, positions and worker, as it would of old batches, and never
     opens them (the newest batches fill the window).

@@ -409,47 +409,7 @@ def parse_status_text(text: str) -> StatusSnapshot:
             m = _HEADER_RE.match(lines[i])
             if not m:
                 raise StatusFormatError(f"line {i + 1}: not 'Key: value': {lines[i]!r}")
-            key, value = m.group(1), m.group(2)
-            if key == "Games/second":
-                snap.games_per_s = float(value)
-            elif key == "Workers active":
-                a, b = value.split("/")
-                snap.workers_active, snap.workers_total = int(a), int(b)
-            elif key == "Model sync time":
-                snap.model_sync_s = _num(value, float, "s")
-            elif key == "Network usage":
-                snap.network_mb_per_min = _num(value, float, "MB/min")
-            elif key == "Generation":
-                snap.generation = _num(value, int)
-            elif key == "Games in window":
-                snap.window_games = int(value)
-            elif key == "Positions in window":
-                snap.window_positions = int(value)
-            elif key == "Data staleness":
-                snap.staleness_generations = _num(value, float, "generations")
-            elif key == "Last loss":
-                snap.last_loss = _num(value, float)
-            elif key == "Elo":
-                snap.elo = _num(value, float)
-            elif key == "Batches deferred":
-                snap.batches_deferred = int(value)
-            elif key == "Games repeated":
-                snap.games_repeated = int(value)
-            elif key == "Training nodes":
-                snap.training_nodes = value
-            elif key == "Trainer error":
-                snap.trainer_error = value
-            elif key == "Finished":
-                m = _FINISHED_RE.match(value.strip())
-                if not m:
-                    raise ValueError("not 'TIME UTC after WHY; newest generation N'")
-                snap.finished, snap.finished_after = m.group(1), m.group(2)
-            elif key == "Run time":
-                m = _RUN_TIME_RE.match(value.strip())
-                if not m:
-                    raise ValueError("not 'H h', 'H h of LIMIT h' or '-'")
-                snap.run_hours = None if m.group(2) is None else float(m.group(2))
-                snap.hours_limit = float(m.group(4)) if m.group(4) else 0.0
+            _take_header(snap, m.group(1), m.group(2))
             # unknown header keys are skipped: newer writers may add lines
             i += 1
     except ValueError as e:
@@ -479,6 +439,51 @@ def parse_status_text(text: str) -> StatusSnapshot:
         except ValueError as e:
             raise StatusFormatError(f"line {n}: {line!r}: {e}") from e
     return snap
+
+
+def _take_header(snap: StatusSnapshot, key: str, value: str) -> None:
+    """Set the field of `snap` that header line `key: value` gives (an unknown key is
+    skipped: newer writers may add lines); ValueError for a value that does not read."""
+    if key == "Games/second":
+        snap.games_per_s = float(value)
+    elif key == "Workers active":
+        a, b = value.split("/")
+        snap.workers_active, snap.workers_total = int(a), int(b)
+    elif key == "Model sync time":
+        snap.model_sync_s = _num(value, float, "s")
+    elif key == "Network usage":
+        snap.network_mb_per_min = _num(value, float, "MB/min")
+    elif key == "Generation":
+        snap.generation = _num(value, int)
+    elif key == "Games in window":
+        snap.window_games = int(value)
+    elif key == "Positions in window":
+        snap.window_positions = int(value)
+    elif key == "Data staleness":
+        snap.staleness_generations = _num(value, float, "generations")
+    elif key == "Last loss":
+        snap.last_loss = _num(value, float)
+    elif key == "Elo":
+        snap.elo = _num(value, float)
+    elif key == "Batches deferred":
+        snap.batches_deferred = int(value)
+    elif key == "Games repeated":
+        snap.games_repeated = int(value)
+    elif key == "Training nodes":
+        snap.training_nodes = value
+    elif key == "Trainer error":
+        snap.trainer_error = value
+    elif key == "Finished":
+        m = _FINISHED_RE.match(value.strip())
+        if not m:
+            raise ValueError("not 'TIME UTC after WHY; newest generation N'")
+        snap.finished, snap.finished_after = m.group(1), m.group(2)
+    elif key == "Run time":
+        m = _RUN_TIME_RE.match(value.strip())
+        if not m:
+            raise ValueError("not 'H h', 'H h of LIMIT h' or '-'")
+        snap.run_hours = None if m.group(2) is None else float(m.group(2))
+        snap.hours_limit = float(m.group(4)) if m.group(4) else 0.0
 
 
 def _row_from_cells(c: list[str]) -> WorkerRow:

@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from training.run.child_process import REPO
 from training.search import net_server
 from training.search.net_server import (
     C_EPOCH, C_GENERATION, C_MODEL_FAILED, C_MODEL_LOADED, C_MODEL_REQUEST, C_SERVER_PID,
@@ -277,41 +278,13 @@ def _serve(args: argparse.Namespace, slots: SharedSlots) -> int:
             try:
                 if build is None:
                     raise ServerError("a stand-in net takes no models")
-                state["pending"] = prepare(path, request)
+                state["pending"] = _prepare(state, build, path, request)
                 log.info("model %s ready in %.2fs", path, time.perf_counter() - started)
             except Exception as e:  # noqa: BLE001 - a bad model is refused, the old one serves
                 log.error("model %s refused: %s: %s", path, type(e).__name__, e)
                 slots.set_text("model_error", f"{path}: {type(e).__name__}: {e}")
                 ctl[C_MODEL_FAILED] = request
             done = request
-
-    def prepare(path: str, request: int) -> tuple[str, Any, int, int]:
-        """("weights", net, ...) for new weights of the graphs' net, else ("swap",
-        evaluator, ...); the generation and the request follow."""
-        current = state["evaluate"]
-        if isinstance(current, BucketEvaluator):
-            from training.learn.net import load_model
-
-            net, info = load_model(path, "cpu")
-            if net.config == current.model.config:  # into the captured graphs' tensors
-                return "weights", net, info.generation, request
-        evaluate, generation, _ = build(path)
-        return "swap", evaluate, generation, request
-
-    def between() -> None:
-        """A prepared model goes in here, between two batches."""
-        pending = state["pending"]
-        if pending is None:
-            return
-        kind, obj, generation, request = pending
-        if kind == "weights":
-            state["evaluate"].load_weights(obj)
-        else:
-            state["evaluate"] = obj
-        slots.ctl[C_GENERATION] = generation
-        slots.ctl[C_MODEL_LOADED] = request
-        state["pending"] = None
-        log.info("generation %d serves", generation)
 
     threading.Thread(target=loader, name="model-loader", daemon=True).start()
     server.start(generation)
@@ -320,10 +293,43 @@ def _serve(args: argparse.Namespace, slots: SharedSlots) -> int:
     parent = os.getppid()
     server.serve(lambda: state["evaluate"],
                  should_stop=lambda: stop.is_set() or os.getppid() != parent,
-                 between=between)
+                 between=lambda: _swap_in(state, slots))
     stop.set()
     log.info("stopped after %d batches, %d positions", server.batches, server.positions)
     return 0
+
+
+def _prepare(state: dict[str, Any], build: Callable[[str], tuple[Callable, int, Any]],
+             path: str, request: int) -> tuple[str, Any, int, int]:
+    """("weights", net, ...) for new weights of the graphs' net (the one in
+    `state["evaluate"]`), else ("swap", evaluator, ...) from `build`; the generation and the
+    request follow."""
+    current = state["evaluate"]
+    if isinstance(current, BucketEvaluator):
+        from training.learn.net import load_model
+
+        net, info = load_model(path, "cpu")
+        if net.config == current.model.config:  # into the captured graphs' tensors
+            return "weights", net, info.generation, request
+    evaluate, generation, _ = build(path)
+    return "swap", evaluate, generation, request
+
+
+def _swap_in(state: dict[str, Any], slots: SharedSlots) -> None:
+    """The model `state["pending"]` holds (from `_prepare`) goes in here, between two
+    batches."""
+    pending = state["pending"]
+    if pending is None:
+        return
+    kind, obj, generation, request = pending
+    if kind == "weights":
+        state["evaluate"].load_weights(obj)
+    else:
+        state["evaluate"] = obj
+    slots.ctl[C_GENERATION] = generation
+    slots.ctl[C_MODEL_LOADED] = request
+    state["pending"] = None
+    log.info("generation %d serves", generation)
 
 
 # ------------------------------------------------------------------------ supervision
@@ -389,7 +395,7 @@ class ServerProcess:
         try:
             self.proc = subprocess.Popen(
                 self._command(), pass_fds=self.signals.fds(), stdin=subprocess.DEVNULL,
-                stdout=err, stderr=err, cwd=str(Path(__file__).resolve().parents[1]),
+                stdout=err, stderr=err, cwd=str(REPO),
                 preexec_fn=(lambda: os.nice(self.nice)) if self.nice else None)
         finally:
             if err is not None:

@@ -197,15 +197,50 @@ def play_game(
     max_moves = 4 * size * size if max_moves is None else max_moves
     engines = {BLACK: black, WHITE: white}
     names = {BLACK: "black", WHITE: "white"}
+    _set_up(engines, size, komi, time_control)
+    clocks = {c: GameClock(time_control) for c in engines} if time_control else {}
+    position = Position(size, komi=komi, max_moves=max_moves)
+    game = GameResult(size=size, komi=komi, opening=list(opening))
+    _play_opening(opening, engines, position, game)
+
+    table = _Table(engines, position, game, clocks, untrusted, size)
+
+    if not table.play_on("genmove"):
+        return game
+    if (playout and judge is not None and position.passes >= 2
+            and len(position.moves) < max_moves):
+        dead = {names[c]: sorted(e.send("final_status_list dead").split())
+                for c, e in engines.items()}
+        if dead["black"] != dead["white"]:  # they disagree: play it out, as KGS does
+            game.disputed_dead = dead
+            game.judgement_at_passes = judge_game(judge, size, komi, game.moves)
+            game.playout_from = len(game.moves)
+            position.resume()
+            if not table.play_on("kgs-genmove_cleanup"):
+                return game
+    _count(game, position, engines, judge, untrusted, komi)
+    return game
+
+
+_NAMES = {BLACK: "black", WHITE: "white"}
+
+
+def _set_up(engines: dict[int, GtpClient], size: int, komi: float,
+            time_control: TimeControl | None) -> None:
+    """Both engines on an empty board of `size` with `komi`, under `time_control`."""
     for engine in engines.values():
         engine.send(f"boardsize {size}")
         engine.send("clear_board")
         engine.send(f"komi {komi:g}")
         if time_control is not None:
             engine.send(time_control.gtp())
-    clocks = {c: GameClock(time_control) for c in engines} if time_control else {}
-    position = Position(size, komi=komi, max_moves=max_moves)
-    game = GameResult(size=size, komi=komi, opening=list(opening))
+
+
+def _play_opening(opening: Sequence[str], engines: dict[int, GtpClient], position: Position,
+                  game: GameResult) -> None:
+    """The opening's moves played on `position` and by both engines; RefereeError for an
+    illegal one."""
+    size, names = position.size, _NAMES
     for text in opening:
         move = from_gtp(text, size)
         color = position.to_play
@@ -217,9 +252,22 @@ def play_game(
         position.play(move)
         game.moves.append(to_gtp(move, size))
 
-    def forfeit(color: int, reason: str) -> bool:
+
+@dataclass
+class _Table:
+    """A game in progress between two engines: the board, the clocks and the result so far."""
+
+    engines: dict[int, GtpClient]
+    position: Position
+    game: GameResult
+    clocks: dict[int, GameClock]
+    untrusted: GtpClient | None
+    size: int
+
+    def forfeit(self, color: int, reason: str) -> bool:
         """`color` (the untrusted engine) loses the game for `reason`; raise RefereeError for
         any other engine."""
+        engines, game, untrusted = self.engines, self.game, self.untrusted
         if engines[color] is not untrusted:
             raise RefereeError(reason)
         game.moves.append("forfeit")
@@ -228,10 +276,12 @@ def play_game(
         game.end, game.forfeit = "forfeit", reason
         return False
 
-    def play_on(command: str) -> bool:
+    def play_on(self, command: str) -> bool:
         """Ask the side to move for `command` (genmove, kgs-genmove_cleanup) until the game
         is over; False when it ended by resignation, on time or by forfeit (`game` says
         so)."""
+        engines, names, position, game = self.engines, _NAMES, self.position, self.game
+        clocks, untrusted, size, forfeit = self.clocks, self.untrusted, self.size, self.forfeit
         color = position.to_play
         while not position.is_over():
             if clocks:
@@ -285,19 +335,11 @@ def play_game(
             color = -color
         return True
 
-    if not play_on("genmove"):
-        return game
-    if (playout and judge is not None and position.passes >= 2
-            and len(position.moves) < max_moves):
-        dead = {names[c]: sorted(e.send("final_status_list dead").split())
-                for c, e in engines.items()}
-        if dead["black"] != dead["white"]:  # they disagree: play it out, as KGS does
-            game.disputed_dead = dead
-            game.judgement_at_passes = judge_game(judge, size, komi, game.moves)
-            game.playout_from = len(game.moves)
-            position.resume()
-            if not play_on("kgs-genmove_cleanup"):
-                return game
+
+def _count(game: GameResult, position: Position, engines: dict[int, GtpClient],
+           judge: GtpClient | None, untrusted: GtpClient | None, komi: float) -> None:
+    """A finished game's end, score and result, each engine's own count and the judge's."""
+    size, names = position.size, _NAMES
     game.end = "two passes" if position.passes >= 2 else "move cap"
     game.score = position.score()
     game.result = position.result()
@@ -314,4 +356,3 @@ def play_game(
         game.judged_dead = judge.send("final_status_list dead").split()
         verdict = parse_score(game.judgement)
         game.winner = BLACK if verdict > 0 else WHITE if verdict < 0 else 0
-    return game

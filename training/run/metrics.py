@@ -287,67 +287,14 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
     engines = engine_scores(paths.strength_history)
     panels = 3 + bool(gnugo[0]) + bool(engines) + bool(pool)
     fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
-    ax = axes[0]
-    for key, label in (
-        ("loss", "train loss"),
-        ("policy_loss", "policy loss"),
-        ("value_loss", "value loss"),
-        ("val_loss", "validation loss"),
-    ):
-        xs, ys = _series(rows, key)
-        if xs:
-            ax.plot(xs, ys, marker=".", label=label)
-    for gen, lr in lr_changes(rows):  # named in the legend, never a label over the lines
-        ax.axvline(gen, color="grey", lw=0.8, ls=":", label=f"LR {lr:.3g} from gen {gen}")
-    ax.set_ylabel("loss")
-    if ax.lines:
-        ax.legend(loc="best", fontsize="small")
-    ax = axes[1]
-    xs, ys = _series(rows, "elo")
-    if xs:
-        ax.plot(xs, ys, marker=".", color="tab:green", label="Elo")
-        lo = dict(zip(*_series(rows, "elo_ci_low")))
-        hi = dict(zip(*_series(rows, "elo_ci_high")))
-        band = [g for g in xs if g in lo and g in hi]
-        if band:
-            ax.fill_between(
-                band, [lo[g] for g in band], [hi[g] for g in band], alpha=0.2, color="tab:green"
-            )
-    ax.set_ylabel("Elo (95% CI)")
+    _plot_losses(axes[0], rows)
+    _plot_elo(axes[1], rows)
     if gnugo[0]:
-        ax = axes[2]
-        xs, ys = gnugo
-        ax.plot(xs, [100 * y for y in ys], marker=".", color="tab:red")
-        lo = dict(zip(*_series(rows, "gnugo_ci_low")))
-        hi = dict(zip(*_series(rows, "gnugo_ci_high")))
-        band = [g for g in xs if g in lo and g in hi]
-        if band:
-            ax.fill_between(band, [100 * lo[g] for g in band], [100 * hi[g] for g in band],
-                            alpha=0.2, color="tab:red")
-        levels = sorted({r["gnugo_level"] for r in rows if isinstance(r.get("gnugo_level"), int)})
-        ax.set_ylim(0, 100)
-        ax.axhline(50, color="grey", lw=0.8, ls="--")
-        ax.set_ylabel(f"% won vs GNU Go {'/'.join(map(str, levels))}")
+        _plot_gnugo(axes[2], rows, gnugo)
     if engines:
-        ax = axes[2 + bool(gnugo[0])]
-        for key, points in engines.items():
-            gens = [p[0] for p in points]
-            ax.plot(gens, [100 * p[1] for p in points], marker="o", label=f"vs {key}")
-            ax.fill_between(gens, [100 * p[2] for p in points], [100 * p[3] for p in points],
-                            alpha=0.15)
-        ax.set_ylim(0, 100)
-        ax.axhline(50, color="grey", lw=0.8, ls="--")
-        ax.set_ylabel("% won (95% CI)")
-        ax.legend(loc="upper left", fontsize="small")
+        _plot_engines(axes[2 + bool(gnugo[0])], engines)
     if pool:
-        ax = axes[-2]
-        for budget, points in pool.items():
-            gens = [p[0] for p in points]
-            ax.plot(gens, [p[1] for p in points], marker="o", label=budget)
-            ax.fill_between(gens, [p[2] for p in points], [p[3] for p in points], alpha=0.15)
-        ax.axhline(0, color="grey", lw=0.8, ls="--")
-        ax.set_ylabel(f"Elo vs pool ({pool_anchor(paths.strength_history)} = 0)")
-        ax.legend(loc="upper left", fontsize="small")
+        _plot_pool(axes[-2], pool, pool_anchor(paths.strength_history))
     ax = axes[-1]
     xs, ys = _series(rows, "games_per_s")
     if xs:
@@ -364,3 +311,76 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
     path = paths.progress_png
     write_atomic(path, buf.getvalue())
     return path
+
+
+def _plot_losses(ax, rows: list[dict]) -> None:
+    """The losses by generation, and where the learning rate changed."""
+    for key, label in (
+        ("loss", "train loss"),
+        ("policy_loss", "policy loss"),
+        ("value_loss", "value loss"),
+        ("val_loss", "validation loss"),
+    ):
+        xs, ys = _series(rows, key)
+        if xs:
+            ax.plot(xs, ys, marker=".", label=label)
+    for gen, lr in lr_changes(rows):  # named in the legend, never a label over the lines
+        ax.axvline(gen, color="grey", lw=0.8, ls=":", label=f"LR {lr:.3g} from gen {gen}")
+    ax.set_ylabel("loss")
+    if ax.lines:
+        ax.legend(loc="best", fontsize="small")
+
+
+def _plot_elo(ax, rows: list[dict]) -> None:
+    """The arena's chained Elo with its 95% interval."""
+    xs, ys = _series(rows, "elo")
+    if xs:
+        ax.plot(xs, ys, marker=".", color="tab:green", label="Elo")
+        lo = dict(zip(*_series(rows, "elo_ci_low")))
+        hi = dict(zip(*_series(rows, "elo_ci_high")))
+        band = [g for g in xs if g in lo and g in hi]
+        if band:
+            ax.fill_between(
+                band, [lo[g] for g in band], [hi[g] for g in band], alpha=0.2, color="tab:green"
+            )
+    ax.set_ylabel("Elo (95% CI)")
+
+
+def _plot_gnugo(ax, rows: list[dict], gnugo: tuple[list, list]) -> None:
+    """The win rate against GNU Go with its interval."""
+    xs, ys = gnugo
+    ax.plot(xs, [100 * y for y in ys], marker=".", color="tab:red")
+    lo = dict(zip(*_series(rows, "gnugo_ci_low")))
+    hi = dict(zip(*_series(rows, "gnugo_ci_high")))
+    band = [g for g in xs if g in lo and g in hi]
+    if band:
+        ax.fill_between(band, [100 * lo[g] for g in band], [100 * hi[g] for g in band],
+                        alpha=0.2, color="tab:red")
+    levels = sorted({r["gnugo_level"] for r in rows if isinstance(r.get("gnugo_level"), int)})
+    ax.set_ylim(0, 100)
+    ax.axhline(50, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel(f"% won vs GNU Go {'/'.join(map(str, levels))}")
+
+
+def _plot_engines(ax, engines: dict) -> None:
+    """The win rates against outside engines (the strength tool's)."""
+    for key, points in engines.items():
+        gens = [p[0] for p in points]
+        ax.plot(gens, [100 * p[1] for p in points], marker="o", label=f"vs {key}")
+        ax.fill_between(gens, [100 * p[2] for p in points], [100 * p[3] for p in points],
+                        alpha=0.15)
+    ax.set_ylim(0, 100)
+    ax.axhline(50, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("% won (95% CI)")
+    ax.legend(loc="upper left", fontsize="small")
+
+
+def _plot_pool(ax, pool: dict, anchor: str | None) -> None:
+    """The pool rating by budget (the strength tool's), `anchor` at 0."""
+    for budget, points in pool.items():
+        gens = [p[0] for p in points]
+        ax.plot(gens, [p[1] for p in points], marker="o", label=budget)
+        ax.fill_between(gens, [p[2] for p in points], [p[3] for p in points], alpha=0.15)
+    ax.axhline(0, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel(f"Elo vs pool ({anchor} = 0)")
+    ax.legend(loc="upper left", fontsize="small")

@@ -447,6 +447,15 @@ def play_match(
         for g in games:
             if mcts.is_over(int(g)):
                 active[g] = False
+    return _match_records(mcts, go_cfg, moves, visits, values, seeds, sims, a_black)
+
+
+def _match_records(mcts: Mcts, go_cfg: GoConfig, moves: list[list[int]],
+                   visits: list[list[np.ndarray]], values: list[list[float]], seeds: list[int],
+                   sims: int, a_black: np.ndarray) -> list[tuple[GameRecord, bool]]:
+    """`play_match`'s finished games as records, scored by the search's rules, with whether
+    A was black in each."""
+    n_games = len(moves)
     out = []
     n = go_cfg.board_size
     for g in range(n_games):
