@@ -91,12 +91,13 @@ def run_size(size: int, batches: int, work: Path) -> dict:
         collect_ms.append(1e3 * (time.perf_counter() - t))
         assert len(res.ingested) == 1, res
         t = time.perf_counter()
-        counts = coach.counts()
-        counts.new_positions(0)
-        try:
-            counts.ingested(size + i)  # the long-lived trainer's admissions: the pass's new ones
-        except TypeError:  # an older checkout's coach: every name, as its passes did
-            counts.ingested()
+        counts = coach.counts()  # the pass's new positions and new batches, as values
+        if callable(counts.new_positions):  # an older checkout's coach: closures, called here
+            counts.new_positions(0)
+            try:
+                counts.ingested(size + i)  # the long-lived trainer's admissions: the new ones
+            except TypeError:  # an older still: every name, as its passes did
+                counts.ingested()
         coach.window()
         books_ms.append(1e3 * (time.perf_counter() - t))
     coach.rounds.close()

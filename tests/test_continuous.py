@@ -307,8 +307,8 @@ def test_continuous_mode_refuses_training_nodes_naming_both_keys():
 
 def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generations(
         tmp_path, batches, caplog):
-    """`ContinuousRounds` driven alone, as the coach drives it: ingested batches become
-    admissions, the real trainer publishes through the rounds' path (published, concluded),
+    """`LongLivedTrainer` driven alone, as the coach drives it: ingested batches become
+    admissions, the real trainer publishes through `Generations` (published, concluded),
     a trainer killed with SIGKILL is started again and resumes from its checkpoint, and
     stopping ends it."""
     import logging
