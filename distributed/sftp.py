@@ -466,8 +466,8 @@ def _read_bounded(sftp: paramiko.SFTPClient, handle: bytes, size: int,
     reply is asked for again from where it ended; past SHORT_REPLIES_FREE of them before
     `size`, short replies must bring SHORT_REPLY_MIN_BYTES each on average (ProtocolError
     otherwise: one byte per reply is a busy loop to the deadline). One more byte is asked
-    for past `size`: a file that grew is VerifyError. Returns the bytes read (less than `size`: the file
-    shrank). Raises ProtocolError, DeadlineError, VerifyError, or paramiko's errors; after
+    for past `size`: a file that grew is VerifyError. Returns the bytes read (less than
+    `size`: the file shrank). Raises ProtocolError, DeadlineError, VerifyError, or paramiko's errors; after
     any of them replies may still be in flight, so the caller closes the session."""
     replies = _Replies(what)
     pending: collections.deque[tuple[int, int, int]] = collections.deque()  # offset, n, num

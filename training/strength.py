@@ -10,8 +10,8 @@ This tool answers the questions a user asks after a run: did it learn, and how s
 For every chosen generation and every search budget it plays
 
 - the random player (`training.play.players.RandomPlayer`: a uniformly random legal move
-  that never fills its own eye), searching as in self-play: no noise, the most visited move, and no pass
-  first while a real move is left when `self_play.early_pass` is false. With a simulations
+  that never fills its own eye), searching as in self-play: no noise, the most visited move,
+  and no pass first while a real move is left when `self_play.early_pass` is false. With a simulations
   budget all games are searched at once and scored by our rules (both rule engines must
   agree); with a time budget they go through `training.play.gnugo` like the GNU Go games;
 - GNU Go at each level of `--gnugo` (`10+5`: level 10 receiving 5 points, komi moved in its
