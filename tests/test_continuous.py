@@ -371,6 +371,36 @@ def test_the_coach_side_admits_keeps_the_trainer_alive_and_publishes_its_generat
     assert load_checkpoint(paths.checkpoint(2))["data"]["new_samples"] == n1 + n2
 
 
+def test_batches_handed_over_on_a_pass_whose_admission_fails_are_admitted_on_a_later_one(
+        tmp_path):
+    """The coach hands the driver each ingested batch once (`Counts.ingested`: the pass's new
+    ones). A pass on which the admission log cannot be written (here a folder stands in its
+    place) raises; the batches it was handed are admitted on the next pass, in order."""
+    import threading
+
+    from training.generations import Counts, Generations
+    from training.go.records import batch_name
+    from training.long_lived_trainer import LongLivedTrainer
+
+    run = tmp_path / "run"
+    cfg = load_config(_config(tmp_path, run, 1.0, **{"logging.dir": str(tmp_path / "logs")}))
+    paths = RunDir(run).create()
+    paths.admissions.mkdir()  # not a file: the log cannot be opened
+    driver = LongLivedTrainer(Generations(cfg, paths, threading.Event()), trainer_cmd=[
+        sys.executable, "-c", "import time; time.sleep(120)"])
+    names = [batch_name("worker1", 0, seq) for seq in (1, 2, 3)]
+    try:
+        with pytest.raises(OSError):
+            driver.advance(Counts(2, 8, ingested=((names[0], 10), (names[1], 20))))
+        paths.admissions.rmdir()
+        driver.advance(Counts(3, 8, ingested=((names[2], 30),)))
+        driver.advance(Counts(3, 8))
+    finally:
+        driver.abandon()
+    admitted = AdmissionReader(paths.admissions).poll()
+    assert [(a.name, a.positions) for a in admitted] == list(zip(names, (10, 20, 30)))
+
+
 def test_the_trainer_log_is_read_from_its_end_and_rotated_when_large(tmp_path, monkeypatch):
     """A trainer's exit reads the last lines of its log from its last 64 KiB only, and a log
     past its size limit is moved to `.1` when the next trainer starts."""

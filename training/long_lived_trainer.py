@@ -28,6 +28,7 @@ or import torch (the trainer runs in its own process).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import subprocess
@@ -65,6 +66,9 @@ class LongLivedTrainer:
         self.trainer_cmd = list(trainer_cmd) if trainer_cmd else None
         self.run_hours = run_hours
         self.admissions: AdmissionLog | None = None
+        self.unadmitted: collections.deque[tuple[str, int]] = collections.deque()
+        """Ingested batches handed over and not admitted yet (an admission that failed, say on
+        a full disk, is tried again on the next pass, and those after it)."""
         self.trainer: subprocess.Popen | None = None
         self.trainer_started = 0.0
         self.failures = 0  # trainer exits in a row
@@ -122,15 +126,18 @@ class LongLivedTrainer:
 
     def _admit(self, counts: Counts) -> None:
         """One admission log line per ingested batch not yet admitted (ledger order)."""
+        self.unadmitted.extend(counts.ingested)
         if self.admissions is None:
             self.admissions = AdmissionLog(self.paths.admissions)
             log.info("admission log %s: %d batches admitted before", self.paths.admissions,
                      self.admissions.seq)
         admitted = 0
-        for name, positions in counts.ingested:
+        while self.unadmitted:
+            name, positions = self.unadmitted[0]
             if name not in self.admissions.names:
                 self.admissions.admit(name, positions)
                 admitted += 1
+            self.unadmitted.popleft()
         if admitted:
             log.debug("admitted %d batches (through seq %d)", admitted, self.admissions.seq)
 
