@@ -465,6 +465,47 @@ def test_a_round_driven_alone_reports_started_published_concluded(tiny_cfg, run_
     assert gens.generation == 1 and gens.last_loss == 0.5 and rounds.new_games(12) == 2
 
 
+def test_a_round_whose_model_cannot_be_published_is_published_on_a_later_pass(tiny_cfg,
+                                                                              run_dir):
+    """Without gating the model is published as the trainer exits; when that fails (here a
+    folder stands where its manifest goes), the pass raises and the round stays current, and
+    once the place is free the next pass publishes it and concludes: no round is lost."""
+    import sys
+    import threading
+    import time
+
+    from training.generations import (Counts, Generations, ModelPublished, RoundConcluded,
+                                      RoundStarted)
+    from training.rounds import Rounds
+    from training.run.run_dir import RunDir
+
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(run_dir / "logs"),
+                              "evaluation.games": 0, "evaluation.gnugo_games": 0,
+                              "evaluation.gating": "none"})
+    paths = RunDir(run_dir).create()
+    source = _model_file(run_dir.parent / "source.pt", cfg)
+    gens = Generations(cfg, paths, threading.Event())
+    rounds = Rounds(gens, trainer_cmd=[sys.executable, "-c", FAKE_TRAINER, str(source),
+                                       str(paths.model(1)), "", str(paths.round_result(1))])
+    gens.ensure_first_model()
+    assert rounds.advance(Counts(total_games=10, target=10)) == [RoundStarted(1)]
+    blocked = paths.models / "model_000001.json"
+    blocked.mkdir()
+    t0 = time.monotonic()
+    while True:
+        assert time.monotonic() - t0 < 60, "the round did not end"
+        try:
+            rounds.advance(Counts(total_games=10, target=10))
+        except OSError:
+            break
+        time.sleep(0.05)
+    assert rounds.current is not None and gens.generation == 0 and gens.concluded == 0
+    blocked.rmdir()
+    seen = rounds.advance(Counts(total_games=10, target=10))
+    assert seen == [ModelPublished(1), RoundConcluded(1, True, seen[1].train_s, None)]
+    assert gens.generation == 1 and rounds.current is None
+
+
 def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
         tiny_cfg, run_dir, caplog):
     """gating none: the round concludes when training ends, the model goes out, and the next

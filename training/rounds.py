@@ -243,8 +243,10 @@ class Rounds:
         self._events.append(RoundStarted(gen))
 
     def _finish_training(self, code: int) -> None:
-        """The trainer exited: on success the generation is taken in, else retried."""
-        rnd, self.current = self.current, None
+        """The trainer exited: on success the generation is taken in, else retried. The
+        round stays current until then (a take that raises, say on a full disk, is tried
+        again on the next pass)."""
+        rnd = self.current
         train_s = time.monotonic() - rnd.started
         if self.round_nodes:
             self.training_nodes.finish_round(code == 0
@@ -256,6 +258,7 @@ class Rounds:
             events = None
         else:
             events = self.generations.take(rnd.generation, train_s, rnd.log_path)
+        self.current = None
         if events is None:
             self.games_at_gen = rnd.games_at_start
             self.retry_at = time.monotonic() + self.cfg.distributed.backoff_max_s
