@@ -506,6 +506,45 @@ def test_a_round_whose_model_cannot_be_published_is_published_on_a_later_pass(ti
     assert gens.generation == 1 and rounds.current is None
 
 
+def test_a_long_lived_trainers_generation_that_cannot_be_published_is_taken_again(tiny_cfg,
+                                                                                   run_dir):
+    """The same for training.mode continuous: a generation the trainer wrote whose publishing
+    fails is taken in again on the next pass, and published once it can be."""
+    import shutil
+    import sys
+    import threading
+
+    from training.generations import (Counts, Generations, ModelPublished, RoundConcluded,
+                                      RoundStarted)
+    from training.long_lived_trainer import LongLivedTrainer
+    from training.run.run_dir import RunDir
+    from training.train import round_result
+
+    cfg = override(tiny_cfg, {"run.dir": str(run_dir), "logging.dir": str(run_dir / "logs"),
+                              "evaluation.games": 0, "evaluation.gnugo_games": 0,
+                              "evaluation.gating": "none", "training.mode": "continuous"})
+    paths = RunDir(run_dir).create()
+    gens = Generations(cfg, paths, threading.Event())
+    driver = LongLivedTrainer(gens, trainer_cmd=[sys.executable, "-c",
+                                                 "import time; time.sleep(120)"])
+    gens.ensure_first_model()
+    shutil.copy(paths.model(0), paths.model(1))  # what the trainer writes for generation 1
+    round_result.write(paths.round_result(1), _round_result(1, 0.5))
+    blocked = paths.models / "model_000001.json"
+    blocked.mkdir()
+    try:
+        with pytest.raises(OSError):
+            driver.advance(Counts(total_games=10, target=10))
+        assert gens.generation == 0 and gens.concluded == 0
+        blocked.rmdir()
+        seen = driver.advance(Counts(total_games=10, target=10))
+    finally:
+        driver.abandon()
+    assert [e for e in seen if not isinstance(e, RoundStarted)] == [
+        ModelPublished(1), RoundConcluded(1, True, seen[-1].train_s, None)]
+    assert gens.generation == 1 and gens.last_loss == 0.5
+
+
 def test_without_gating_the_arena_rates_beside_the_next_round_one_at_a_time(
         tiny_cfg, run_dir, caplog):
     """gating none: the round concludes when training ends, the model goes out, and the next

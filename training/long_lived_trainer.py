@@ -152,13 +152,13 @@ class LongLivedTrainer:
             log.info("generations %d..%d were trained since generation %d was taken in: "
                      "taking in the newest, %d (the others stay on disk, unpublished)",
                      self.taken + 1, newest - 1, self.taken, newest)
-        self.taken = newest
         self.generations.clear_failures()  # it trains: errors are history
         now = time.monotonic()
-        train_s, self.last_taken_at = now - self.last_taken_at, now
+        events = self.generations.take(newest, now - self.last_taken_at, self.log_path)
+        # taken only now: a take that raises (publishing on a full disk) is tried again
+        self.taken, self.last_taken_at = newest, now
         self.games_at_gen = counts.total_games  # the next generation's games count from here
-        return [RoundStarted(newest + 1),
-                *(self.generations.take(newest, train_s, self.log_path) or [])]
+        return [RoundStarted(newest + 1), *(events or [])]
 
     def _keep_trainer(self) -> None:
         """Start the trainer, or start it again after it exited (with backoff)."""
