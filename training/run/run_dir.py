@@ -14,7 +14,7 @@
       workers/                    local workers' folders (training/fleet/local_workers.py)
       ledger.jsonl                one line per ingested batch: exactly once (collector)
       admitted.jsonl              the batches admitted to the long-lived trainer, in order
-                                    (training.mode continuous; training/learn/admissions.py)
+                                    (training.mode continuous; training/train/admissions.py)
       trainer.json                the long-lived trainer's counters: step, samples, waiting
       metrics.json, metrics.csv   one row per generation (metrics)
       metrics.lock                held while a process merges its columns into them (metrics)
@@ -170,12 +170,12 @@ class RunDir:
 
     @property
     def admissions(self) -> Path:
-        """The admission log of the long-lived trainer (training/learn/admissions.py)."""
+        """The admission log of the long-lived trainer (training/train/admissions.py)."""
         return self.root / ADMISSIONS_NAME
 
     @property
     def trainer_state(self) -> Path:
-        """What the long-lived trainer last reported of itself (training/learn/continuous.py)."""
+        """What the long-lived trainer last reported of itself (`admissions.TrainerState`)."""
         return self.root / TRAINER_STATE_NAME
 
     @property
@@ -226,7 +226,7 @@ class RunDir:
         return self.checkpoints / checkpoint_name(generation)
 
     def round_result(self, generation: int) -> Path:
-        """The JSON a training round writes for the coach (training/learn/round_result.py)."""
+        """The JSON a training round writes for the coach (training/train/round_result.py)."""
         return self.rounds / round_result_name(generation)
 
     def worker(self, name: str) -> Path:
