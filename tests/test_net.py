@@ -237,7 +237,9 @@ def test_compiled_evaluator_matches_eager_on_odd_batch_sizes(tiny_net):
     eager = make_evaluator(tiny_net, jit=False)
     compiled = make_evaluator(tiny_net, jit="compile")
     assert compiled.mode == "compile"
-    for batch in (1, 3, 5):
+    # the evaluator is built for batches of 8 and 1: 5 and 7 are padded with 3 rows and 1 row
+    # into that graph (each compiled shape costs seconds to tens of seconds)
+    for batch in (1, 5, 7):
         planes = _random_planes(tiny_net, batch, seed=batch)
         p0, v0 = eager(planes)
         p1, v1 = compiled(planes)
@@ -248,7 +250,7 @@ def test_compiled_evaluator_matches_eager_on_odd_batch_sizes(tiny_net):
         for p in tiny_net.parameters():
             p.mul_(0.5)
     compiled.load_weights(tiny_net)
-    planes = _random_planes(tiny_net, 3, seed=9)
+    planes = _random_planes(tiny_net, 5, seed=9)
     np.testing.assert_allclose(compiled(planes)[0], make_evaluator(tiny_net, jit=False)(planes)[0],
                                atol=1e-5)
 
