@@ -108,6 +108,20 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+def _cli_in_process(capsys, *args):
+    """`training.strength.main(args)` in this process, answered like `_cli`: for flags that are
+    refused before any game, where a new interpreter would only add its torch import."""
+    from training.strength import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse's own refusals
+        code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["training.strength", *args], code, out.out, out.err)
+
+
 def test_cli_plays_the_table_and_writes_json_and_plot(tiny_cfg, run_dir):
     _fake_run(run_dir, tiny_cfg, [0, 1, 2])
     out = _cli("--config", str(REPO / "configs" / "tiny.yaml"), "--run-dir", str(run_dir),
@@ -137,29 +151,30 @@ def test_cli_plays_the_table_and_writes_json_and_plot(tiny_cfg, run_dir):
     assert json.loads((run_dir / "strength.json").read_text()) == history[1]
 
 
-def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir):
+def test_cli_errors_name_what_is_wrong(tiny_cfg, run_dir, capsys):
     tiny = str(REPO / "configs" / "tiny.yaml")
-    out = _cli("--config", tiny, "--run-dir", str(run_dir))
+    out = _cli("--config", tiny, "--run-dir", str(run_dir))  # the refusal as a process sees it
     assert out.returncode == 2 and "no model in" in out.stderr
+    main = lambda *args: _cli_in_process(capsys, *args)  # noqa: E731 - the same, in here
     (run_dir / "models").mkdir()
     torch.manual_seed(3)
     save_model(run_dir / "models" / "model_000003.pt",
                net_from_config(tiny_cfg.net, tiny_cfg.go.board_size), 3)
-    out = _cli("--config", tiny, "--run-dir", str(run_dir))  # a simulation budget needs gen 0
+    out = main("--config", tiny, "--run-dir", str(run_dir))  # a simulation budget needs gen 0
     assert out.returncode == 2 and "model_000000.pt not found" in out.stderr
     assert "--seconds-per-move" in out.stderr
     shutil.rmtree(run_dir / "models")
     _fake_run(run_dir, tiny_cfg, [0, 1])
-    out = _cli("--config", tiny, "--run-dir", str(run_dir), "--generations", "0,5")
+    out = main("--config", tiny, "--run-dir", str(run_dir), "--generations", "0,5")
     assert out.returncode == 2 and "generation(s) [5]" in out.stderr
-    out = _cli("--config", tiny, "--run-dir", str(run_dir), "--generations", "zero")
+    out = main("--config", tiny, "--run-dir", str(run_dir), "--generations", "zero")
     assert out.returncode == 2 and "comma list" in out.stderr
     for flag, value in (("--simulations", "0"), ("--seconds-per-move", "nan"),
                         ("--gnugo", "one")):
-        out = _cli("--config", tiny, "--run-dir", str(run_dir), flag, value)
+        out = main("--config", tiny, "--run-dir", str(run_dir), flag, value)
         assert out.returncode == 2 and f"{flag} {value!r}" in out.stderr, out.stderr
     for bad in ("11", "10+0.3", "10+-2", "3+100"):
-        out = _cli("--config", tiny, "--run-dir", str(run_dir), "--gnugo", bad)
+        out = main("--config", tiny, "--run-dir", str(run_dir), "--gnugo", bad)
         assert out.returncode == 2 and "levels 1..10" in out.stderr, (bad, out.stderr)
 
 
