@@ -65,7 +65,10 @@ class CoachProc:
         self.tmp, self.config, self.extra = tmp, config, extra
         self.run = tmp / "run"
         self.status = tmp / "status.txt"
-        self.env = dict(os.environ, AZGO_SIM_GAMES_PER_S=str(games_per_s))
+        # one torch thread for the coach's trainer and arena: their default (a thread a core)
+        # on a machine whose cores the workers already keep busy makes every step wait for a
+        # descheduled thread, 20 tiny steps taking 15 s instead of a fraction of one
+        self.env = dict(os.environ, AZGO_SIM_GAMES_PER_S=str(games_per_s), OMP_NUM_THREADS="1")
         self.popen: subprocess.Popen | None = None
         self.starts = 0
 
@@ -290,7 +293,8 @@ def _trainer_pid(coach: CoachProc) -> int | None:
 
 
 def test_coach_sigkill_during_training_then_resume_trains_once(tmp_path, coach_factory):
-    config = write_config(tmp_path, self_play={"games_per_worker": 10})
+    # no arena after the round: nothing here is about it (the local end-to-end test runs it)
+    config = write_config(tmp_path, self_play={"games_per_worker": 10}, evaluation={"games": 0})
     coach = coach_factory(config, "--iterations", "1", games_per_s=5.0)
     names = ["worker1", "worker2"]
     coach.start()
@@ -312,7 +316,8 @@ def test_coach_sigkill_during_training_then_resume_trains_once(tmp_path, coach_f
 
 
 def test_trainer_killed_round_fails_cleanly_and_is_retried(tmp_path, coach_factory):
-    config = write_config(tmp_path, self_play={"games_per_worker": 10, "workers": 1})
+    config = write_config(tmp_path, self_play={"games_per_worker": 10, "workers": 1},
+                          evaluation={"games": 0})  # no arena after the round, as above
     coach = coach_factory(config, "--iterations", "1", games_per_s=5.0)
     coach.start()
     wait_until(lambda: _trainer_pid(coach), 240, "a training round to start")
