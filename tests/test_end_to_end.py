@@ -62,10 +62,16 @@ def setup(tiny_cfg, tmp_path):
     _kill_leftover_workers(run)
 
 
-def _start_main(config: Path, status: Path, *args: str) -> subprocess.Popen:
+def _start_main(config: Path, status: Path, *args: str, one_thread: bool = True
+                ) -> subprocess.Popen:
+    # one torch thread for the coach's rounds trainer and arena: their default (a thread a
+    # core) on a machine whose cores the worker already keeps busy makes every step wait for a
+    # descheduled thread, 20 tiny steps taking 15 s instead of a fraction of one. The
+    # continuous trainer picks its own count unless OMP_NUM_THREADS is set: left to it.
+    env = dict(os.environ, OMP_NUM_THREADS="1") if one_thread else None
     return subprocess.Popen(
         [sys.executable, "start_main.py", "--config", str(config), "--status-file", str(status),
-         *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def _assert_exactly_once(run: Path) -> list[dict]:
@@ -224,7 +230,7 @@ def test_continuous_mode_publishes_and_resumes_after_the_coach_is_killed(setup):
         "training.steps_per_generation": 4, "training.batch_size": 16,
         "training.lr_reference_batch": 16, "evaluation.games": 0})))
     logs = run.parent / "logs"
-    proc = _start_main(config, status, "--iterations", "5")
+    proc = _start_main(config, status, "--iterations", "5", one_thread=False)
     try:
         wait_until(lambda: len(model_store.list_manifests(run / "models")) >= 3, 240,
                    "two generations published")
@@ -234,7 +240,7 @@ def test_continuous_mode_publishes_and_resumes_after_the_coach_is_killed(setup):
     assert (run / "progress.png").stat().st_size > 0
     assert {1, 2} <= {r["generation"] for r in json.loads((run / "metrics.json").read_text())}
     # two: the first may be a generation the killed trainer had already written
-    proc = _start_main(config, status, "--iterations", "2")
+    proc = _start_main(config, status, "--iterations", "2", one_thread=False)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
     coach_log = (logs / "distributed_training.log").read_text()
