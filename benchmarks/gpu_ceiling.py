@@ -106,10 +106,11 @@ def child_main(args: argparse.Namespace) -> None:
         return evaluate(planes, legal)
 
     warm = replace(cfg.self_play, parallel_games=2, batch_size=2)
+    # compact planes, as the worker's self-play sends them
     SelfPlay(counting, cfg.go, replace(cfg.mcts, simulations=2, fast_simulations=1), warm,
-             history=cfg.net.history, liberties=cfg.net.liberties).step()
+             history=cfg.net.history, liberties=cfg.net.liberties, planes_dtype="uint8").step()
     sp = SelfPlay(counting, cfg.go, cfg.mcts, cfg.self_play, history=cfg.net.history,
-                  liberties=cfg.net.liberties, seed=args.child_seed)
+                  liberties=cfg.net.liberties, seed=args.child_seed, planes_dtype="uint8")
     sp.step()  # the first step has the fresh roots' extra evaluations
     counted.update(calls=0, positions=0)
     moves0, cpu0, t0 = sp.moves_played, time.process_time(), time.perf_counter()

@@ -125,6 +125,19 @@ def test_max_batch_splits_calls_without_changing_results(tiny_net):
     np.testing.assert_allclose(v1, v0, atol=1e-6)
 
 
+@pytest.mark.parametrize("jit", [False, "trace"])
+def test_compact_planes_give_the_same_priors_and_values(tiny_net, jit):
+    """uint8 0/1 planes (the search's compact form) are widened inside the evaluator."""
+    evaluate = make_evaluator(tiny_net, jit=jit)
+    planes = _random_planes(tiny_net, 7, seed=3)
+    legal = np.ones((7, tiny_net.num_moves), bool)
+    legal[:, ::4] = False
+    p0, v0 = evaluate(planes, legal)
+    p1, v1 = evaluate(planes.astype(np.uint8), legal)
+    np.testing.assert_array_equal(p1, p0)
+    np.testing.assert_array_equal(v1, v0)
+
+
 def test_evaluator_is_a_snapshot_of_the_net(tiny_net):
     planes = _random_planes(tiny_net, 2)
     evaluate = make_evaluator(tiny_net, jit=False)

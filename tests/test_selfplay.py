@@ -242,6 +242,34 @@ def test_self_play_with_a_real_network(tiny_cfg):
         torch.set_num_threads(threads)
 
 
+def test_compact_planes_play_the_same_games_with_a_real_network(tiny_cfg):
+    """uint8 planes (`planes_dtype`, as the worker plays) reach the net as the float32 ones:
+    the same seed plays the same moves with the same visits."""
+    torch = pytest.importorskip("torch")
+    from training.learn.net import make_evaluator, net_from_config
+
+    torch.manual_seed(0)
+    net = net_from_config(tiny_cfg.net, tiny_cfg.go.board_size)
+    evaluate = make_evaluator(net, "cpu", jit=False)
+    sp_cfg = dataclasses.replace(tiny_cfg.self_play, parallel_games=3, batch_size=3)
+    seen = []
+
+    def planes_of(dtype):
+        def spy(planes, legal):
+            seen.append(planes.dtype)
+            return evaluate(planes, legal)
+        return spy
+
+    games = [SelfPlay(planes_of(dtype), tiny_cfg.go, tiny_cfg.mcts, sp_cfg,
+                      history=tiny_cfg.net.history, seed=9, planes_dtype=dtype).play(3)
+             for dtype in (np.float32, np.uint8)]
+    assert {np.dtype(d) for d in seen} == {np.dtype(np.float32), np.dtype(np.uint8)}
+    assert len(games[0]) == len(games[1]) == 3
+    for a, b in zip(games[0], games[1]):
+        np.testing.assert_array_equal(a.moves, b.moves)
+        np.testing.assert_array_equal(a.visits, b.visits)
+
+
 def test_the_breakdown_accounts_for_the_wall_time_on_the_tiny_config():
     """benchmarks/selfplay.py --breakdown: the worker's own evaluator, its phases timed (the
     timed evaluator gives the same priors), shares that add up to the wall time."""

@@ -134,7 +134,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
                        call_timeout_s=args.call_timeout_s)
     sp = SelfPlay(client.evaluate, cfg.go, cfg.mcts, cfg.self_play, history=cfg.net.history,
                   generation=max(0, slots.ctl[C_GENERATION]), seed=args.seed,
-                  liberties=cfg.net.liberties)
+                  liberties=cfg.net.liberties, planes_dtype=np.uint8)
     out = args.out_fd
     started = last_stats = time.monotonic()
 

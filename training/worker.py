@@ -226,7 +226,7 @@ class Worker:
 
         return SelfPlay(evaluate, self.cfg.go, self.cfg.mcts, self.cfg.self_play,
                         history=self.cfg.net.history, generation=generation, seed=self.seed,
-                        liberties=self.cfg.net.liberties)
+                        liberties=self.cfg.net.liberties, planes_dtype="uint8")
 
     def write_batch(self, records: Sequence[Any], path: Path) -> None:
         """Write finished games as one batch file (atomically: temporary name, rename)."""

@@ -17,9 +17,12 @@ move NOW for every k, as in AlphaGo Zero. Rows and columns follow `training.go.c
 Three implementations that must give identical planes (tested):
 - `planes(position, history, liberties)` from a reference `training.go.rules.Position`.
 - `write_planes(b, g, history, out)`, njit, for the self-play hot path: writes the planes of
-  game g of a `training.go.fastgo.Boards` into `out`, a preallocated float32 [C, N, N] array
-  (typically `batch[i]` of a [B, C, N, N] batch; its C says whether the liberty planes are
-  wanted). It needs history <= b.recent.shape[1].
+  game g of a `training.go.fastgo.Boards` into `out`, a preallocated C-contiguous [C, N, N]
+  array, float32 or uint8 (the planes are 0/1; the search sends uint8 to evaluators that widen
+  them, a quarter of the bytes), typically `batch[i]` of a [B, C, N, N] batch; its C says
+  whether the liberty planes are wanted. The liberty planes come from the board's own chains
+  (fastgo keeps each chain's stones and pseudo-liberties), not a flood fill. It needs
+  history <= b.recent.shape[1].
 - the replay window's vectorised gather (`training.learn.replay_buffer`), with
   `liberty_planes(boards, colors, n, out)` for the liberty planes of stored boards.
 
@@ -42,7 +45,7 @@ import numpy as np
 from numba import njit
 
 from training.go.coords import BLACK
-from training.go.fastgo import N_MOVES, TO_PLAY
+from training.go.fastgo import HEAD, LIB_N, LIB_SQ, LIB_SUM, LINK, N_MOVES, TO_PLAY
 
 NUM_SYMMETRIES = 8
 
@@ -146,34 +149,78 @@ def liberty_planes(boards, colors, neighbors, out):
 
 
 @njit(cache=True)
+def _chain_liberty_planes(stones, chains, neighbors, color, base, out):
+    """out[base..base+5] (flat [C, A] view) := the liberty planes of one fastgo game row,
+    from its chains (`stones` [A], `chains` [6, A], `neighbors` [A, 4]): one pass per chain, stopped at its third
+    distinct liberty, and a chain with one liberty known from its pseudo-liberty sums at once
+    (see `training.go.fastgo`). No scratch arrays: this runs once per simulation."""
+    for j in range(LIBERTY_PLANES):
+        out[base + j, :] = 0
+    for p in range(stones.shape[0]):
+        if stones[p] == 0 or chains[HEAD, p] != p:
+            continue
+        n = np.int64(chains[LIB_N, p])
+        total = np.int64(chains[LIB_SUM, p])
+        if n * np.int64(chains[LIB_SQ, p]) == total * total:
+            libs = 1
+        elif n == 2:
+            libs = 2
+        else:  # two or more distinct liberties: find out whether there is a third
+            libs = 2
+            first = -1
+            second = -1
+            q = p
+            while libs == 2:
+                for k in range(4):
+                    r = neighbors[q, k]
+                    if r < 0:
+                        break
+                    if stones[r] == 0 and r != first and r != second:
+                        if first < 0:
+                            first = r
+                        elif second < 0:
+                            second = r
+                        else:
+                            libs = 3
+                            break
+                q = chains[LINK, q]
+                if q == p:
+                    break
+        plane = base + libs - 1 + (0 if stones[p] == color else 3)
+        q = p
+        while True:
+            out[plane, q] = 1
+            q = chains[LINK, q]
+            if q == p:
+                break
+@njit(cache=True)
 def write_planes(b, g, history, out):
-    """out[2 * history + 1, N, N] float32 := input planes of game g of fastgo Boards `b`."""
+    """out[C, N, N] (float32, or any dtype that holds 0 and 1) := the input planes of game g
+    of fastgo Boards `b`; C = num_planes(history, liberties) says whether the liberty planes
+    are wanted. `out` must be C-contiguous (a row of a batch is)."""
     depth = b.recent.shape[1]
     assert history <= depth, "Boards were made with fewer history boards than asked for"
-    n = out.shape[1]
+    a = b.stones.shape[1]
+    flat = out.reshape((out.shape[0], a))  # one index per point: the loops vectorise
     color = b.info[g, TO_PLAY]
     played = b.info[g, N_MOVES]
     for k in range(history):
+        own = flat[2 * k]
+        opp = flat[2 * k + 1]
         ply = played - k
         if ply < 0:
-            out[2 * k, :, :] = 0.0
-            out[2 * k + 1, :, :] = 0.0
+            own[:] = 0
+            opp[:] = 0
             continue
-        slot = ply % depth
-        # Rows then columns: no division per point (this runs once per simulation).
-        p = 0
-        for r in range(n):
-            for c in range(n):
-                s = b.recent[g, slot, p]
-                out[2 * k, r, c] = 1.0 if s == color else 0.0
-                out[2 * k + 1, r, c] = 1.0 if s == -color else 0.0
-                p += 1
-    out[2 * history, :, :] = 1.0 if color == 1 else 0.0
-    if out.shape[0] > 2 * history + 1:  # the liberty planes were asked for
-        a = b.stones.shape[1]
-        _write_liberty_planes(b.stones[g], color, b.neighbors, 2 * history + 1, out,
-                              np.zeros(a, np.int32), np.zeros(a, np.int32),
-                              np.zeros(a, np.int32))
+        board = b.recent[g, ply % depth]
+        for p in range(a):
+            s = board[p]
+            own[p] = 1 if s == color else 0
+            opp[p] = 1 if s == -color else 0
+    flat[2 * history, :] = 1 if color == 1 else 0
+    if flat.shape[0] > 2 * history + 1:  # the liberty planes were asked for
+        _chain_liberty_planes(b.stones[g], b.chains[g], b.neighbors, color, 2 * history + 1,
+                              flat)
 
 
 def inverse(s: int) -> int:

@@ -85,9 +85,11 @@ measures it for a net), while it needs a bounded store cleared at every new mode
 TODO(search): add one (keyed by the Zobrist hashes of the last `history` boards, computed in
 `_select`) if trained nets show clearly more hits.
 
-The search receives `evaluate` as a callable: evaluate(planes float32 [B, C, N, N],
+The search receives `evaluate` as a callable: evaluate(planes [B, C, N, N] of 0s and 1s,
 legal bool [B, A+1]) -> (priors float32 [B, A+1], values float32 [B] from the side to move's
-view).
+view). The planes are float32 unless `Mcts(planes_dtype=np.uint8)`: a quarter of the bytes to
+write per leaf and to copy to a GPU, for evaluators that widen them themselves
+(`training.learn.net.make_evaluator` and the net server's client do).
 
 Why one module of about 1000 lines: the njit kernels (`_select`, `_expand_backup`, `_reroot`,
 `_advance`, Gumbel's root rules and halving) work on one tree layout and call each other; a
@@ -859,6 +861,8 @@ class Mcts:
         reuse_tree: keep the chosen child's subtree (default mcts_cfg.reuse_tree).
         early_pass: False: the search may pass only right after the opponent's pass or when
             every legal point fills an own single-point eye (self-play; see "Passes").
+        planes_dtype: the dtype of the planes `evaluate` receives (float32, or uint8 for an
+            evaluator that takes them compact; see above).
 
     Attributes: `boards` (fastgo.Boards, row g = game g's root position, rows G.. are
     scratch), `tree` (Tree).
@@ -877,6 +881,7 @@ class Mcts:
         early_pass: bool = True,
         liberties: bool = False,
         leaf_batch: int = 1,
+        planes_dtype: type | str = np.float32,
     ):
         if leaf_batch > 1 and n_games != 1:
             raise ValueError(f"leaf_batch {leaf_batch} searches one game; got {n_games} games")
@@ -912,7 +917,7 @@ class Mcts:
         channels = features.num_planes(history, liberties)
         self.leaf_batch = max(1, leaf_batch)
         slots = max(n_games, self.leaf_batch)
-        self._planes = np.zeros((slots, channels, n, n), np.float32)
+        self._planes = np.zeros((slots, channels, n, n), planes_dtype)
         self._legal = np.zeros((slots, self.n_moves), np.bool_)
         self._paths = np.zeros((self.leaf_batch, self.tree.path.shape[1]), np.int32)
         self._depths = np.zeros(self.leaf_batch, np.int32)

@@ -141,6 +141,9 @@ class SelfPlay:
         history: the net's history (C = 2 * history + 1 input planes).
         generation: the model generation of `evaluate`.
         seed: base seed; game k of this object has seed game_seed(seed, k).
+        liberties: the net's liberty planes are wanted.
+        planes_dtype: the planes' dtype (float32; uint8 for an evaluator that widens them:
+            `training.learn.net.make_evaluator`, the net server's client).
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class SelfPlay:
         generation: int = 0,
         seed: int = 0,
         liberties: bool = False,
+        planes_dtype: type | str = np.float32,
     ):
         self.go_cfg = go_cfg
         self.mcts_cfg = mcts_cfg
@@ -170,6 +174,7 @@ class SelfPlay:
             batch_size=self_play_cfg.batch_size,
             early_pass=self_play_cfg.early_pass,
             liberties=liberties,
+            planes_dtype=planes_dtype,
         )
         self.games_started = 0
         self.games_finished = 0
