@@ -628,7 +628,7 @@ class Coach:
 
     def window(self) -> tuple[int, int, float | None]:
         """(games, positions, mean generation) of the replay window: the trainer's rule
-        (`replay_buffer.select_newest`, the same order, size and shares) over whole batches."""
+        (`window_shares.select_newest`, the same order, size and shares) over whole batches."""
         from training.learn.replay_buffer import WINDOW_SHARE_SLACK, select_newest, window_size
 
         r = self.cfg.replay

@@ -221,7 +221,7 @@ class SSHSource:
 
     def fetch(self, name: str, dest: Path) -> int:
         """Regular files only, capped while reading, within distributed.transfer_timeout_s
-        (`transfer.get_file`); a refused file is BatchRefused, a too slow one FetchTooSlow."""
+        (`sftp.get_file`); a refused file is BatchRefused, a too slow one FetchTooSlow."""
         try:
             return self.connector.get(self.name, posixpath.join(self.outbox, name), dest,
                                       max_bytes=MAX_BATCH_BYTES).size

@@ -18,7 +18,7 @@ Vocabulary: N is the board size; input planes C = 2 * history + 1 (for each of t
 when black is to move, see training/go/features.py); a policy vector has N*N+1 entries.
 
 This module must not: know about search, games, files other than model files, or
-torch.distributed (only training/learn/ddp.py touches that); set torch's thread count (the
+torch.distributed (only training/train/ddp.py touches that); set torch's thread count (the
 caller does).
 """
 
