@@ -69,9 +69,13 @@ def _kill_daemons(root: Path) -> None:
 
 
 @pytest.fixture
-def cluster(tiny_cfg, tmp_path):
+def cluster(tiny_cfg, tmp_path, monkeypatch):
     require_sshd()
     servers = start_hosts(3, tmp_path / "sandbox")
+    # one torch thread for the coach's trainer (started from this process's environment): its
+    # default (a thread a core) on a machine whose cores the workers already keep busy makes
+    # every step wait for a descheduled thread, 20 tiny steps taking 15 s instead of under one
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     try:
         yield servers, tmp_path
     finally:
