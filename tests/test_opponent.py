@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.conftest import REPO, gnugo_path, require_tool
-from tests.test_strength import _cli, _fake_run
+from tests.test_strength import _cli, _cli_in_process, _fake_run
 from training.play.gtp_client import MAX_LINE_CHARS, GtpClient, GtpEngineError
 from training.play.opponent import OpponentError, clean_name, open_engine, parse_command
 from training.run.metrics import engine_scores, plot_progress, record_metrics
@@ -240,15 +240,21 @@ def test_cli_an_engine_that_overruns_stops_with_an_error_naming_it(
     assert _all_gone(hostile.pids)
 
 
-def test_cli_refuses_a_bad_opponent_before_any_game(tiny_cfg, run_dir, hostile):
+def test_cli_refuses_a_bad_opponent_before_any_game(tiny_cfg, run_dir, hostile, capsys):
     _fake_run(run_dir, tiny_cfg, [0])
-    for args, says in ((["--opponent", "no-such-engine-here"], "not an executable"),
-                       (["--opponent-name", "x"], "--opponent-name needs an --opponent"),
-                       (["--opponent", hostile("mute"), "--opponent-timeout", "1"],
-                        "no answer to 'name' within 1 s")):
-        out = _cli("--config", TINY, "--run-dir", str(run_dir), *args)
+    # the first through a new interpreter, the others through the same main in this process
+    for run, args, says in (
+            (_cli, ["--opponent", "no-such-engine-here"], "not an executable"),
+            (_in_process(capsys), ["--opponent-name", "x"], "--opponent-name needs an --opponent"),
+            (_in_process(capsys), ["--opponent", hostile("mute"), "--opponent-timeout", "1"],
+             "no answer to 'name' within 1 s")):
+        out = run("--config", TINY, "--run-dir", str(run_dir), *args)
         assert out.returncode == 2 and "error: " in out.stderr and says in out.stderr, (
             args, out.stderr)
+
+
+def _in_process(capsys):
+    return lambda *args: _cli_in_process(capsys, *args)
 
 
 def _png_height(path) -> int:
