@@ -24,7 +24,7 @@ from configs import ConfigError, dump_config, load_config, override
 from tests.conftest import REPO, wait_until
 from training.train import round_result
 from training.train.admissions import AdmissionError, AdmissionLog, AdmissionReader
-from training.train.continuous import cpu_threads
+from training.train.ddp import cpu_threads
 from training.trainer import selfplay_cores
 from training.train.train_state import load_checkpoint
 from training.run.run_dir import RunDir

@@ -6,6 +6,7 @@ Multi-process DDP runs are in tests/test_ddp.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -28,7 +29,8 @@ from training.train.train_state import (
 )
 from training.train.round import train_round
 from training.train.steps import FaultHooks
-from training.trainer import build_parser, config_from_args, relaunch_command
+from training.train.ddp import cpu_threads
+from training.trainer import build_parser, config_from_args, relaunch_command, selfplay_cores
 from training.learn.training_error import TrainingError
 
 
@@ -357,6 +359,10 @@ def test_command_line_round_prints_a_json_summary(tiny_cfg, tmp_path, samples):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["generation"] == 1 and summary["steps"] == 3
     assert "train gen 1" in proc.stderr  # the progress bar goes to stderr
+    # beside the tiny config's local workers (one per core) it takes what they leave: 1 thread
+    cores = os.cpu_count() or 1
+    threads = cpu_threads(cores, selfplay_cores(tiny_cfg, 0, cores), 1)
+    assert f"trainer: {threads} torch thread(s) per rank on the CPU" in proc.stderr
     assert (tmp_path / "run" / "models" / "model_000001.pt").exists()
     written = json.loads((tmp_path / "run" / "rounds" / "round_000001.json").read_text())
     assert written == summary  # the result file says what the summary line says

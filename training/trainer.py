@@ -256,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         result = train_round(cfg, run_dir, dataset=dataset, checkpoint=args.checkpoint,
                              steps=args.steps, generation=args.generation,
                              progress=not args.no_progress, hooks=hooks,
-                             cache_dir=args.cache_dir, run_hours=args.run_hours)
+                             cache_dir=args.cache_dir, run_hours=args.run_hours,
+                             selfplay_cores=selfplay_cores(cfg, torch.cuda.device_count(),
+                                                           os.cpu_count() or 1))
     except (TrainingError, ConfigError) as e:
         log.error("%s", e)
         return 1

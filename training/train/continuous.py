@@ -21,9 +21,10 @@ no `admitted_seq`: the admissions in the log when the trainer starts are then it
 new data.
 
 Threads: on the CPU each rank takes the cores the local self-play workers leave it, at least
-one (`cpu_threads`, from the count the trainer's command works out; an OMP_NUM_THREADS in
-the environment wins): two OpenMP threads beside two workers on two cores made a third of its
-steps 2 to 15 times slower, halving both its steps and the workers' games.
+one (`ddp.cpu_threads`, from the count the trainer's command works out; a round's trainer
+does the same; an OMP_NUM_THREADS in the environment wins): two OpenMP threads beside two
+workers on two cores made a third of its steps 2 to 15 times slower, halving both its steps
+and the workers' games.
 
 rank 0 writes trainer.json (`admissions.TrainerState`) when its counters change.
 
@@ -47,7 +48,7 @@ from training.learn.training_error import TrainingError
 from training.run.run_dir import RunDir
 from training.train import phases
 from training.train.admissions import Admission, AdmissionReader, TrainerState
-from training.train.ddp import DistContext, broadcast_json
+from training.train.ddp import DistContext, broadcast_json, set_cpu_threads
 from training.train.node_relay import build_window, resolve_start_shared
 from training.train.steps import FaultHooks, IndexBatches, Trainee
 from training.train.train_state import start_file
@@ -61,25 +62,6 @@ POLL_S = 0.5
 """How often a waiting trainer reads the admission log again."""
 CHUNK_STEPS = 10
 """Steps between two reads of the admission log while there is budget."""
-
-
-def cpu_threads(n_cpus: int, selfplay_cores: int, local_ranks: int) -> int:
-    """torch threads for each CPU rank on this node: the cores that local self-play does not
-    hold, shared by the node's ranks, at least 1."""
-    return max(1, (n_cpus - selfplay_cores) // max(1, local_ranks))
-
-
-def _set_cpu_threads(ctx: DistContext, selfplay_cores: int) -> None:
-    if ctx.device != "cpu" or "OMP_NUM_THREADS" in os.environ:
-        return
-    import torch
-
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-    n = cpu_threads(os.cpu_count() or 1, selfplay_cores, local_ranks)
-    torch.set_num_threads(n)
-    if ctx.is_main:
-        log.info("continuous trainer: %d torch thread(s) per rank on the CPU (%d cores, %d "
-                 "of them held by local self-play)", n, os.cpu_count() or 1, selfplay_cores)
 
 
 def _admit(window: ReplayWindow, replay: Path, names: list[str]) -> None:
@@ -163,7 +145,7 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
     stop = stop or threading.Event()
     paths = RunDir(run_dir)
     clock = (run_hours, time.monotonic())  # the run's hours at the start, and this clock's
-    _set_cpu_threads(ctx, selfplay_cores)
+    set_cpu_threads(ctx, selfplay_cores, "continuous trainer")
 
     _, start_path, _ = start_file(run_dir, None) if ctx.is_main else ("", None, 0)
     ckpt, payload, generation = resolve_start_shared(run_dir, None, ctx, None)

@@ -50,7 +50,7 @@ from configs import Config
 from training.learn.samples import SampleDataset
 from training.learn.training_error import TrainingError
 from training.train import phases
-from training.train.ddp import DistContext, init_distributed, shutdown
+from training.train.ddp import DistContext, init_distributed, set_cpu_threads, shutdown
 from training.train.node_relay import open_replay_window, resolve_start_shared
 from training.train.round_result import RoundResult
 from training.train.steps import FaultHooks, IndexBatches, progress_bar
@@ -70,6 +70,7 @@ def train_round(
     hooks: FaultHooks | None = None,
     cache_dir: str | os.PathLike | None = None,
     run_hours: float | None = None,
+    selfplay_cores: int = 0,
 ) -> RoundResult:
     """Train one round and write the next generation's model and checkpoint.
 
@@ -81,6 +82,8 @@ def train_round(
     batch files and the starting checkpoint there, and run_dir is never read.
     `run_hours`: the hours the run had run when the round started (the coach's), which place
     the LR drops of a run with run.hours (training.lr_schedule_by_time).
+    `selfplay_cores`: the cores local self-play workers hold on this node (a CPU rank takes
+    the rest, at least one thread: `ddp.set_cpu_threads`).
     """
     run_dir = Path(run_dir)
     hooks = hooks or FaultHooks()
@@ -89,6 +92,7 @@ def train_round(
         ctx = init_distributed(tcfg.timeout_s, tcfg.backend)
     except ValueError as e:
         raise TrainingError(str(e)) from e
+    set_cpu_threads(ctx, selfplay_cores, "trainer")
     try:
         return _train(cfg, run_dir, ctx, dataset, checkpoint, steps, generation, progress, hooks,
                       None if cache_dir is None else Path(cache_dir), run_hours)
