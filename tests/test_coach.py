@@ -12,7 +12,8 @@ import pytest
 from configs import override
 from distributed.status import Heartbeat, WorkerState, parse_status_text
 from training.fleet import balance
-from training.fleet.collector import Collector, LocalSource, validate_with_records
+from training.fleet.collector import Collector, LocalSource
+from training.fleet.validation import validate_with_records
 from training.go.records import BatchMeta, random_record, write_batch
 
 N, KOMI = 5, 0.5

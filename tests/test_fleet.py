@@ -154,7 +154,8 @@ def test_bring_ups_run_at_most_the_bound_at_once(tmp_path, monkeypatch):
     at once (a fleet of hundreds must not open hundreds of sessions in the same second), and
     every worker is still brought up."""
     from training.fleet import fleet as fleet_mod
-    from training.fleet.collector import Collector, LocalSource, validate_with_records
+    from training.fleet.collector import Collector, LocalSource
+    from training.fleet.validation import validate_with_records
 
     monkeypatch.setattr(fleet_mod, "MAX_CONCURRENT_BRING_UPS", 3)
     lock = threading.Lock()

@@ -41,9 +41,8 @@ from training.fleet.collector import (
     Collector,
     LocalSource,
     SourceError,
-    game_key,
-    validate_with_records,
 )
+from training.fleet.validation import game_key, validate_with_records
 
 REPO = Path(__file__).resolve().parent.parent
 N, KOMI = 5, 0.5  # configs/tiny.yaml

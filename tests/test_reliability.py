@@ -515,7 +515,8 @@ def _tmpfs(path: Path, size: str) -> None:
 def test_worker_disk_full_shows_error_and_ingests_no_partial_batch(tmp_path, run_dir):
     """The worker folder on a 400 KB tmpfs: the daemon stays up in Error, nothing partial is
     collected, and once the coach's collection frees space it writes its kept games."""
-    from training.fleet.collector import Collector, LocalSource, validate_with_records
+    from training.fleet.collector import Collector, LocalSource
+    from training.fleet.validation import validate_with_records
 
     config = write_config(tmp_path, distributed={"batch_size": 40, "max_outbox_batches": 1000})
     folder = tmp_path / "small"

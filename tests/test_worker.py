@@ -90,7 +90,7 @@ def test_games_that_waited_batch_max_wait_s_are_sent_without_filling_a_batch(cfg
 def test_compression_false_stores_batches_and_models_that_read_the_same(cfg, run_dir):
     """distributed.compression: false writes zstd frames of raw blocks (no compression work):
     the batch is about its raw size, and the coach's validator and the worker read both."""
-    from training.fleet.collector import validate_with_records
+    from training.fleet.validation import validate_with_records
 
     folder = run_dir / "workers" / "w1"
     manifest = _publish(override(cfg, {"distributed.compression": False}), folder, 0)

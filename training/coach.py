@@ -82,8 +82,9 @@ from distributed.status import (
 from distributed.status_page import StatusServer, render_html
 from distributed.transfer import TransferStats, write_atomic
 from training.fleet import balance
-from training.fleet.collector import (Collector, batch_rules, full_batch_positions,
-                                      partial_batch_pace, validate_with_records)
+from training.fleet.collector import Collector
+from training.fleet.validation import (batch_rules, full_batch_positions, partial_batch_pace,
+                                       validate_with_records)
 from training.fleet.fleet import Fleet
 from training.generations import (Counts, Driver, Generations, ModelPublished, Rated,
                                   RoundConcluded, RoundStarted)

@@ -25,13 +25,13 @@ The steps for one batch, in this order, each safe to repeat after a crash:
   1. known name?  -> only delete the worker's copy (a coach that died after step 4 ends here);
   2. fetch to `incoming/<name>.partial` (regular file, capped, deadline, fsynced), rename to
      `incoming/<name>`;
-  3. validate by replay (`records.read_batch`: every game through the rules) and check the
-     board size and komi against the run's config; a bad batch, or ANY failure while
-     validating (deep JSON, a huge shape, an unknown zip method, a bomb), goes to
+  3. validate by replay (`training.fleet.validation`; `records.read_batch`: every game through
+     the rules) and check the board size and komi against the run's config; a bad batch, or ANY
+     failure while validating (deep JSON, a huge shape, an unknown zip method, a bomb), goes to
      `quarantine/` with `<name>.reason.txt` and is counted against its worker; a game whose
-     moves repeat a game ingested before (or one earlier in the batch) is dropped from the
-     file and counted (`repeats` in the ledger, the tally and status.txt), the rest ingested;
-     a batch of nothing but repeats, or the same bytes under a new name, is rejected;
+     moves repeat a game ingested before (or one earlier in the batch) is dropped from the file
+     and counted (`repeats` in the ledger, the tally and status.txt), the rest ingested; a
+     batch of nothing but repeats, or the same bytes under a new name, is rejected;
   4. `os.replace` into `replay/<name>`, fsync the folder (the replay window sees all or
      nothing);
   5. append the ledger line (fsync);
@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -72,19 +71,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
-
-import numpy as np
+from typing import Any, Callable, Protocol, Sequence
 
 from distributed.transfer import fsync_dir
 from training.go.records import (BATCH_SUFFIX, DEFAULT_MAX_BYTES, BatchName, OutboxOverflow,
                                  batch_name_or_none, outbox_batches)
 from training.fleet.game_index import GameIndex
 from training.fleet.ledger import LedgerEntry
+from training.fleet.listed_names import is_bare_name, name_digest, safe_worker
+from training.fleet.validation import BatchInfo, BatchRejected
 from training.run.run_dir import RunDir
-
-if TYPE_CHECKING:
-    from training.go.records import Batch, BatchRules
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +94,12 @@ DEFAULT_MAX_REJECTED = 20
 DEFAULT_NAMES_PER_PASS = 64
 DEFAULT_QUARANTINE_MAX_BYTES = 256 << 20
 """Bytes of rejected files kept in `quarantine/` (a disk budget, not a file size)."""
-VALIDATE_CPU_S = 60.0
-"""CPU seconds the replay of one batch may take (an honest 100-game 9x9 batch takes about 1)."""
-DECOMPRESS_TIMEOUT_S = 20.0
-"""A batch whose zstd layer takes longer than this to decompress is rejected (a bomb)."""
 MAX_LISTED = 10_000
 """Entries of any kind an outbox listing may hold (an honest one holds at most
 `distributed.max_outbox_batches` batches and a few temporary files)."""
 SLOW_FETCH_TRIES = 3
 """A name whose fetch overran its deadline this many times is rejected (a trickle)."""
 _REASON_MAX_CHARS = 2000
-
-
-class BatchRejected(Exception):
-    """A batch failed validation; the message names the file and the reason."""
 
 
 class SourceError(Exception):
@@ -146,21 +134,6 @@ class BatchSource(Protocol):
     def delete(self, name: str) -> None: ...
 
 
-@dataclass(frozen=True)
-class BatchInfo:
-    """What validation learned about a batch."""
-
-    games: int
-    positions: int
-    generations: tuple[int, ...]  # model generation of each game
-    game_keys: tuple[str, ...] = ()  # `game_key` of each game: a repeated game is dropped
-    keep: "Callable[[Sequence[int]], BatchInfo] | None" = field(
-        default=None, compare=False, repr=False)
-    """Rewrites the validated file (and its sidecar) with only the games at these indices and
-    returns their info; None when the validator cannot (a batch with a repeated game is then
-    refused whole)."""
-
-
 @dataclass
 class WorkerTally:
     """Per-worker ingestion counts (rebuilt from the ledger on restart)."""
@@ -185,121 +158,6 @@ class CollectResult:
     deferred: int = 0  # names left for a later pass (names_per_pass reached, or paced)
     paced: int = 0  # of those, the worker's batches waiting for its partial-batch pace
     over_budget: str = ""  # non-empty: this worker's collection is stopped, and why
-
-
-def game_key(moves: Any) -> str:
-    """A game's identity for duplicate detection: a hash of its moves alone (int16 points).
-    The seed a worker writes is not part of it: the same moves under another seed are the
-    same game. (Ledger lines written before hashed the seed too; they still count as the
-    games they were.)"""
-    digest = hashlib.blake2b(b"moves", digest_size=10)
-    digest.update(memoryview(np.ascontiguousarray(moves, np.int16)).cast("B"))
-    return digest.hexdigest()
-
-
-def batch_rules(cfg: Any) -> "BatchRules":
-    """What a run with config `cfg` demands of every batch (`records.BatchRules`)."""
-    from training.go.records import BatchRules
-
-    n = cfg.go.board_size
-    slack = max(cfg.self_play.parallel_games, 1)  # one step may finish a cohort of games
-    return BatchRules(
-        move_cap=cfg.go.max_moves or 2 * n * n,
-        max_simulations=2 * max(cfg.mcts.simulations, cfg.evaluation.simulations),
-        max_games=cfg.distributed.batch_size + slack,
-        early_pass=cfg.self_play.early_pass,
-        cpu_budget_s=VALIDATE_CPU_S,
-    )
-
-
-def full_batch_positions(cfg: Any) -> int:
-    """Positions a full batch holds at the least to go unpaced: `distributed.batch_size`
-    games of a quarter of the board's points each (honest games are several times longer; a
-    batch of three-move resignations is paced like a partial batch)."""
-    return cfg.distributed.batch_size * cfg.go.board_size ** 2 // 4
-
-
-def partial_batch_pace(cfg: Any) -> float:
-    """Seconds between two partial batches taken from one worker: the config's
-    `distributed.partial_batch_interval_s`, but never more than the `batch_max_wait_s` after
-    which an honest worker sends a partial batch (so an honest one never waits for it)."""
-    dist = cfg.distributed
-    pace = float(dist.partial_batch_interval_s)
-    if dist.batch_max_wait_s > 0:
-        pace = min(pace, float(dist.batch_max_wait_s))
-    return pace
-
-
-def validate_with_records(board_size: int, komi: float, *,
-                          sidecar_dir: str | os.PathLike | None = None,
-                          max_generation: Callable[[], int] | None = None,
-                          max_bytes: int | None = None,
-                          decompress_timeout_s: float = DECOMPRESS_TIMEOUT_S,
-                          rules: "BatchRules | Callable[[], BatchRules] | None" = None,
-                          ) -> Callable[[Path], BatchInfo]:
-    """The coach's validator: bound the zstd layer (size and time, streaming, no memory;
-    by default at the most a batch under `rules` can hold, `records.decompressed_bound`),
-    replay every game (`records.load_batch`) under the run's `rules` (`batch_rules(cfg)`, or
-    a function returning them, read per batch so that a reloaded config applies:
-    move cap, simulations, games per batch, early passes, a CPU budget), check the board
-    size, komi, and that no game claims a model newer than the coach published; then, with
-    `sidecar_dir`, write the replay window's sidecar from that one replay. The info's `keep`
-    rewrites the file and its sidecar with some of its games (the collector drops repeats)."""
-
-    def validate(path: Path) -> BatchInfo:
-        from distributed.transfer import TransferError, check_decompressed_size
-        from training.go import records
-
-        run_rules = rules() if callable(rules) else rules
-        limit_bytes = max_bytes if max_bytes is not None else (
-            records.DEFAULT_MAX_BYTES if run_rules is None
-            else records.decompressed_bound(run_rules, board_size))
-        try:
-            check_decompressed_size(path, limit_bytes, timeout_s=decompress_timeout_s)
-        except TransferError as e:
-            raise BatchRejected(f"{path.name}: cannot decompress within bounds: {e}") from e
-        limit = max_generation() if max_generation is not None else None
-        try:
-            batch = records.load_batch(path, max_generation=limit, max_bytes=limit_bytes,
-                                       rules=run_rules)
-        except records.BatchError as e:
-            raise BatchRejected(str(e)) from e
-        games = batch.records
-        if not games:
-            raise BatchRejected(f"{path.name}: holds no games")
-        for i, g in enumerate(games):
-            if g.board_size != board_size or float(g.komi) != float(komi):
-                raise BatchRejected(
-                    f"{path.name}: game {i} is {g.board_size}x{g.board_size} komi {g.komi}, "
-                    f"this run plays {board_size}x{board_size} komi {komi}; check the "
-                    "worker's config"
-                )
-        return info_of(path, batch)
-
-    def info_of(path: Path, batch: "Batch") -> BatchInfo:
-        """The batch's info, after writing its sidecar (with `sidecar_dir`)."""
-        if sidecar_dir is not None:
-            from training.learn.replay_buffer import write_sidecar
-
-            try:
-                write_sidecar(batch, path.name, sidecar_dir)
-            except OSError as e:  # the trainer rebuilds a missing sidecar itself
-                log.warning("%s: sidecar not written: %s", path.name, e)
-        games = batch.records
-
-        def keep(indices: Sequence[int]) -> BatchInfo:
-            from training.go import records
-
-            kept = records.Batch(batch.meta, [games[i] for i in indices],
-                                 [batch.boards[i] for i in indices])
-            records.write_batch(path, kept.records, kept.meta)
-            return info_of(path, kept)
-
-        return BatchInfo(len(games), sum(g.num_moves for g in games),
-                         tuple(int(g.generation) for g in games),
-                         tuple(game_key(g.moves) for g in games), keep)
-
-    return validate
 
 
 class Collector:
@@ -549,11 +407,11 @@ class Collector:
         """Where the bytes of `name`, rejected from `worker`, are kept (`.reason.txt` beside):
         `quarantine/<name>` for the worker's own batch names, else
         `quarantine/foreign/<worker>/<digest>.bin`."""
-        parsed = batch_name_or_none(name) if _is_bare_name(name) else None
+        parsed = batch_name_or_none(name) if is_bare_name(name) else None
         if parsed is not None and parsed[0] == worker:
             return self.quarantine_dir / name
-        return (self.quarantine_dir / "foreign" / _safe_worker(worker)
-                / f"{_digest(worker, name)}.bin")
+        return (self.quarantine_dir / "foreign" / safe_worker(worker)
+                / f"{name_digest(worker, name)}.bin")
 
     def _worker_lock(self, worker: str) -> threading.Lock:
         with self._lock:
@@ -588,7 +446,7 @@ class Collector:
                 result.over_budget = self.over_budget[worker]
                 return result
             for name in listed:
-                parsed = batch_name_or_none(name) if _is_bare_name(name) else None
+                parsed = batch_name_or_none(name) if is_bare_name(name) else None
                 if parsed is not None and parsed.worker == worker:
                     owned.append((parsed.seq, name, parsed))
                 else:
@@ -710,7 +568,7 @@ class Collector:
         entry = self.entries.get(name)
         known = entry.sha256 if entry is not None else ""
         if known:
-            local = self.incoming_dir / f"known-{_digest(worker, name)}"
+            local = self.incoming_dir / f"known-{name_digest(worker, name)}"
             try:
                 source.fetch(name, local)
                 digest = sha256_file(local)
@@ -733,15 +591,15 @@ class Collector:
         log.info("%s already ingested; deleted the worker's copy", name)
 
     def _reused_path(self, worker: str, name: str) -> Path:
-        return (self.quarantine_dir / "reused" / _safe_worker(worker)
-                / f"{_digest(worker, name + str(time.time_ns()))}.bin")
+        return (self.quarantine_dir / "reused" / safe_worker(worker)
+                / f"{name_digest(worker, name + str(time.time_ns()))}.bin")
 
     def _collect_foreign(self, worker: str, name: str, source: BatchSource,
                          result: CollectResult) -> bool:
         """A listed name that is not a batch of `worker`: rejected under `worker`, never
         under the name's apparent owner. Returns whether any file operation was done."""
         key = f"foreign:{worker}:{name!r}"
-        bare = _is_bare_name(name)
+        bare = is_bare_name(name)
         if key in self.entries:
             if not bare:
                 return False  # never handed back to the source: nothing to do
@@ -757,7 +615,7 @@ class Collector:
         what = ("a batch name of another worker" if batch_name_or_none(name) else
                 "not a batch name")
         reason = f"{name!r}: {what}, not a batch name of worker {worker!r}"
-        local = self.incoming_dir / f"foreign-{_digest(worker, name)}"
+        local = self.incoming_dir / f"foreign-{name_digest(worker, name)}"
         try:
             source.fetch(name, local)
         except (BatchRefused, FetchTooSlow) as e:
@@ -855,34 +713,6 @@ class Collector:
                   "quarantined" if kept else "reason kept", reason)
         if source is not None:
             source.delete(name)
-
-
-def _is_bare_name(name: str) -> bool:
-    """A plain file name: no folder part, not . or .., no NUL, not too long.
-
-    Odd but plain names (spaces, newlines, `;`) are safe to reject: names are never handed
-    to a shell, and only owned batch names (bounded by their rule) become local file names.
-    """
-    return (
-        isinstance(name, str)
-        and bool(name)
-        and name not in (".", "..")
-        and "/" not in name
-        and "\\" not in name
-        and "\0" not in name
-        and len(name.encode("utf-8", "surrogateescape")) <= 255
-    )
-
-
-def _digest(worker: str, name: str) -> str:
-    """A short, fixed-length local file name for a listed name (which may be 255 bytes of
-    anything: a local name built from it could pass NAME_MAX with a suffix)."""
-    raw = f"{worker}\0{name}".encode("utf-8", "surrogateescape")
-    return hashlib.sha256(raw).hexdigest()[:24]
-
-
-def _safe_worker(worker: str) -> str:
-    return worker if _is_bare_name(worker) and len(worker) <= 64 else _digest(worker, "")
 
 
 def _escaped(text: str) -> str:

@@ -1,6 +1,6 @@
 """The run's index of ingested games, for refusing a repeated game: game key -> its batch.
 
-A game key (`collector.game_key`) is a hash of a game's moves, 20 hex digits. The index keeps
+A game key (`validation.game_key`) is a hash of a game's moves, 20 hex digits. The index keeps
 the first 64 bits of each key and the number of its batch in two open-addressing numpy tables
 (linear probing, at most half full): 24 bytes a game when the tables are at their fullest and
 48 right after they double, where a dict of the hex strings took about 110 (plus the batch

@@ -32,7 +32,7 @@ Batch file layout: a zstd-compressed ``.npz`` (written with ``np.savez``; read w
 pickles, check every array's dtype and shape and every value's range, and replay every game
 through the reference rules (`training.go.rules.Position`, the check of record). Each failure is a
 `BatchError` naming the file, the game and the reason, with a short `kind` per failure. Given
-`BatchRules` (the run's config: `training.fleet.collector.batch_rules`), a batch is also held
+`BatchRules` (the run's config: `training.fleet.validation.batch_rules`), a batch is also held
 to the run's move cap, simulations, games per batch and passes, within a CPU budget.
 
 Why one module of about 800 lines: the batch format and every check of it are one contract,
