@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from training.run.child_process import REPO
+from training.run.child_process import REPO, terminate
 from training.search import net_server
 from training.search.net_server import (
     C_EPOCH, C_GENERATION, C_MODEL_FAILED, C_MODEL_LOADED, C_MODEL_REQUEST, C_SERVER_PID,
@@ -502,12 +502,7 @@ class ServerProcess:
             try:
                 proc.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=STOP_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                terminate(proc, STOP_GRACE_S)
         self.slots.close()
         self.signals.close()
 

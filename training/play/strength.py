@@ -14,7 +14,6 @@ It reads the run's models only; it never writes a model or a metrics row.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -454,13 +453,7 @@ def plot(rows: Sequence[Row], path: Path) -> None:
         _plot_hours(axes[-1], rows, timed, budgets, styles)
     if len(budgets) > 1:
         _plot_budgets(axes[2], rows, budgets, opponents, colours)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    metrics.save_png(fig, axes, path)
 
 
 def _plot_win_rates(top, rows: Sequence[Row], budgets: list[Budget], opponents: list[str],

@@ -269,6 +269,20 @@ def pool_anchor(history: Path) -> str | None:
     return None
 
 
+def save_png(fig: Any, axes: Any, path: Path) -> None:
+    """A figure's panels gridded, laid out and written as a PNG (atomically: the page and
+    watchers read it while runs go on); the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
+
+
 def plot_progress(run_dir: str | os.PathLike) -> Path:
     """Draw progress.png from metrics.json: losses, Elo (with its CI), the win rate against
     GNU Go (with its CI; a panel only when some generation played it), the win rate against
@@ -302,15 +316,8 @@ def plot_progress(run_dir: str | os.PathLike) -> Path:
     ax.set_ylabel("self-play games/s")
     ax.set_xlabel("generation")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no generation 1.5
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    path = paths.progress_png
-    write_atomic(path, buf.getvalue())
-    return path
+    save_png(fig, axes, paths.progress_png)
+    return paths.progress_png
 
 
 def _plot_losses(ax, rows: list[dict]) -> None:
