@@ -21,6 +21,7 @@ It must not: touch the system's sshd, ~/.ssh, or any address outside 127/8 and i
 from __future__ import annotations
 
 import atexit
+import fcntl
 import getpass
 import ipaddress
 import itertools
@@ -29,6 +30,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -231,12 +233,15 @@ class NetnsHosts:
         return f"{self.net}.{10 + i}"
 
     def up(self) -> NetnsHosts:
-        _remove_stale_namespaces()
-        self.net = _free_subnet()
-        _LIVE.append(self)
-        self._up = True
-        _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{self.net}.1/24", "dev", self.bridge)
+        # one process at a time picks a subnet and takes it (test runs in parallel)
+        with open(Path(tempfile.gettempdir()) / "azgo-netns.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _remove_stale_namespaces()
+            self.net = _free_subnet()
+            _LIVE.append(self)
+            self._up = True
+            _ip("link", "add", self.bridge, "type", "bridge")
+            _ip("addr", "add", f"{self.net}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, (ns, veth) in enumerate(zip(self.namespaces, self.veths), start=1):
             _ip("netns", "add", ns)

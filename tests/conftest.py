@@ -35,6 +35,16 @@ def gnugo_path() -> str | None:
     )
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Modules with a slow test first, each module's tests kept together and in order: with
+    `-n 2` (the README's test command) each module runs whole on one process, and the long
+    ones started last would leave the other process idle at the end."""
+    slow_modules = {item.module.__name__ for item in items
+                    if item.get_closest_marker("slow") is not None}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (item.module.__name__ not in slow_modules, order[id(item)]))
+
+
 @pytest.fixture
 def tiny_cfg() -> Config:
     """configs/tiny.yaml: 5x5 board, 2-block net, 8 simulations."""
