@@ -52,6 +52,11 @@ Why these choices:
   (measured: ~15 ns per array per call), so the tuple is only passed at the public entry
   points and the internals take the few arrays they need. Read the packed fields with the
   index constants: `b.info[g, TO_PLAY]`, `b.chains[g, HEAD, p]`.
+- The calls of the search's hot path (`copy_game`, `play_known_legal`, `legal_mask`,
+  `is_over` and the internals they call) are inlined into their njit callers
+  (`inline="always"`): no call, no incref per array. With them the search's leaf selection
+  took about 40% less CPU. Row copies are plain loops over flat views (`_copy_flat`): numba's
+  slice assignment of a 2-D row measured 3x slower.
 
 The njit API (each takes the Boards `b` and a game row `g`; call them from your own njit
 code, or from Python through `FastBoard`):
@@ -199,23 +204,31 @@ def reset(b, g):
     b.recent[g, :, :] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def copy_game(b, src, dst):
     """Game dst := game src (a row copy of every per-game array)."""
     n = b.info[src, N_MOVES]
-    b.stones[dst, :] = b.stones[src, :]
-    b.chains[dst, :, :] = b.chains[src, :, :]
-    b.chain_hash[dst, :] = b.chain_hash[src, :]
-    b.info[dst, :] = b.info[src, :]
+    _copy_flat(b.stones[dst], b.stones[src])
+    _copy_flat(b.chains[dst].reshape(-1), b.chains[src].reshape(-1))
+    _copy_flat(b.chain_hash[dst], b.chain_hash[src])
+    _copy_flat(b.info[dst], b.info[src])
     # only the played part of the history is ever read
-    b.hashes[dst, : n + 1] = b.hashes[src, : n + 1]
-    b.seen[dst, :] = b.seen[src, :]
-    b.moves[dst, :n] = b.moves[src, :n]
-    b.recent[dst, :, :] = b.recent[src, :, :]
+    _copy_flat(b.hashes[dst, : n + 1], b.hashes[src, : n + 1])
+    _copy_flat(b.seen[dst], b.seen[src])
+    _copy_flat(b.moves[dst, :n], b.moves[src, :n])
+    _copy_flat(b.recent[dst].reshape(-1), b.recent[src].reshape(-1))
     b.komi[dst] = b.komi[src]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _copy_flat(dst, src):
+    """dst[:] := src for 1-D arrays, as a plain loop (LLVM vectorises it; numba's slice
+    assignment of a 2-D row measured 3x slower)."""
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+
+
+@njit(cache=True, inline="always")
 def is_over(b, g):
     """True after two consecutive passes or once max_moves moves have been played."""
     return _is_over(b.info, b.hashes, g)
@@ -235,7 +248,7 @@ def is_legal(b, g, move):
     return out[0]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def legal_mask(b, g, out):
     """out[A + 1] := legal moves of game g (PASS last; all False once over); returns count."""
     if _is_over(b.info, b.hashes, g):
@@ -257,7 +270,7 @@ def play(b, g, move):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def play_known_legal(b, g, move):
     """Play `move`, known to be legal in game g's position (a tree's child, made from that
     position's legal mask): `play` without its check."""
@@ -323,24 +336,24 @@ def playouts(b, g, n_games):
 # njit internals: they take arrays, not the Boards tuple (see "Few arrays" above)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _is_over(info, hashes, g):
     return info[g, PASSES] >= 2 or info[g, N_MOVES] >= hashes.shape[1] - 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _seen_bit(seen, h):
     bit = h & (seen.shape[1] * 64 - 1)
     return bit >> 6, np.int64(1) << (bit & 63)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _mark_seen(seen, g, h):
     word, mask = _seen_bit(seen, h)
     seen[g, word] |= mask
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _legal_points(stones, chains, chain_hash, info, hashes, seen, neighbors, zobrist, g, lo,
                   hi, out):
     """out[p - lo] := may the side to move play p, for p in [lo, hi); returns the count.
@@ -399,7 +412,7 @@ def _legal_points(stones, chains, chain_hash, info, hashes, seen, neighbors, zob
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _play_legal(stones, chains, chain_hash, info, hashes, seen, moves, recent, neighbors,
                 zobrist, g, move):
     """Play a move known to be legal for the side to move, and record it."""
@@ -419,10 +432,10 @@ def _play_legal(stones, chains, chain_hash, info, hashes, seen, moves, recent, n
     hashes[g, n + 1] = new_hash
     info[g, N_MOVES] = n + 1
     info[g, TO_PLAY] = -color
-    recent[g, (n + 1) % recent.shape[1], :] = stones[g, :]
+    _copy_flat(recent[g, (n + 1) % recent.shape[1]], stones[g])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _place(stones, chains, chain_hash, neighbors, zobrist, g, p, color, board_hash):
     """Put a stone on p, merge, capture; returns (stones captured, the new board hash)."""
     z = zobrist[(1 - color) >> 1, p]
@@ -465,7 +478,7 @@ def _place(stones, chains, chain_hash, neighbors, zobrist, g, p, color, board_ha
     return captured, board_hash
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _add_liberty(chains, g, h, p):
     chains[g, LIB_N, h] += 1
     chains[g, LIB_SUM, h] += p

@@ -148,14 +148,15 @@ def liberty_planes(boards, colors, neighbors, out):
         _write_liberty_planes(boards[i], colors[i], neighbors, 0, out[i], counts, queue, mark)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _chain_liberty_planes(stones, chains, neighbors, color, base, out):
     """out[base..base+5] (flat [C, A] view) := the liberty planes of one fastgo game row,
     from its chains (`stones` [A], `chains` [6, A], `neighbors` [A, 4]): one pass per chain, stopped at its third
     distinct liberty, and a chain with one liberty known from its pseudo-liberty sums at once
     (see `training.go.fastgo`). No scratch arrays: this runs once per simulation."""
     for j in range(LIBERTY_PLANES):
-        out[base + j, :] = 0
+        for p in range(stones.shape[0]):
+            out[base + j, p] = 0
     for p in range(stones.shape[0]):
         if stones[p] == 0 or chains[HEAD, p] != p:
             continue
@@ -193,7 +194,7 @@ def _chain_liberty_planes(stones, chains, neighbors, color, base, out):
             q = chains[LINK, q]
             if q == p:
                 break
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def write_planes(b, g, history, out):
     """out[C, N, N] (float32, or any dtype that holds 0 and 1) := the input planes of game g
     of fastgo Boards `b`; C = num_planes(history, liberties) says whether the liberty planes
@@ -209,15 +210,18 @@ def write_planes(b, g, history, out):
         opp = flat[2 * k + 1]
         ply = played - k
         if ply < 0:
-            own[:] = 0
-            opp[:] = 0
+            for p in range(a):
+                own[p] = 0
+                opp[p] = 0
             continue
         board = b.recent[g, ply % depth]
         for p in range(a):
             s = board[p]
             own[p] = 1 if s == color else 0
             opp[p] = 1 if s == -color else 0
-    flat[2 * history, :] = 1 if color == 1 else 0
+    black = 1 if color == 1 else 0
+    for p in range(a):
+        flat[2 * history, p] = black
     if flat.shape[0] > 2 * history + 1:  # the liberty planes were asked for
         _chain_liberty_planes(b.stones[g], b.chains[g], b.neighbors, color, 2 * history + 1,
                               flat)

@@ -93,7 +93,7 @@ write per leaf and to copy to a GPU, for evaluators that widen them themselves
 
 Why one module of about 1000 lines: the njit kernels (`_select`, `_expand_backup`, `_reroot`,
 `_advance`, Gumbel's root rules and halving) work on one tree layout and call each other; a
-caller's compiled code carries its callees' (the small ones inlined). Numba's on-disk cache
+caller's compiled code carries its callees' (those of the descent inlined). Numba's on-disk cache
 (`cache=True`) checks only the source file of the function it loads, not the files of the
 jitted functions that function calls: kernels split over several files could run an edited
 callee's old compiled code until the cache is cleared. So the search's kernels stay in this
@@ -149,6 +149,7 @@ class Tree(NamedTuple):
     considered: np.ndarray  # [G] int32  m, the root children sequential halving started with
     halving_ready: np.ndarray  # [G] bool  schedule and root_base are set for this search
     scratch: np.ndarray  # [G, A+1] float32  per-child work space of the Gumbel rules
+    visited: np.ndarray  # [G, A+1] int32  work space: the visited children of a node
     root_logit: np.ndarray  # [G, A+1] float64  log prior of the i-th root child (this search)
 
 
@@ -177,6 +178,7 @@ def new_tree(
         considered=np.zeros(g, np.int32),
         halving_ready=np.zeros(g, np.bool_),
         scratch=np.zeros((g, n_moves), np.float32),
+        visited=np.zeros((g, n_moves), np.int32),
         root_logit=np.zeros((g, n_moves), np.float64),
     )
     return tree
@@ -262,7 +264,7 @@ def _logit(p):
     return np.log(max(p, TINY_PRIOR))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _completed_sigma(t, g, node, c_visit, c_scale, minmax, out):
     """out[i] := sigma(completed Q) of the i-th child of `node` (Gumbel MuZero's transform).
 
@@ -323,7 +325,7 @@ def _improved_policy(t, g, node, c_visit, c_scale, minmax, out):
         out[i] /= total
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
     """Below the root: argmax of pi'(a) - N(a) / (1 + sum N), pi' the improved policy
     (mctx's deterministic non-root selection: visits come to follow pi'), the first on ties.
@@ -331,10 +333,13 @@ def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
     The improved policy's softmax is taken over the visited children alone plus one term for
     all the unvisited ones, which share their completed Q (the mixed value) and so sigma:
     their share of the normaliser is e^(sigma - top) * sum of their priors, and the best of
-    them is the one with the largest prior. A visit thus costs a log and an exp per visited
-    child, not per child (`_improved_policy` spells the whole rule out)."""
+    them is the one with the largest prior. One pass over the children notes the visited
+    ones (`t.visited`), the later passes read only those, and a visit costs a log and an exp
+    per visited child, not per child (`_improved_policy` spells the whole rule out)."""
     first = t.first_child[g, node]
     k = t.n_children[g, node]
+    visited = t.visited[g]
+    n_visited = 0
     sum_n = 0
     max_n = 0
     sum_p = 0.0
@@ -351,6 +356,8 @@ def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
             max_n = max(max_n, n)
             sum_p += p
             weighted_q += p * t.value_sum[g, c] / n
+            visited[n_visited] = c
+            n_visited += 1
         else:
             unvisited_mass += max(t.prior[g, c], TINY_PRIOR)
             if t.prior[g, c] > best_prior:
@@ -365,46 +372,41 @@ def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
         if best_unvisited >= 0:
             lo = min(lo, mixed)
             hi = max(hi, mixed)
-        for i in range(k):
-            c = first + i
-            n = t.visits[g, c]
-            if n > 0:
-                lo = min(lo, t.value_sum[g, c] / n)
-                hi = max(hi, t.value_sum[g, c] / n)
+        for j in range(n_visited):
+            c = visited[j]
+            lo = min(lo, t.value_sum[g, c] / t.visits[g, c])
+            hi = max(hi, t.value_sum[g, c] / t.visits[g, c])
     scale = (c_visit + max_n) * c_scale / max(hi - lo, 1e-8)
     sigma_unvisited = scale * (mixed - lo)
     top = -np.inf
     if best_unvisited >= 0:
         top = sigma_unvisited + _logit(best_prior)
-    for i in range(k):
-        c = first + i
-        n = t.visits[g, c]
-        if n > 0:
-            top = max(top, scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c]))
+    for j in range(n_visited):
+        c = visited[j]
+        top = max(top, scale * (t.value_sum[g, c] / t.visits[g, c] - lo) + _logit(t.prior[g, c]))
     total = 0.0
     if best_unvisited >= 0:
         total = unvisited_mass * np.exp(sigma_unvisited - top)
-    for i in range(k):
-        c = first + i
-        n = t.visits[g, c]
-        if n > 0:
-            total += np.exp(scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c]) - top)
-    best = first
+    for j in range(n_visited):
+        c = visited[j]
+        total += np.exp(scale * (t.value_sum[g, c] / t.visits[g, c] - lo)
+                        + _logit(t.prior[g, c]) - top)
+    best = -1  # the first in child order on ties
     best_score = -np.inf
-    for i in range(k):
-        c = first + i
+    for j in range(n_visited):
+        c = visited[j]
         n = t.visits[g, c]
-        if n > 0:
-            x = scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c])
-            score = np.exp(x - top) / total - n / (1.0 + sum_n)
-        elif i == best_unvisited:
-            score = np.exp(sigma_unvisited + _logit(best_prior) - top) / total
-        else:
-            continue
+        x = scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c])
+        score = np.exp(x - top) / total - n / (1.0 + sum_n)
         if score > best_score:
             best_score = score
             best = c
-    return best
+    if best_unvisited >= 0:
+        c = first + best_unvisited
+        score = np.exp(sigma_unvisited + _logit(best_prior) - top) / total
+        if score > best_score or (score == best_score and c < best):
+            best = c
+    return first if best < 0 else best
 
 
 @njit(cache=True)
@@ -433,7 +435,7 @@ def _root_scores(t, g, c_visit, c_scale, minmax, with_noise, out):
                      + (t.gumbel[g, i] if with_noise else 0.0))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pick_root_gumbel(t, g, c_visit, c_scale, minmax):
     """At the root: among the children with exactly the schedule's visit count for this
     simulation (new visits of this search), the one with the largest g + logit + sigma.
