@@ -203,22 +203,27 @@ def _clear_tree(t, g):
 @njit(cache=True, inline="always")
 def _pick_child(t, g, node, c_puct, fpu_reduction):
     """The child of `node` with the largest Q + U (the first one on ties)."""
-    n_parent = t.visits[g, node]
-    first = t.first_child[g, node]
-    end = first + t.n_children[g, node]
+    visits = t.visits[g]
+    value_sum = t.value_sum[g]
+    prior = t.prior[g]
+    first_child = t.first_child[g]
+    n_children = t.n_children[g]
+    n_parent = visits[node]
+    first = first_child[node]
+    end = first + n_children[node]
     visited_prior = 0.0
     for c in range(first, end):
-        if t.visits[g, c] > 0:
-            visited_prior += t.prior[g, c]
-    parent_q = -t.value_sum[g, node] / max(n_parent, 1)
+        if visits[c] > 0:
+            visited_prior += prior[c]
+    parent_q = -value_sum[node] / max(n_parent, 1)
     fpu = parent_q - fpu_reduction * np.sqrt(visited_prior)
     scale = c_puct * np.sqrt(np.float32(max(n_parent - 1, 1)))
     best = first
     best_score = -np.inf
     for c in range(first, end):
-        n = t.visits[g, c]
-        q = t.value_sum[g, c] / n if n > 0 else fpu
-        score = q + scale * t.prior[g, c] / (1 + n)
+        n = visits[c]
+        q = value_sum[c] / n if n > 0 else fpu
+        score = q + scale * prior[c] / (1 + n)
         if score > best_score:
             best_score = score
             best = c
@@ -274,30 +279,36 @@ def _completed_sigma(t, g, node, c_visit, c_scale, minmax, out):
     q = (Q + 1) / 2, or (`minmax`, mctx's rescale) by the children's smallest and largest,
     and scaled: sigma = (c_visit + max N) * c_scale * q.
     """
-    first = t.first_child[g, node]
-    k = t.n_children[g, node]
+    visits = t.visits[g]
+    value_sum = t.value_sum[g]
+    prior = t.prior[g]
+    first_child = t.first_child[g]
+    n_children = t.n_children[g]
+    raw_value = t.raw_value[g]
+    first = first_child[node]
+    k = n_children[node]
     sum_n = 0
     max_n = 0
     sum_p = 0.0
     weighted_q = 0.0
     for i in range(k):
         c = first + i
-        n = t.visits[g, c]
+        n = visits[c]
         if n > 0:
-            p = max(t.prior[g, c], TINY_PRIOR)
+            p = max(prior[c], TINY_PRIOR)
             sum_n += n
             max_n = max(max_n, n)
             sum_p += p
-            weighted_q += p * t.value_sum[g, c] / n
-    mixed = t.raw_value[g, node]
+            weighted_q += p * value_sum[c] / n
+    mixed = raw_value[node]
     if sum_n > 0:
         mixed = (mixed + sum_n * weighted_q / sum_p) / (sum_n + 1)
     lo = np.inf if minmax else -1.0
     hi = -np.inf if minmax else 1.0
     for i in range(k):
         c = first + i
-        n = t.visits[g, c]
-        q = t.value_sum[g, c] / n if n > 0 else mixed
+        n = visits[c]
+        q = value_sum[c] / n if n > 0 else mixed
         out[i] = q
         if minmax:
             lo = min(lo, q)
@@ -336,8 +347,14 @@ def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
     them is the one with the largest prior. One pass over the children notes the visited
     ones (`t.visited`), the later passes read only those, and a visit costs a log and an exp
     per visited child, not per child (`_improved_policy` spells the whole rule out)."""
-    first = t.first_child[g, node]
-    k = t.n_children[g, node]
+    visits = t.visits[g]
+    value_sum = t.value_sum[g]
+    prior = t.prior[g]
+    first_child = t.first_child[g]
+    n_children = t.n_children[g]
+    raw_value = t.raw_value[g]
+    first = first_child[node]
+    k = n_children[node]
     visited = t.visited[g]
     n_visited = 0
     sum_n = 0
@@ -349,21 +366,21 @@ def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
     best_prior = -1.0
     for i in range(k):
         c = first + i
-        n = t.visits[g, c]
+        n = visits[c]
         if n > 0:
-            p = max(t.prior[g, c], TINY_PRIOR)
+            p = max(prior[c], TINY_PRIOR)
             sum_n += n
             max_n = max(max_n, n)
             sum_p += p
-            weighted_q += p * t.value_sum[g, c] / n
+            weighted_q += p * value_sum[c] / n
             visited[n_visited] = c
             n_visited += 1
         else:
-            unvisited_mass += max(t.prior[g, c], TINY_PRIOR)
-            if t.prior[g, c] > best_prior:
-                best_prior = t.prior[g, c]
+            unvisited_mass += max(prior[c], TINY_PRIOR)
+            if prior[c] > best_prior:
+                best_prior = prior[c]
                 best_unvisited = i
-    mixed = t.raw_value[g, node]
+    mixed = raw_value[node]
     if sum_n > 0:
         mixed = (mixed + sum_n * weighted_q / sum_p) / (sum_n + 1)
     lo = np.inf if minmax else -1.0
@@ -374,8 +391,8 @@ def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
             hi = max(hi, mixed)
         for j in range(n_visited):
             c = visited[j]
-            lo = min(lo, t.value_sum[g, c] / t.visits[g, c])
-            hi = max(hi, t.value_sum[g, c] / t.visits[g, c])
+            lo = min(lo, value_sum[c] / visits[c])
+            hi = max(hi, value_sum[c] / visits[c])
     scale = (c_visit + max_n) * c_scale / max(hi - lo, 1e-8)
     sigma_unvisited = scale * (mixed - lo)
     top = -np.inf
@@ -383,20 +400,20 @@ def _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax):
         top = sigma_unvisited + _logit(best_prior)
     for j in range(n_visited):
         c = visited[j]
-        top = max(top, scale * (t.value_sum[g, c] / t.visits[g, c] - lo) + _logit(t.prior[g, c]))
+        top = max(top, scale * (value_sum[c] / visits[c] - lo) + _logit(prior[c]))
     total = 0.0
     if best_unvisited >= 0:
         total = unvisited_mass * np.exp(sigma_unvisited - top)
     for j in range(n_visited):
         c = visited[j]
-        total += np.exp(scale * (t.value_sum[g, c] / t.visits[g, c] - lo)
-                        + _logit(t.prior[g, c]) - top)
+        total += np.exp(scale * (value_sum[c] / visits[c] - lo)
+                        + _logit(prior[c]) - top)
     best = -1  # the first in child order on ties
     best_score = -np.inf
     for j in range(n_visited):
         c = visited[j]
-        n = t.visits[g, c]
-        x = scale * (t.value_sum[g, c] / n - lo) + _logit(t.prior[g, c])
+        n = visits[c]
+        x = scale * (value_sum[c] / n - lo) + _logit(prior[c])
         score = np.exp(x - top) / total - n / (1.0 + sum_n)
         if score > best_score:
             best_score = score
@@ -440,17 +457,23 @@ def _pick_root_gumbel(t, g, c_visit, c_scale, minmax):
     """At the root: among the children with exactly the schedule's visit count for this
     simulation (new visits of this search), the one with the largest g + logit + sigma.
     Phase one (count 0) thus visits the Gumbel-top-m children, the later phases halve them."""
-    first = t.first_child[g, 0]
-    k = t.n_children[g, 0]
+    visits = t.visits[g]
+    first_child = t.first_child[g]
+    n_children = t.n_children[g]
+    root_base = t.root_base[g]
+    root_logit = t.root_logit[g]
+    gumbel = t.gumbel[g]
+    first = first_child[0]
+    k = n_children[0]
     want = t.schedule[g, t.sims_done[g]]
     score = t.scratch[g]
     _completed_sigma(t, g, 0, c_visit, c_scale, minmax, score)
     for i in range(k):  # `_root_scores` with the log priors taken once per search
-        score[i] = max(-1e9, score[i] + t.root_logit[g, i] + t.gumbel[g, i])
+        score[i] = max(-1e9, score[i] + root_logit[i] + gumbel[i])
     best = -1
     best_score = -np.inf
     for i in range(k):
-        if t.visits[g, first + i] - t.root_base[g, i] == want and score[i] > best_score:
+        if visits[first + i] - root_base[i] == want and score[i] > best_score:
             best_score = score[i]
             best = i
     if best < 0:  # not reached while every simulation adds one root visit; be safe
@@ -509,14 +532,16 @@ def _backup_path(t, g, path, depth, value, virtual):
     """Add `value` (the leaf's side to move's view) along `path` (`depth` nodes, root first),
     flipping sign per ply. `virtual` > 0: the path already counts its visits and that
     virtual loss (`_select_leaves`), which the value replaces."""
+    visits = t.visits[g]
+    value_sum = t.value_sum[g]
     v = -value
     for i in range(depth - 1, -1, -1):
         node = path[i]
         if virtual > 0:
-            t.value_sum[g, node] += v + virtual
+            value_sum[node] += v + virtual
         else:
-            t.visits[g, node] += 1
-            t.value_sum[g, node] += v
+            visits[node] += 1
+            value_sum[node] += v
         v = -v
 
 
@@ -562,11 +587,13 @@ def _descend(t, b, g, leaf_row, path, c_puct, fpu_reduction, gumbel, c_visit, c_
     """Walk game g's tree from the root to an unexpanded node, replaying the moves on board
     row `leaf_row` (a copy of the root position) and writing the nodes to `path`, root first.
     Returns the path's length."""
+    first_child = t.first_child[g]
+    move = t.move[g]
     fastgo.copy_game(b, g, leaf_row)
     node = 0
     path[0] = 0
     depth = 1
-    while t.first_child[g, node] != UNEXPANDED:
+    while first_child[node] != UNEXPANDED:
         if not gumbel:
             node = _pick_child(t, g, node, c_puct, fpu_reduction)
         elif node == 0:
@@ -575,7 +602,7 @@ def _descend(t, b, g, leaf_row, path, c_puct, fpu_reduction, gumbel, c_visit, c_
             node = _pick_root_gumbel(t, g, c_visit, c_scale, minmax)
         else:
             node = _pick_child_gumbel(t, g, node, c_visit, c_scale, minmax)
-        fastgo.play_known_legal(b, leaf_row, t.move[g, node])  # legal when expanded
+        fastgo.play_known_legal(b, leaf_row, move[node])  # legal when expanded
         path[depth] = node
         depth += 1
     return depth
@@ -620,6 +647,13 @@ def _select(t, b, history, planes, legal, slot_game, early_pass,
 def _expand(t, g, leaf, priors, legal, value):
     """Give `leaf` its legal moves as children with the net's priors (unless it has children
     already or the tree is full) and note its raw value. Returns True if it was expanded."""
+    visits = t.visits[g]
+    value_sum = t.value_sum[g]
+    prior = t.prior[g]
+    move = t.move[g]
+    first_child = t.first_child[g]
+    n_children = t.n_children[g]
+    raw_value = t.raw_value[g]
     n_moves = legal.shape[0]
     k = 0
     total = 0.0
@@ -627,7 +661,7 @@ def _expand(t, g, leaf, priors, legal, value):
         if legal[m]:
             k += 1
             total += max(priors[m], 0.0)
-    if t.first_child[g, leaf] != UNEXPANDED or t.size[g] + k > t.visits.shape[1]:
+    if first_child[leaf] != UNEXPANDED or t.size[g] + k > t.visits.shape[1]:
         # HACK: a full tree leaves the leaf unexpanded (it is evaluated again next time
         # it is reached); the capacity makes this rare, see Mcts.__init__.
         return False
@@ -636,17 +670,17 @@ def _expand(t, g, leaf, priors, legal, value):
     for m in range(n_moves):
         if legal[m]:
             p = max(priors[m], 0.0) / total if total > 0 else 1.0 / k
-            t.visits[g, c] = 0
-            t.value_sum[g, c] = 0.0
-            t.prior[g, c] = p
-            t.move[g, c] = m
-            t.first_child[g, c] = UNEXPANDED
-            t.n_children[g, c] = 0
+            visits[c] = 0
+            value_sum[c] = 0.0
+            prior[c] = p
+            move[c] = m
+            first_child[c] = UNEXPANDED
+            n_children[c] = 0
             c += 1
-    t.first_child[g, leaf] = first
-    t.n_children[g, leaf] = k
+    first_child[leaf] = first
+    n_children[leaf] = k
     t.size[g] = first + k
-    t.raw_value[g, leaf] = value
+    raw_value[leaf] = value
     return True
 
 
