@@ -155,8 +155,7 @@ def _chain_liberty_planes(stones, chains, neighbors, color, base, out):
     distinct liberty, and a chain with one liberty known from its pseudo-liberty sums at once
     (see `training.go.fastgo`). No scratch arrays: this runs once per simulation."""
     for j in range(LIBERTY_PLANES):
-        for p in range(stones.shape[0]):
-            out[base + j, p] = 0
+        out[base + j, :] = 0
     for p in range(stones.shape[0]):
         if stones[p] == 0 or chains[HEAD, p] != p:
             continue
@@ -210,18 +209,15 @@ def write_planes(b, g, history, out):
         opp = flat[2 * k + 1]
         ply = played - k
         if ply < 0:
-            for p in range(a):
-                own[p] = 0
-                opp[p] = 0
+            own[:] = 0
+            opp[:] = 0
             continue
         board = b.recent[g, ply % depth]
         for p in range(a):
             s = board[p]
             own[p] = 1 if s == color else 0
             opp[p] = 1 if s == -color else 0
-    black = 1 if color == 1 else 0
-    for p in range(a):
-        flat[2 * history, p] = black
+    flat[2 * history, :] = 1 if color == 1 else 0
     if flat.shape[0] > 2 * history + 1:  # the liberty planes were asked for
         _chain_liberty_planes(b.stones[g], b.chains[g], b.neighbors, color, 2 * history + 1,
                               flat)
