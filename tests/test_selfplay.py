@@ -325,6 +325,28 @@ def test_the_benchmark_measures_a_tiny_setting():
         torch.set_num_threads(threads)
 
 
+def test_the_leaf_benchmark_measures_this_tree_and_reads_another_commit(tmp_path, monkeypatch,
+                                                                          capsys):
+    """benchmarks/leaf_cpu.py: a child on the tiny config gives a figure (not a timing); a
+    commit to compare with is unpacked from git, and one that is not a commit is refused."""
+    import json
+    import tempfile
+
+    from benchmarks import leaf_cpu
+
+    assert leaf_cpu.main(["--configs", "configs/tiny.yaml", "--rounds", "1", "--warmup", "1",
+                          "--chunks", "1", "--chunk-steps", "1"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["configs/tiny.yaml"]["after"] > 0
+    assert "before" not in result["configs/tiny.yaml"]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    tree = leaf_cpu.unpack("HEAD")
+    assert tree.parent == tmp_path and (tree / "training" / "search" / "mcts.py").is_file()
+    assert leaf_cpu.unpack("HEAD") == tree  # kept, with its numba cache
+    with pytest.raises(SystemExit, match="no-such-rev.*is not a commit"):
+        leaf_cpu.unpack("no-such-rev")
+
+
 # ------------------------------------------------------------------------------ Gumbel
 
 
