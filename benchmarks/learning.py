@@ -10,8 +10,14 @@ run in pieces. Then the newest generation of every variant plays
     one common search for all nets so that only what was learned differs), and
   - GNU Go at `--gnugo-level` (an opponent we did not write, judged by GNU Go's final_score),
 
-and the table (score with a Wilson 95% interval, Elo from the round robin) is printed and
-written to `learning.json`, with `learning.png`.
+and every newest net is scored on the same positions: the held-out games (`replay.
+validation_fraction`, which no variant trains on) of all the variants together, up to
+`--held-out` positions of each, spread over its run: policy cross-entropy and top-1 accuracy
+against the search's visits, value MSE against the result. Each run's own training loss is
+measured on its own games, which a stronger net makes harder to predict; these are not.
+
+The table (score with a Wilson 95% interval, Elo from the round robin, the common held-out
+losses) is printed and written to `learning.json`, with `learning.png`.
 
     python3 benchmarks/learning.py --board 7 --minutes 10 \\
         --variant puct:mcts.algorithm=puct,net.ownership_head=false \\
@@ -31,13 +37,18 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
 import yaml
 
 from configs import load_config
 from training.learn.net import load_model, make_evaluator
+from training.learn.replay_buffer import ReplayWindow
+from training.learn.samples import fetch_batch
 from training.play import rating
 from training.play.arena import play_arena, play_gnugo
 from training.run.model_store import list_models, model_stem
+from training.train.steps import losses
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -152,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gnugo-games", type=int, default=20, help="0: no GNU Go games")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--eval-only", action="store_true", help="do not run; evaluate what is there")
+    p.add_argument("--held-out", type=int, default=2048,
+                   help="held-out positions of each run in the common loss (0: none)")
     args = p.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant]
     if len(variants) < 2:
@@ -220,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
                                     "disagreements": r.disagreements}
             print(f"{name} vs GNU Go level {args.gnugo_level}: {r.wins}-{r.draws}-{r.losses}"
                   f" ({r.score:.2f}, 95% [{lo:.2f}, {hi:.2f}])")
+    if args.held_out:
+        for name, row in held_out_losses(runs, table, args.held_out).items():
+            table[name]["held_out"] = row
+            print(f"{name} on every variant's held-out positions ({row['positions']}): policy "
+                  f"loss {row['policy_loss']:.3f}, accuracy {row['accuracy']:.3f}, value MSE "
+                  f"{row['value_mse']:.3f}")
     out = {"board": first_cfg.go.board_size, "komi": first_cfg.go.komi,
            "minutes": args.minutes, "simulations": args.simulations, "variants": table}
     (args.out / "learning.json").write_text(json.dumps(out, indent=1))
@@ -229,11 +248,59 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def held_out_positions(run_dir: Path, config, history: int, liberties: bool,
+                       most: int) -> dict[str, torch.Tensor] | None:
+    """Up to `most` held-out positions of one run (`config`: its config file, or the loaded
+    config), evenly spread from its oldest held-out game to its newest, with the input planes
+    of a net of `history` and `liberties`."""
+    cfg = load_config(config) if isinstance(config, (str, Path)) else config
+    window = ReplayWindow(run_dir / "replay", cfg.replay, history=history,
+                          board_size=cfg.go.board_size, augment=False, liberties=liberties)
+    view = window.validation
+    if len(view) == 0:
+        return None
+    idx = np.unique(np.linspace(0, len(view) - 1, min(most, len(view))).astype(np.int64))
+    return fetch_batch(view, idx.tolist())
+
+
+@torch.no_grad()
+def held_out_losses(runs: dict, table: dict, most: int) -> dict[str, dict]:
+    """Each variant's newest net on the held-out positions of every variant together (built
+    with that net's own input planes): policy loss, top-1 accuracy and value MSE."""
+    result = {}
+    for name, (run_dir, _) in runs.items():
+        net, info = load_model(model_file(run_dir, table[name]["generation"]))
+        history = int(info.config.get("history", 8))
+        liberties = bool(info.config.get("liberties", False))
+        sums, positions, targets = np.zeros(3), 0, 0
+        for other_dir, other_config in runs.values():
+            batch = held_out_positions(other_dir, other_config, history, liberties, most)
+            if batch is None:
+                continue
+            for lo in range(0, len(batch["value"]), 256):
+                part = {k: t[lo:lo + 256] for k, t in batch.items()}
+                p_loss, v_loss, correct, _ = losses(net, part, None, "cpu")
+                rows = len(part["value"])
+                with_policy = int((part["policy"].sum(dim=1) > 0).sum())
+                # losses() gives means over the rows with a policy target (policy) and over
+                # all rows (value); accuracy is scaled to all rows
+                sums += [p_loss.item() * with_policy, correct.item() * with_policy / rows,
+                         v_loss.item() * rows]
+                positions += rows
+                targets += with_policy
+        if positions:
+            result[name] = {"positions": positions,
+                            "policy_loss": float(sums[0] / max(targets, 1)),
+                            "accuracy": float(sums[1] / max(targets, 1)),
+                            "value_mse": float(sums[2] / positions)}
+    return result
+
+
 def markdown(out: dict) -> str:
     names = list(out["variants"])
     head = "| variant | minutes | generation | games | " + " | ".join(
-        f"vs {n}" for n in names) + " | vs GNU Go |"
-    lines = [head, "|" + "---|" * (len(names) + 5)]
+        f"vs {n}" for n in names) + " | vs GNU Go | held-out policy loss, accuracy, value MSE |"
+    lines = [head, "|" + "---|" * (len(names) + 6)]
     for n, row in out["variants"].items():
         cells = []
         for other in names:
@@ -244,8 +311,11 @@ def markdown(out: dict) -> str:
         gn = ("-" if g is None else
               f"{g['w']}-{g['d']}-{g['l']} [{g['ci'][0]:.2f}, {g['ci'][1]:.2f}]")
         minutes = "-" if row["minutes"] is None else f"{row['minutes']:.1f}"
+        h = row.get("held_out")
+        held = ("-" if h is None else
+                f"{h['policy_loss']:.3f}, {h['accuracy']:.3f}, {h['value_mse']:.3f}")
         lines.append(f"| {n} | {minutes} | {row['generation']} | {row['games']} | "
-                     + " | ".join(cells) + f" | {gn} |")
+                     + " | ".join(cells) + f" | {gn} | {held} |")
     return "\n".join(lines)
 
 

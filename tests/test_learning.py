@@ -88,3 +88,16 @@ def test_a_short_run_beats_a_random_player_far_more_often_than_chance(tiny_cfg, 
           f"{time.monotonic() - t0:.0f}s")
     assert p_value < 1e-3
     assert rate > baseline + 0.25
+    # benchmarks/learning.py's common held-out losses: the trained net predicts the games it
+    # never trained on (the held-out ones) far better than the untrained one
+    from benchmarks.learning import held_out_losses
+
+    runs = {"trained": (run_dir, cfg), "untrained": (run_dir, cfg)}
+    held = {}
+    for name, gen in (("trained", GENERATIONS), ("untrained", 0)):
+        held.update(held_out_losses({name: runs[name]}, {name: {"generation": gen}}, 2048))
+    print(f"held-out: {held}")
+    assert held["trained"]["positions"] == held["untrained"]["positions"] > 100
+    assert held["trained"]["policy_loss"] < held["untrained"]["policy_loss"] - 0.3
+    assert held["trained"]["value_mse"] < held["untrained"]["value_mse"]
+    assert 0.0 <= held["untrained"]["accuracy"] < held["trained"]["accuracy"] <= 1.0
