@@ -346,6 +346,10 @@ class TrainingConfig:
     samples_per_new_sample: float = 4.0
     """continuous: trained samples per new self-play sample (KataGo's samples per data); the
     trainer waits for new games rather than train the window beyond it."""
+    min_window_positions: int = 0
+    """continuous: training positions the window must hold before the first step (KataGo
+    waits for a minimum of rows); the ratio's budget builds up meanwhile, so the first steps
+    come at once when it is reached. 0 = train from the first total batch of positions."""
     publish_interval_s: float = 0.0
     """continuous: also publish a generation after this many seconds with at least one step
     (0 = every steps_per_generation steps only)."""
@@ -412,6 +416,7 @@ class TrainingConfig:
         _range(self, "weight_decay", 0.0, 1.0)
         _choice(self, "mode", ("rounds", "continuous"))
         _range(self, "samples_per_new_sample", 0.01, 10_000.0)
+        _range(self, "min_window_positions", 0, 10_000_000)
         _range(self, "publish_interval_s", 0.0, 86400.0)
         _check(self.mode == "rounds" or self.epochs == 0, "epochs",
                "sets the length of a round (training.mode: rounds); training.mode continuous "

@@ -191,6 +191,32 @@ def test_the_trainer_holds_the_sample_ratio_and_waits_for_new_data(tmp_path, bat
     assert state["global_step"] * BATCH == state["trained_samples"]
 
 
+def test_the_first_step_waits_for_the_minimum_window_with_the_budget_kept(tmp_path, batches):
+    """training.min_window_positions: with the first batch the window is too small, so no
+    step; with the second it is big enough and the budget of both batches is trained."""
+    run = RunDir(tmp_path / "run").create().root
+    ratio = 1.0
+    first, second = batches[0][1], batches[1][1]
+    config = _config(tmp_path, run, ratio, **{"training.steps_per_generation": 1000,
+                                              "training.min_window_positions": first + 1})
+    log = AdmissionLog(RunDir(run).admissions)
+    proc = _start(config, tmp_path / "trainer.log")
+    try:
+        _admit(run, log, batches[0])
+        wait_until(lambda: _state(run).get("new_samples") == first and _waiting_at(run), 120,
+                   "the first batch taken in")
+        time.sleep(1.5)
+        assert _state(run)["global_step"] == 0, "it trained below the minimum window"
+        assert _budget(ratio, first) >= BATCH  # so it would have trained without the gate
+        _admit(run, log, batches[1])
+        wait_until(lambda: _waiting_at(run, _budget(ratio, first + second)), 120,
+                   "the steps of both batches")
+    finally:
+        code = _stop(proc)
+    assert code == 0, (tmp_path / "trainer.log").read_text()[-3000:]
+    assert _state(run)["global_step"] * BATCH == _budget(ratio, first + second)
+
+
 def test_a_killed_trainer_resumes_from_its_checkpoint_and_counts_each_batch_once(
         tmp_path, batches):
     """Also the LR drop by the clock: a run of one hour (run.hours) whose trainer starts at

@@ -12,7 +12,9 @@ SIGINT; `stop`). It keeps the net, the optimizer and the replay window in memory
      `training.publish_interval_s` seconds with at least one step (0 = by steps only), by
      writing exactly what a round writes (`phases.finish`);
   3. else train up to `CHUNK_STEPS` steps within the ratio's budget
-     (`training.samples_per_new_sample`), or wait `POLL_S` for data with the budget spent.
+     (`training.samples_per_new_sample`), or wait `POLL_S` for data with the budget spent
+     or while the window holds fewer than `training.min_window_positions` training
+     positions (the budget builds up meanwhile).
 
 The contract with the coach (the admission log, the ratio, publishing, the resume rule from
 a checkpoint's `admitted_seq`, `new_samples` and `trained_samples`, the clock) is
@@ -157,7 +159,7 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
     trainee = phases.start_net(cfg, ctx, p, payload, start_path or run_dir, run_hours)
     s = phases.Session(cfg, ctx, p, trainee, window, hooks or FaultHooks())
     epoch, offset = phases.restore(s, ckpt, str(start_path))
-    if len(window) >= p.total:
+    if len(window) >= _first_window(cfg, p):
         s.batches = IndexBatches(window, p.per_rank, ctx, cfg.run.seed, epoch, offset)
     if ctx.is_main:
         _log_start(s, ckpt, start_path, generation, counters, len(pending))
@@ -168,6 +170,12 @@ def train_continuously(cfg: Config, run_dir: Path, ctx: DistContext, *,
                  "are not saved (trained again within the ratio on resume)", generation,
                  s.totals.steps)
     return published
+
+
+def _first_window(cfg, p: phases.Plan) -> int:
+    """Training positions the window holds before the first step: a total batch, or
+    `training.min_window_positions`."""
+    return max(p.total, cfg.training.min_window_positions)
 
 
 def _loop(s: phases.Session, paths: RunDir, reader: AdmissionReader, pending: list[Admission],
@@ -204,7 +212,7 @@ def _loop(s: phases.Session, paths: RunDir, reader: AdmissionReader, pending: li
         if msg["new"]:
             counters.admitted_seq = msg["new"][-1][0]
             counters.new_samples += sum(n for _, _, n in msg["new"])
-            if len(window) >= p.total:  # a new pass over the new window
+            if len(window) >= _first_window(cfg, p):  # a new pass over the new window
                 epoch = s.batches.epoch + 1 if s.batches is not None else epoch
                 s.batches = IndexBatches(window, p.per_rank, ctx, cfg.run.seed, epoch, 0)
         s.trainee.schedule.time_factor = phases.time_factor(cfg, msg["hours"])
