@@ -243,6 +243,13 @@ def test_cli_against_gnugo_writes_per_level_rows_and_an_anchored_rating(tiny_cfg
     assert counts["dead_at_first_pass"] + counts["lost_in_the_ending"] <= counts["wiped_out"]
     assert counts["wiped_out"] <= counts["lost"] <= counts["games"]
     assert out.stdout.count(".sgf: we ") == len(files)
+    # where each lost game turned, by our net's win rates in the SGFs, and a panel per game
+    assert sum(counts[f"turned_{p}"] for p in
+               ("opening", "middle", "endgame", "misjudged")) == counts["lost"]
+    assert (folder / "endings.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {folder / 'endings.png'}" in out.stdout
+    missing = _cli("--endings", str(folder / "nowhere"))
+    assert missing.returncode == 2 and "nowhere: not a folder" in missing.stderr
     # level 2 receiving 3 points: komi + 3 with GNU Go white, komi - 3 with GNU Go black
     for k, shift in ((1, 3), (2, -3)):
         (handicapped,) = [f for f in files if f.name == f"gen1_4sims_vs_gnugo2+3_00{k}.sgf"]

@@ -153,7 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--endings", default=None, metavar="DIR",
                     help="only explain how the games in DIR (strength_games/<time>) ended: "
                     "lost in play or in the ending, by GNU Go's judgement at the opponent's "
-                    "first pass and at the end")
+                    "first pass and at the end, and where our net saw each lost game turn "
+                    "(DIR/endings.png, a panel per lost game)")
     return ap
 
 
@@ -252,7 +253,12 @@ def _print_results(rows, fitted: dict, anchor: str | None, seconds_taken: float,
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.endings is not None:
-        counts = gnugo.explain_endings(Path(args.endings))
+        folder = Path(args.endings)
+        if not folder.is_dir():
+            print(f"error: --endings {folder}: not a folder (give one of the strength tool's "
+                  "strength_games/<time> folders)", file=sys.stderr)
+            return 2
+        counts = gnugo.explain_endings(folder, plot=folder / "endings.png")
         print(json.dumps(counts))
         return 0
     try:

@@ -6,7 +6,8 @@ Owns:
   move black's win rate by the search as Sabaki's SBKV, which it draws as its win-rate graph),
   readable move for move by other SGF tools (sgfmill).
 - `from_sgf(text)`: the main line of a simple SGF game (ours, or any without setup stones or
-  variations) as an `SgfGame`: board size, komi and our flat move indices.
+  variations) as an `SgfGame`: board size, komi, our flat move indices and black's win
+  rates where the moves carry SBKV.
 - `game_sgf(size, komi, moves, result, ...)`: any game (flat moves, black first) as SGF, for
   games that are not self-play records (the strength tool's games against GNU Go).
 - `result_text(record)`: a game's result as SGF's RE (and GTP's final_score) text: "B+3.5",
@@ -39,6 +40,9 @@ class SgfGame(NamedTuple):
     komi: float
     moves: np.ndarray
     """int16 [T], our flat indices, PASS = N*N."""
+    winrates: np.ndarray | None = None
+    """float64 [T]: black's win rate (0..1) after each move from its node's SBKV (Sabaki's,
+    in percent), NaN where a move has none."""
 
 
 def result_text(record: GameRecord) -> str:
@@ -162,7 +166,7 @@ def from_sgf(text: str) -> SgfGame:
     body = text.strip()
     if not body.startswith("(;"):
         raise ValueError("not an SGF game: it must start with '(;'")
-    size, komi, moves = 19, 0.0, []
+    size, komi, moves, rates = 19, 0.0, [], {}
     expected = "B"
     for key, value in _properties(body):
         if key == "SZ":
@@ -173,6 +177,13 @@ def from_sgf(text: str) -> SgfGame:
             komi = float(value)
             if not math.isfinite(komi) or abs(komi) > MAX_SIZE * MAX_SIZE:
                 raise ValueError(f"KM[{value}]: komi must be a finite number of points")
+        elif key == "SBKV" and moves:
+            try:
+                rate = float(value) / 100
+            except ValueError:
+                raise ValueError(f"move {len(moves) - 1}: SBKV[{value}] is not a percentage")
+            if math.isfinite(rate):
+                rates[len(moves) - 1] = min(1.0, max(0.0, rate))
         elif key in ("AB", "AW", "AE"):
             raise ValueError(f"{key}: setup stones are not supported")
         elif key in ("B", "W"):
@@ -186,4 +197,8 @@ def from_sgf(text: str) -> SgfGame:
                 raise ValueError(f"move {len(moves)}: {key}[{value}] is not a point")
             col, row = ord(value[0]) - ord("a"), ord(value[1]) - ord("a")
             moves.append(row * size + col)
-    return SgfGame(size, komi, np.array(moves, dtype=np.int16))
+    winrates = None
+    if rates:
+        winrates = np.full(len(moves), np.nan)
+        winrates[list(rates)] = list(rates.values())
+    return SgfGame(size, komi, np.array(moves, dtype=np.int16), winrates)

@@ -51,6 +51,7 @@ from typing import Callable, Sequence
 from training.go.coords import BLACK, from_gtp, to_gtp
 from training.go.rules import Position
 from training.go.sgf import from_sgf, game_sgf
+from training.play import endings
 from training.play.gtp_client import GtpClient, find_gnugo
 from training.play.referee import (ENDS_WITHOUT_COUNT, GameResult, TimeControl, parse_score,
                                    play_game)
@@ -393,14 +394,18 @@ def tally(outcomes: Sequence[Outcome]) -> tuple[int, int, int]:
 
 
 def explain_endings(folder: Path, judge_level: int = JUDGE_LEVEL,
-                    log: Callable[[str], None] = print) -> dict:
+                    log: Callable[[str], None] = print, plot: Path | None = None) -> dict:
     """How the games in `folder` (SGFs the strength tool wrote) ended: for each game the judge
     (a fresh GNU Go) scores the board at the opponent's first pass and at the end, and lists
     which of our stones it calls dead at both. A loss whose stones were all dead already when
     the opponent passed was lost in play; one that was alive then and dead at the end was
-    lost in the ending (our own moves after the pass). Returns the counts."""
+    lost in the ending (our own moves after the pass). Each lost game's turning point, from
+    our net's win rates in the SGF, is counted by phase (`training.play.endings`) and, with
+    `plot`, drawn there, a panel per lost game. Returns the counts."""
     counts = {"games": 0, "lost": 0, "wiped_out": 0, "dead_at_first_pass": 0,
-              "lost_in_the_ending": 0, "we_passed_in_reply_and_won": 0}
+              "lost_in_the_ending": 0, "we_passed_in_reply_and_won": 0,
+              **{f"turned_{p}": 0 for p in endings.PHASES}}
+    lost_games: list[endings.LostGame] = []
     for path in sorted(folder.glob("*.sgf")):
         text = path.read_text()
         ours = "B" if "PB[azgo" in text else "W"
@@ -432,6 +437,12 @@ def explain_endings(folder: Path, judge_level: int = JUDGE_LEVEL,
         lost = not won and end[0] != "0"
         counts["games"] += 1
         counts["lost"] += lost
+        if lost:
+            ours_rate = endings.our_winrates(game.winrates, ours == "B", len(moves))
+            turn, phase = endings.turning_point(ours_rate, theirs_pass, n * n)
+            counts[f"turned_{phase}"] += 1
+            lost_games.append(endings.LostGame(path.stem, ours_rate, theirs_pass, turn, phase,
+                                               end[0], end[1]))
         counts["wiped_out"] += lost and end[1]
         if at_pass is not None and lost and end[1]:
             counts["dead_at_first_pass" if at_pass[1] else "lost_in_the_ending"] += 1
@@ -443,4 +454,7 @@ def explain_endings(folder: Path, judge_level: int = JUDGE_LEVEL,
             f"their first pass {at_pass[0] if at_pass else '-'}"
             f"{' (all ours dead)' if at_pass and at_pass[1] else ''}; after it: "
             f"{' '.join(after[:16])}")
+    if plot is not None:
+        endings.plot_lost_games(lost_games, plot, title=str(folder))
+        log(f"wrote {plot}")
     return counts
