@@ -268,13 +268,18 @@ def held_out_losses(runs: dict, table: dict, most: int) -> dict[str, dict]:
     """Each variant's newest net on the held-out positions of every variant together (built
     with that net's own input planes): policy loss, top-1 accuracy and value MSE."""
     result = {}
+    positions_of: dict[tuple, dict[str, torch.Tensor] | None] = {}  # nets with the same planes
     for name, (run_dir, _) in runs.items():
         net, info = load_model(model_file(run_dir, table[name]["generation"]))
         history = int(info.config.get("history", 8))
         liberties = bool(info.config.get("liberties", False))
         sums, positions, targets = np.zeros(3), 0, 0
         for other_dir, other_config in runs.values():
-            batch = held_out_positions(other_dir, other_config, history, liberties, most)
+            key = (str(other_dir), history, liberties)
+            if key not in positions_of:
+                positions_of[key] = held_out_positions(other_dir, other_config, history,
+                                                       liberties, most)
+            batch = positions_of[key]
             if batch is None:
                 continue
             for lo in range(0, len(batch["value"]), 256):
