@@ -40,8 +40,8 @@ def _log(msg: str) -> None:
 
 
 def child(args: argparse.Namespace) -> None:
-    """One measurement in the tree `args.tree`: one JSON line on stdout."""
-    sys.path.insert(0, args.tree)
+    """One measurement in the tree `args.tree` (first on the child's PYTHONPATH): one JSON
+    line on stdout."""
     import numpy as np
 
     from configs import load_config
@@ -92,7 +92,8 @@ def measure(args: argparse.Namespace, tree: Path, config: str) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--tree", str(tree),
            "--config", config, "--warmup", str(args.warmup), "--chunks", str(args.chunks),
            "--chunk-steps", str(args.chunk_steps)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])]))
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tree))
     if out.returncode:
         sys.exit(f"leaf_cpu: the child in {tree} on {config} failed:\n{out.stderr[-3000:]}")
