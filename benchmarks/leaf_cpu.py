@@ -40,8 +40,8 @@ def _log(msg: str) -> None:
 
 
 def child(args: argparse.Namespace) -> None:
-    """One measurement in the tree `args.tree` (first on the child's PYTHONPATH): one JSON
-    line on stdout."""
+    """One measurement of the tree first on this process's PYTHONPATH: one JSON line on
+    stdout."""
     import numpy as np
 
     from configs import load_config
@@ -89,7 +89,7 @@ def unpack(rev: str) -> Path:
 
 
 def measure(args: argparse.Namespace, tree: Path, config: str) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--tree", str(tree),
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child",
            "--config", config, "--warmup", str(args.warmup), "--chunks", str(args.chunks),
            "--chunk-steps", str(args.chunk_steps)]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
@@ -111,7 +111,6 @@ def main(argv=None) -> int:
     ap.add_argument("--chunks", type=int, default=12, help="timed windows; the median is kept")
     ap.add_argument("--chunk-steps", type=int, default=10, help="steps per timed window")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--tree", default=str(REPO), help=argparse.SUPPRESS)
     ap.add_argument("--config", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
