@@ -293,8 +293,14 @@ class ReplayConfig:
     sampled, against a full search's: 1 = as often, 0 = never (KataGo writes no row for
     them)."""
 
+    search_value_weight: float = 0.0
+    """The value target's share taken from the search's root value at the position, the rest
+    from the game's result: 0 = the result alone (AlphaZero); a search's value is less noisy
+    than one game's result and says whose fight it is now, not how the game ended."""
+
     def __post_init__(self) -> None:
         _range(self, "policy_surprise_weight", 0.0, 1.0)
+        _range(self, "search_value_weight", 0.0, 1.0)
         _range(self, "fast_search_weight", 0.0, 1.0)
         _range(self, "min_positions", 1, 10**10)
         _range(self, "max_positions", 1, 10**10)

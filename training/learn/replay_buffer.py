@@ -29,7 +29,8 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   stones of the side to move, then the opponent's, for the last `history` boards, most
   recent first; then ones if black is to move), rebuilt here from the sidecar's boards with
   one vectorised gather. Policy sums to 1 (pass last); value is the result from the side to
-  move's view, in {-1, 0, 1}. `w.samples(indices)` adds the auxiliary targets as a dict
+  move's view, in {-1, 0, 1}, or with `replay.search_value_weight` w > 0 (training view only;
+  validation keeps the result) (1 - w) * result + w * the search's root value there. `w.samples(indices)` adds the auxiliary targets as a dict
   (`TARGETS`): ownership float32 [B, A] and score float32 [B] (margin / N) from the side to
   move's view, and opponent_policy float32 [B, P] (the next move's policy target), each with
   a float32 [B] mask (`<name>_mask`: 0 for a resigned game, or for the last move of a game).
@@ -150,8 +151,11 @@ class WindowView:
 
     def __init__(self, sidecars: list[Sidecar], segments: np.ndarray, *, history: int,
                  board_size: int, seed: int, augment: bool, liberties: bool = False,
-                 rows: np.ndarray | None = None):
+                 rows: np.ndarray | None = None, search_value_weight: float = 0.0):
         self._sidecars = sidecars
+        # the value target: (1 - w) * the game's result + w * the search's root value there
+        # (`replay.search_value_weight`); a position without a root value keeps the result
+        self.search_value_weight = float(search_value_weight)
         # rows: sample index -> position index (`sample_rows` repeats or skips some);
         # None: sample i is position i
         self._rows = rows
@@ -256,6 +260,9 @@ class WindowView:
             next_full = np.empty(b, np.bool_)
             owner = np.empty((b, a), np.int8)
             score = np.empty(b, np.float32)
+        mix = self.search_value_weight > 0
+        if mix:
+            root_value = np.empty(b, np.float32)
         order = np.argsort(files, kind="stable")
         cuts = np.flatnonzero(np.diff(files[order])) + 1
         for rows in np.split(order, cuts) if b else []:
@@ -263,6 +270,8 @@ class WindowView:
             past[rows] = car.array("boards")[back[rows]]
             visits[rows] = car.array("visits")[pos[rows]]
             full[rows] = car.array("full_search")[pos[rows]]
+            if mix:
+                root_value[rows] = car.array("values")[pos[rows]]
             if targets:
                 game = self._segments[seg[rows], 5]
                 next_visits[rows] = car.array("visits")[after[rows]]
@@ -270,6 +279,10 @@ class WindowView:
                 owner[rows] = car.array("ownership")[game]
                 score[rows] = car.array("scores")[game]
         past *= valid[:, :, None]  # zeros before the game's start
+        if mix:
+            w = self.search_value_weight
+            value = np.where(np.isfinite(root_value), (1 - w) * value + w * root_value,
+                             value).astype(np.float32)
         policy = _normalised(visits)
         policy[~full] = 0.0  # a fast search's move: no policy target (the trainer skips it)
         perm = self._perms[syms]  # [B, A]
@@ -375,6 +388,8 @@ class ReplayWindow(WindowView):
                                              schema.policy_surprise_weight))
         self.fast_weight = float(getattr(replay_cfg, "fast_search_weight",
                                          schema.fast_search_weight))
+        search_value_weight = float(getattr(replay_cfg, "search_value_weight",
+                                            schema.search_value_weight))
         self.max_bytes = max_bytes
         self.skipped: dict[str, str] = {}
         """Batch names left out, with the reason (a bad file, another board size)."""
@@ -397,7 +412,8 @@ class ReplayWindow(WindowView):
         self._rebuild = True  # the next selection orders every name again
         self._board_size = board_size
         super().__init__([], np.zeros((0, 6), np.int64), history=history, liberties=liberties,
-                         board_size=board_size or 5, seed=seed, augment=augment)
+                         board_size=board_size or 5, seed=seed, augment=augment,
+                         search_value_weight=search_value_weight)
         self.validation = WindowView([], np.zeros((0, 6), np.int64), history=history,
                                      liberties=liberties,
                                      board_size=board_size or 5, seed=seed, augment=False)
@@ -655,7 +671,8 @@ class ReplayWindow(WindowView):
                 if self.surprise_weight > 0 or self.fast_weight != 1.0 else None)
         WindowView.__init__(self, cars, segments,
                             history=self.history, board_size=n, seed=self.seed,
-                            augment=self.augment, liberties=self.liberties, rows=rows)
+                            augment=self.augment, liberties=self.liberties, rows=rows,
+                            search_value_weight=self.search_value_weight)
         self.epoch = epoch
         self.validation = WindowView(cars, np.array(val, np.int64).reshape(-1, 6),
                                      history=self.history, board_size=n, seed=self.seed,

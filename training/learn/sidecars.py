@@ -18,6 +18,9 @@ ranks) never see half of one.
     surprise float16 [M]      KL of the move's policy target from the net's prior (0 for a
                               fast search or an older batch; a sidecar written before
                               this array reads as zeros)
+    values   float16 [M]      the search's root value at each position, its side to move's
+                              view, in [-1, 1] (the batch's, checked by `load_batch`); a
+                              sidecar written before this array reads as NaN (no value)
     games    int64 [G, 4]     per game: first position, end position, model generation,
                               result (+1 black won); black moves at even offsets in a game
     ownership int8 [G, N*N]   per game: the owner of every point of the final position
@@ -60,7 +63,8 @@ INDEX_NAME = "index.jsonl"
 """One JSON line per sidecar built (name, generation, positions, games, board size, version),
 appended in the cache folder: the window reads it instead of opening every batch's sidecar."""
 _ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
-_OPTIONAL = {"surprise": np.float16}
+_OPTIONAL = {"surprise": (np.float16, 0.0), "values": (np.float16, np.nan)}
+"""Arrays added after the first sidecars: (dtype, what a sidecar without the file reads as)."""
 """Sidecar arrays that sidecars written before them lack (read as zeros: no rebuild)."""
 
 
@@ -108,6 +112,7 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     final = np.zeros((len(lengths), a), np.int8)
     full_search = np.ones(m, np.bool_)
     surprise = np.zeros(m, np.float16)
+    values = np.zeros(m, np.float16)
     start = 0
     for g, (rec, rec_boards) in enumerate(zip(batch.records, batch.boards)):
         t = rec.num_moves
@@ -118,6 +123,7 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
             full_search[start:end] = rec.full_search
         if rec.surprise is not None:
             surprise[start:end] = rec.surprise
+        values[start:end] = rec.values
         games[g] = (start, end, rec.generation, rec.result)
         if not rec.resigned:  # a resigned game's last position is not settled
             final[g] = rec_boards[-1]
@@ -137,7 +143,7 @@ def write_sidecar(batch: Batch, name: str, cache_dir: str | os.PathLike) -> Path
     tmp.mkdir(parents=True)
     try:
         for key, arr in zip((*_ARRAYS, *_OPTIONAL), (boards, visits, games, ownership, scores,
-                                                     full_search, surprise)):
+                                                     full_search, surprise, values)):
             np.save(tmp / f"{key}.npy", arr)
         write_json_atomic(tmp / "info.json", info)
         if final.exists():  # outdated (or another process built it meanwhile): replace
@@ -316,9 +322,10 @@ class Sidecar:
         except FileNotFoundError:
             if key not in _OPTIONAL:
                 raise
-            size = -1  # a sidecar from before the array: zeros
+            size = -1  # a sidecar from before the array: its fill
         if size < 0:
-            arr = np.zeros(int(self.info["positions"]), _OPTIONAL[key])
+            dtype, fill = _OPTIONAL[key]
+            arr = np.full(int(self.info["positions"]), fill, dtype)
         elif size <= IN_MEMORY_BYTES:
             arr = np.load(path, allow_pickle=False)  # read whole, the file closed
         else:
