@@ -295,8 +295,8 @@ class ReplayConfig:
 
     search_value_weight: float = 0.0
     """The value target's share taken from the search's root value at the position, the rest
-    from the game's result: 0 = the result alone (AlphaZero); a search's value is less noisy
-    than one game's result and says whose fight it is now, not how the game ended."""
+    from the game's result: 0 = the result alone (AlphaZero). 0.5 lost to 0 at equal time on
+    7x7 (docs/PERFORMANCE.md): a fast search's root value is mostly the net's own."""
 
     def __post_init__(self) -> None:
         _range(self, "policy_surprise_weight", 0.0, 1.0)
