@@ -77,6 +77,32 @@ def test_evaluate_generation_chains_elo_and_writes_the_metrics_row(tiny_cfg, run
     assert row["elo"] == pytest.approx(result.elo) and row["promoted"] == result.promote
 
 
+def test_the_arena_plays_with_one_thread_on_the_cpu_and_gives_the_threads_back(
+        tiny_cfg, run_dir, monkeypatch):
+    from training.play import arena
+
+    cfg = override(tiny_cfg, {"evaluation.games": 2, "evaluation.simulations": 2})
+    models = run_dir / "models"
+    for g in range(2):
+        _save_net(cfg, models / f"model_{g:06d}.pt", g, seed=g + 1)
+        model_store.publish_model(models, g)
+    seen = []
+
+    def play(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return play_arena(*args, **kwargs)
+
+    monkeypatch.setattr(arena, "play_arena", play)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        result = evaluate_generation(cfg, run_dir, 1, device="cpu")
+        assert result.match.games == 2 and seen == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_chain_goes_on_past_a_generation_whose_arena_was_stopped(tiny_cfg, run_dir):
     """Generation 2's coach was stopped during its arena (no Elo in its row); the resumed
     coach rates generation 3 against generation 1, the newest rated one (gating none): the
