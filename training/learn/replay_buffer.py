@@ -24,19 +24,19 @@ Owns the training data view of `runs/<run>/replay/*.npz.zst` (the batches the co
   below `validation_fraction` (`sidecars.is_validation_game`), so the split is the same on every
   rank and after a restart.
 - **Samples**: `w[i] -> (planes float32 [C, N, N], policy float32 [P], value float32)`, and
-  `w.batch(indices)` / `w.__getitems__` for a whole batch at once (about 10x faster per
-  sample). Planes are `training.go.features.planes` of the position (C = 2 * history + 1: the
-  stones of the side to move, then the opponent's, for the last `history` boards, most
-  recent first; then ones if black is to move), rebuilt here from the sidecar's boards with
-  one vectorised gather. Policy sums to 1 (pass last); value is the result from the side to
-  move's view, in {-1, 0, 1}, or with `replay.search_value_weight` w > 0 (training view only;
-  validation keeps the result) (1 - w) * result + w * the search's root value there. `w.samples(indices)` adds the auxiliary targets as a dict
-  (`TARGETS`): ownership float32 [B, A] and score float32 [B] (margin / N) from the side to
-  move's view, and opponent_policy float32 [B, P] (the next move's policy target), each with
-  a float32 [B] mask (`<name>_mask`: 0 for a resigned game, or for the last move of a game).
-  One of the 8 symmetries of `training.go.features` is applied per sample (planes, policies and
-  ownership alike), drawn from a hash of (seed, epoch, index): deterministic, the same in
-  every DataLoader worker, and different each epoch (`set_epoch`).
+  `w.batch(indices)` / `w.__getitems__` for a whole batch at once (about 10x faster per sample).
+  Planes are `training.go.features.planes` of the position (C = 2 * history + 1: the stones of
+  the side to move, then the opponent's, for the last `history` boards, most recent first; then
+  ones if black is to move), rebuilt here from the sidecar's boards with one vectorised gather.
+  Policy sums to 1 (pass last); value is the result from the side to move's view, in {-1, 0, 1},
+  or with `replay.search_value_weight` w > 0 (training view only; validation keeps the result)
+  (1 - w) * result + w * the search's root value there. `w.samples(indices)` adds the auxiliary
+  targets as a dict (`TARGETS`): ownership float32 [B, A] and score float32 [B] (margin / N)
+  from the side to move's view, and opponent_policy float32 [B, P] (the next move's policy
+  target), each with a float32 [B] mask (`<name>_mask`: 0 for a resigned game, or for the last
+  move of a game). One of the 8 symmetries of `training.go.features` is applied per sample
+  (planes, policies and ownership alike), drawn from a hash of (seed, epoch, index):
+  deterministic, the same in every DataLoader worker, and different each epoch (`set_epoch`).
 
 Vocabulary as in `training.go.coords` (N, A = N*N, PASS = A, P = A + 1). This module must not
 import torch (the trainer wraps the window), must not write into the replay folder itself
