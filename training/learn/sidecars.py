@@ -64,8 +64,8 @@ INDEX_NAME = "index.jsonl"
 appended in the cache folder: the window reads it instead of opening every batch's sidecar."""
 _ARRAYS = ("boards", "visits", "games", "ownership", "scores", "full_search")
 _OPTIONAL = {"surprise": (np.float16, 0.0), "values": (np.float16, np.nan)}
-"""Arrays added after the first sidecars: (dtype, what a sidecar without the file reads as)."""
-"""Sidecar arrays that sidecars written before them lack (read as zeros: no rebuild)."""
+"""Sidecar arrays that sidecars written before them lack: (dtype, what such a sidecar reads
+as), with no rebuild."""
 
 
 def is_validation_game(name: str, game: int, fraction: float) -> bool:
