@@ -154,6 +154,51 @@ def test_tree_reuse_keeps_the_subtree_and_adds_simulations():
     assert after.sum() == kept - 1 + 50
 
 
+def _breadth_first(t, g: int, root: int) -> list[int]:
+    """The nodes under `root` (included) in breadth-first order, children in block order."""
+    order, i = [root], 0
+    while i < len(order):
+        first = int(t.first_child[g, order[i]])
+        if first >= 0:
+            order += range(first, first + int(t.n_children[g, order[i]]))
+        i += 1
+    return order
+
+
+def _searched_then_child():
+    mcts = Mcts(1, GO, MCTS, history=HISTORY, simulations=60)
+    move = int(mcts.search(hashed)[0].argmax())
+    t = mcts.tree
+    first, k = int(t.first_child[0, 0]), int(t.n_children[0, 0])
+    child = next(c for c in range(first, first + k) if t.move[0, c] == move)
+    return mcts, move, _breadth_first(t, 0, child)
+
+
+def test_a_kept_subtree_is_renumbered_breadth_first_with_every_field():
+    mcts, move, order = _searched_then_child()
+    t = mcts.tree
+    fields = ("visits", "value_sum", "prior", "move", "n_children", "raw_value")
+    want = {f: getattr(t, f)[0, order].copy() for f in fields}
+    want["move"][0], want["prior"][0] = -1, 1.0  # a root has no move and all the prior
+    expanded = [bool(t.first_child[0, n] >= 0) for n in order]
+    assert len(order) > 20 and sum(expanded) > 3  # a subtree with some depth
+    mcts.play(np.array([0]), np.array([move]))
+    t, n = mcts.tree, len(order)
+    assert t.size[0] == n
+    for f in fields:
+        np.testing.assert_array_equal(getattr(t, f)[0, :n], want[f], err_msg=f)
+    assert [bool(t.first_child[0, i] >= 0) for i in range(n)] == expanded
+    assert _breadth_first(t, 0, 0) == list(range(n))  # every block follows in order
+
+
+@pytest.mark.parametrize("room", [0, -1])
+def test_a_subtree_over_the_keep_limit_is_dropped_and_one_at_it_kept(room):
+    mcts, move, order = _searched_then_child()
+    mcts._keep_limit = len(order) + room
+    mcts.play(np.array([0]), np.array([move]))
+    assert mcts.tree.size[0] == (len(order) if room == 0 else 1)
+
+
 def test_without_reuse_each_search_starts_fresh():
     mcts = Mcts(1, GO, MCTS, history=HISTORY, simulations=30, reuse_tree=False)
     move = int(mcts.search(hashed)[0].argmax())

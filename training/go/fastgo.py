@@ -64,7 +64,8 @@ code, or from Python through `FastBoard`):
     b = new_boards(n_games, size=9, komi=7.5, max_moves=None, history=8)   # Python
     reset(b, g)                       empty board, black to play (komi kept)
     copy_game(b, src, dst)            game dst := game src
-    is_over(b, g) -> bool             two passes, or n_moves == max_moves
+    is_over(b, g) -> bool             two passes, or n_moves == max_moves (`rows_over`: the
+                                      same of many rows in numpy, from Python)
     is_legal(b, g, move) -> bool
     play(b, g, move) -> bool          plays for b.info[g, TO_PLAY]; False (no change) if illegal
     legal_mask(b, g, out) -> int      out[A + 1] bool := legal moves (all False once over),
@@ -232,6 +233,13 @@ def _copy_flat(dst, src):
 def is_over(b, g):
     """True after two consecutive passes or once max_moves moves have been played."""
     return _is_over(b.info, b.hashes, g)
+
+
+def rows_over(b: Boards, games) -> np.ndarray:
+    """`is_over` of rows `games` (an index or an index array) in numpy, for Python callers:
+    no numba dispatch, which unboxes every array of `b` (a few microseconds a call)."""
+    info = b.info[games]
+    return (info[..., PASSES] >= 2) | (info[..., N_MOVES] >= b.hashes.shape[1] - 1)
 
 
 @njit(cache=True)

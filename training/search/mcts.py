@@ -782,66 +782,59 @@ def _all_root_visits(t, games, out):
 
 
 @njit(cache=True)
-def _subtree_size(t, g, root):
-    """Nodes in the subtree under `root` (included)."""
-    stack = np.empty(t.size[g], np.int32)
-    stack[0] = root
-    top = 1
-    count = 0
-    while top > 0:
-        top -= 1
-        node = stack[top]
-        count += 1
-        first = t.first_child[g, node]
-        if first != UNEXPANDED:
-            for c in range(first, first + t.n_children[g, node]):
-                stack[top] = c
-                top += 1
-    return count
+def _reroot(t, g, new_root, keep_limit):
+    """Make `new_root`'s subtree game g's whole tree, renumbered breadth first from 0, if it
+    has at most `keep_limit` nodes; returns False (the tree unchanged) if it has more.
 
-
-@njit(cache=True)
-def _reroot(t, g, new_root):
-    """Make `new_root`'s subtree game g's whole tree, renumbered breadth first from 0."""
-    size = t.size[g]
-    old = np.empty(size, np.int32)  # old index of each new node, in breadth-first order
-    visits = np.empty(size, np.int32)
-    value_sum = np.empty(size, np.float32)
-    prior = np.empty(size, np.float32)
-    move = np.empty(size, np.int16)
-    first_child = np.empty(size, np.int32)
-    n_children = np.empty(size, np.int16)
-    raw_value = np.empty(size, np.float32)
+    One breadth-first walk both counts the subtree and orders it; each field is then
+    gathered into a block of the subtree's size and copied back to the row's front."""
+    old = np.empty(min(t.size[g], keep_limit + 1), np.int32)  # old index of each new node
+    first_child = t.first_child[g]
+    n_children = t.n_children[g]
     old[0] = new_root
     count = 1
     head = 0
     while head < count:
-        o = old[head]
-        visits[head] = t.visits[g, o]
-        value_sum[head] = t.value_sum[g, o]
-        prior[head] = t.prior[g, o]
-        move[head] = t.move[g, o]
-        n_children[head] = t.n_children[g, o]
-        raw_value[head] = t.raw_value[g, o]
-        first = t.first_child[g, o]
-        if first == UNEXPANDED:
-            first_child[head] = UNEXPANDED
-        else:
-            first_child[head] = count  # the children stay one block, in the same order
-            for c in range(first, first + t.n_children[g, o]):
+        first = first_child[old[head]]
+        if first != UNEXPANDED:
+            k = n_children[old[head]]
+            if count + k > keep_limit:
+                return False
+            for c in range(first, first + k):
                 old[count] = c
                 count += 1
         head += 1
-    t.visits[g, :count] = visits[:count]
-    t.value_sum[g, :count] = value_sum[:count]
-    t.prior[g, :count] = prior[:count]
-    t.move[g, :count] = move[:count]
-    t.first_child[g, :count] = first_child[:count]
-    t.n_children[g, :count] = n_children[:count]
-    t.raw_value[g, :count] = raw_value[:count]
+    new_first = np.empty(count, np.int32)  # the children stay one block, in the same order
+    nxt = 1
+    for i in range(count):
+        first = first_child[old[i]]
+        if first == UNEXPANDED:
+            new_first[i] = UNEXPANDED
+        else:
+            new_first[i] = nxt
+            nxt += n_children[old[i]]
+    _gather_front(t.visits[g], old, count)
+    _gather_front(t.value_sum[g], old, count)
+    _gather_front(t.prior[g], old, count)
+    _gather_front(t.move[g], old, count)
+    _gather_front(n_children, old, count)
+    _gather_front(t.raw_value[g], old, count)
+    for i in range(count):
+        first_child[i] = new_first[i]
     t.move[g, 0] = -1
     t.prior[g, 0] = 1.0
     t.size[g] = count
+    return True
+
+
+@njit(cache=True, inline="always")
+def _gather_front(row, old, count):
+    """row[:count] := row[old[:count]] (through a copy: the two ranges may overlap)."""
+    block = np.empty(count, row.dtype)
+    for i in range(count):
+        block[i] = row[old[i]]
+    for i in range(count):
+        row[i] = block[i]
 
 
 @njit(cache=True)
@@ -863,9 +856,7 @@ def _advance(t, b, games, moves, reuse, keep_limit):
                 if t.move[g, c] == m:
                     child = c
                     break
-        if child >= 0 and t.visits[g, child] > 0 and _subtree_size(t, g, child) <= keep_limit:
-            _reroot(t, g, child)
-        else:
+        if not (child >= 0 and t.visits[g, child] > 0 and _reroot(t, g, child, keep_limit)):
             _clear_tree(t, g)
         t.sims_done[g] = 0
         t.sims_target[g] = 0
@@ -980,7 +971,7 @@ class Mcts:
         self._noise_pending[g] = False
 
     def is_over(self, g: int) -> bool:
-        return bool(fastgo.is_over(self.boards, g))
+        return bool(fastgo.rows_over(self.boards, g))
 
     def to_play(self, g: int) -> int:
         return int(self.boards.info[g, fastgo.TO_PLAY])

@@ -305,9 +305,8 @@ class SelfPlay:
             self.full_searches += game.searching_full
         self.mcts.play(idx, moves)
         self.moves_played += len(playing)
-        for g in idx.tolist():
-            if self.mcts.is_over(g):
-                finished.append(self._finish(g, resigned_by=0))
+        for g in idx[fastgo.rows_over(self.mcts.boards, idx)].tolist():
+            finished.append(self._finish(g, resigned_by=0))
         return finished
 
     def _finish(self, slot: int, resigned_by: int) -> GameRecord:
