@@ -4,6 +4,7 @@
                                 [--games 40] [--simulations 32,128 | --seconds-per-move 0.5,1]
                                 [--gnugo 1,10] [--gnugo-games N] [--jobs 2]
                                 [--pool-model FILE ...] [--opponent CMD [--opponent-name N]]
+                                [--resume strength_games/<time>]
 
 The coach's arena rates each generation against the one before it (a chain of small steps).
 This tool answers the questions a user asks after a run: did it learn, and how strong is it?
@@ -11,15 +12,15 @@ For every chosen generation and every search budget it plays
 
 - the random player (`training.play.players.RandomPlayer`: a uniformly random legal move
   that never fills its own eye), searching as in self-play: no noise, the most visited move,
-  and no pass first while a real move is left when `self_play.early_pass` is false. With a simulations
-  budget all games are searched at once and scored by our rules (both rule engines must
-  agree); with a time budget they go through `training.play.gnugo` like the GNU Go games;
+  and no pass first while a real move is left when `self_play.early_pass` is false. With a
+  simulations budget all games are searched at once and scored by our rules (both rule
+  engines must agree); with a time budget they go through `training.play.gnugo` like the GNU
+  Go games;
 - GNU Go at each level of `--gnugo` (`10+5`: level 10 receiving 5 points, komi moved in its
   favour whichever colour it has: the rung above level 10) (`training.play.gnugo`: GNU Go 3.8
-  with Chinese rules and
-  positional superko, a `--seed` per game, each random opening played with both colours,
-  GNU Go's `final_score` of the replayed final position as the judge, our area count
-  beside it and the games where the two disagree counted);
+  with Chinese rules and positional superko, a `--seed` per game, each random opening played
+  with both colours, GNU Go's `final_score` of the replayed final position as the judge, our
+  area count beside it and the games where the two disagree counted);
 - frozen models of `--pool-model FILE` (a generation of this run or another, kept fixed):
   our GTP engine on that model at the same budget, in the same series as GNU Go (openings,
   colours, the judge); each is a pool member named `model <first 8 hex of its sha256>`, so
@@ -44,9 +45,11 @@ writes `strength.json` (every row, every GNU Go game: the judge's score and dead
 engine's own count, whether the judge found every stone of ours dead), appends the same
 report as one line to `strength_history.jsonl` (every evaluation ever run on the folder;
 nothing there is rewritten), keeps every game played through GTP as SGF in
-`strength_games/<start time>/`, and draws `strength.png` (win rates with intervals and the
-rating by generation, and by budget when several are given) in the run folder. It reads the
-run's models only; it never writes a model or a metrics row.
+`strength_games/<start time>/` with a line per game in its `games.jsonl` as the game ends
+(`--resume` that folder, with the same flags, to go on with a cut evaluation: its games are
+read back, the rest played; `training.play.journal`), and draws `strength.png` (win rates
+with intervals and the rating by generation, and by budget when several are given) in the
+run folder. It reads the run's models only; it never writes a model or a metrics row.
 
 This module is the command (its flags, their checks, the files it writes); the table itself
 (`measure`, the rating, `plot`, the history) is `training.play.strength`.
@@ -70,6 +73,7 @@ from distributed.transfer import write_atomic
 from training.play import gnugo
 from training.play.gnugo import gnugo_name, parse_gnugo, split_gnugo  # noqa: F401 (API)
 from training.play.gtp_client import GtpEngineError, GtpError, find_gnugo
+from training.play.journal import Journal, JournalError
 from training.play.opponent import open_engine, pool_model
 from training.play.strength import (ANCHOR_ELO, Budget, anchor_of, append_history,
                                      default_generations, format_row, measure, model_path, plot,
@@ -150,6 +154,10 @@ def _parser() -> argparse.ArgumentParser:
                     "includes its start-up; default 60); longer is an error naming it")
     ap.add_argument("--jobs", type=int, default=None,
                     help="games against GNU Go played at once (default: the CPU count)")
+    ap.add_argument("--resume", default=None, metavar="DIR",
+                    help="go on with a cut evaluation: DIR is its strength_games/<time> folder; "
+                    "the games of its games.jsonl are read back, the others played (give the "
+                    "same flags)")
     ap.add_argument("--endings", default=None, metavar="DIR",
                     help="only explain how the games in DIR (strength_games/<time>) ended: "
                     "lost in play or in the ending, by GNU Go's judgement at the opponent's "
@@ -289,7 +297,14 @@ def main(argv: Sequence[str] | None = None) -> int:
           f", {cfg.go.board_size}x{cfg.go.board_size} komi {cfg.go.komi}", flush=True)
     t0 = time.monotonic()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    sgf_dir = paths.strength_games(stamp)
+    sgf_dir = paths.strength_games(stamp) if args.resume is None else Path(args.resume)
+    try:
+        journal = Journal(sgf_dir, resume=args.resume is not None)
+    except JournalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if journal.games:
+        print(f"{journal.games} games read back from {journal.path}", flush=True)
     with tempfile.TemporaryDirectory(prefix="azgo-strength-") as tmp:
         config_path = Path(tmp) / "config.yaml"  # the GTP engines' search settings
         config_path.write_text(dump_config(cfg))
@@ -297,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = measure(cfg, run_dir, gens, args.games, budgets=budgets, gnugo_levels=levels,
                            gnugo_games=gnugo_games, pool_models=frozen, engines=engines,
                            jobs=jobs, config_path=config_path,
-                           log=lambda line: print(line, flush=True), sgf_dir=sgf_dir)
+                           log=lambda line: print(line, flush=True), sgf_dir=sgf_dir,
+                           journal=journal)
         except (GtpEngineError, GtpError) as e:  # an engine overran or refused a setting
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -30,6 +30,7 @@ from training.learn.net import load_model, make_evaluator
 from training.play import gnugo, rating
 from training.play.arena import MatchResult, play_arena
 from training.play.gnugo import gnugo_name, split_gnugo
+from training.play.journal import Journal, file_digest, series_key
 from training.play.opponent import Engine, PoolModel
 from training.play.players import NetWinrates, RandomPlayer
 from training.play.referee import TimeControl
@@ -227,9 +228,11 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             pool_models: Sequence[PoolModel] = (), engines: Sequence[Engine] = (),
             jobs: int = 1,
             config_path: Path | None = None, log: Callable[[str], None] = print,
-            sgf_dir: Path | None = None) -> list[Row]:
+            sgf_dir: Path | None = None, journal: Journal | None = None) -> list[Row]:
     """Play the matches of the table; `log` gets progress lines as results come, and with
-    `sgf_dir` every game played through GTP is written there as SGF as it ends."""
+    `sgf_dir` every game played through GTP is written there as SGF as it ends. With
+    `journal` each such game is also appended to it as it ends, and a game it holds already
+    (`Journal.done`) is read back instead of played."""
     if budgets is None:
         budgets = [Budget(simulations or cfg.evaluation.simulations or cfg.mcts.simulations)]
     gnugo_games = games if gnugo_games is None else gnugo_games
@@ -255,7 +258,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
 
             judge = NetWinrates(model_path(run_dir, g), cfg.go) if sgf_dir is not None else None
             series = _series_runner(cfg, ours, budget, row, jobs=jobs, log=log, sgf_dir=sgf_dir,
-                                    judge=judge)
+                                    judge=judge, journal=journal,
+                                    model=file_digest(model_path(run_dir, g)) if journal else "")
 
             with ours:
                 if budget.simulations is not None:
@@ -283,7 +287,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
                     outcomes = series(pm.name, lambda seed, argv=frozen: argv, gnugo_games)
                     row.vs_models[pm.name] = _series_summary(outcomes)
                 for e in engines:
-                    outcomes = series(e.name, e.command, gnugo_games, **e.series_args)
+                    outcomes = series(e.name, e.command, gnugo_games, identity=e.command_line,
+                                      **e.series_args)
                     row.vs_engines[e.name] = _series_summary(outcomes)
             log(format_row(row))
             rows.append(row)
@@ -293,16 +298,25 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
 
 def _series_runner(cfg: Config, ours: gnugo.Engines, budget: Budget, row: Row, *, jobs: int,
                    log: Callable[[str], None], sgf_dir: Path | None,
-                   judge: NetWinrates | None) -> Callable[..., list[gnugo.Outcome]]:
-    """`series(name, opponent, n, bonus=0.0, **extra)`: a series of `row`'s player (`ours`)
-    against `opponent` through GTP, each game logged as it ends and, with `sgf_dir`, written
-    there as SGF with `judge`'s win rates."""
+                   judge: NetWinrates | None, journal: Journal | None = None,
+                   model: str = "") -> Callable[..., list[gnugo.Outcome]]:
+    """`series(name, opponent, n, bonus=0.0, identity="", **extra)`: a series of `row`'s
+    player (`ours`, its model's sha256 `model`) against `opponent` through GTP, each game
+    logged as it ends and, with `sgf_dir`, written there as SGF with `judge`'s win rates; with
+    `journal`, appended to it, and the games it holds of the same series (`identity`: what
+    else names the opponent, an outside engine's command line) read back, not played."""
     g = row.generation
 
-    def series(name: str, opponent, n: int, bonus: float = 0.0,
+    def series(name: str, opponent, n: int, bonus: float = 0.0, identity: str = "",
                **extra) -> list[gnugo.Outcome]:
+        key = series_key(generation=g, model=model, budget=str(budget), opponent=name,
+                         identity=identity, bonus=bonus, size=cfg.go.board_size,
+                         komi=cfg.go.komi, seed=cfg.run.seed)
+
         def progress(outcome: gnugo.Outcome) -> None:
             log(f"  {row.player} vs {name}: {outcome.describe()}")
+            if journal is not None:
+                journal.add(key, outcome)
             if sgf_dir is not None and judge is not None:
                 label = f"gen{g}_{budget}_vs_{name}_{outcome.spec.index + 1:03d}"
                 file = sgf_dir / (label.replace(" ", "").replace("/", "per") + ".sgf")
@@ -312,10 +326,16 @@ def _series_runner(cfg: Config, ours: gnugo.Engines, budget: Budget, row: Row, *
                 write_atomic(file, sgf.encode())
 
         specs = gnugo.schedule(n, cfg.go.board_size, cfg.run.seed)
-        return gnugo.play_series(ours, opponent, specs, size=cfg.go.board_size,
-                                 komi=cfg.go.komi, komi_bonus=bonus,
-                                 time_control=budget.time_control, jobs=jobs,
-                                 on_game=progress, **extra)
+        kept = {s.index: journal.done(key, s) for s in specs} if journal is not None else {}
+        kept = {i: o for i, o in kept.items() if o is not None}
+        if kept:
+            log(f"  {row.player} vs {name}: {len(kept)} of {n} games read back from "
+                f"{journal.path}")
+        played = gnugo.play_series(ours, opponent, [s for s in specs if s.index not in kept],
+                                   size=cfg.go.board_size, komi=cfg.go.komi,
+                                   komi_bonus=bonus, time_control=budget.time_control,
+                                   jobs=jobs, on_game=progress, **extra)
+        return sorted([*kept.values(), *played], key=lambda o: o.spec.index)
 
     return series
 

@@ -21,7 +21,8 @@
       progress.png                the plot of those rows (metrics)
       strength.json, .png         the newest evaluation of training.strength
       strength_history.jsonl      every evaluation it ran, one line each, never rewritten
-      strength_games/<stamp>/     the SGF of every game of an evaluation against GNU Go
+      strength_games/<stamp>/     the SGF of every game of an evaluation against GNU Go, and
+                                  games.jsonl, a line per game (--resume reads it back)
       index.html                  the run page: status, plots, last games (the coach)
       tensorboard/                each generation's metrics as TensorBoard scalars (optional)
 
