@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -99,6 +100,38 @@ def test_the_arena_plays_with_one_thread_on_the_cpu_and_gives_the_threads_back(
         result = evaluate_generation(cfg, run_dir, 1, device="cpu")
         assert result.match.games == 2 and seen == [1]
         assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_arena_benchmark_plays_the_same_games_under_each_thread_count(
+        tiny_cfg, run_dir, capsys):
+    """benchmarks/arena.py on the tiny config: a figure per thread count (not a timing) and
+    the same result under each; a run's generations; what it refuses."""
+    from benchmarks import arena as bench
+
+    before = torch.get_num_threads()
+    tiny = str(REPO / "configs" / "tiny.yaml")
+    try:
+        assert bench.main(["--config", tiny, "--games", "2", "--simulations", "2",
+                           "--rounds", "1", "--threads", "1,2"]) == 0
+        out = capsys.readouterr()
+        result = json.loads(out.out.strip().splitlines()[-1])
+        assert set(result) >= {"threads_1", "threads_2", "cpu_ratio", "games"}
+        assert result["threads_1"]["cpu_s"] > 0 and result["games"] == 2
+        outcomes = [line.rsplit("new ", 1)[1] for line in out.err.splitlines()
+                    if "thread(s):" in line]
+        assert len(outcomes) == 2 and outcomes[0] == outcomes[1]
+        models = run_dir / "models"
+        for g in range(2):
+            _save_net(tiny_cfg, models / f"model_{g:06d}.pt", g, seed=g + 1)
+        assert bench.main(["--config", tiny, "--run-dir", str(run_dir), "--generation", "1",
+                           "--games", "2", "--simulations", "2", "--rounds", "1",
+                           "--threads", "1"]) == 0
+        with pytest.raises(SystemExit, match="model_000002.pt"):
+            bench.main(["--config", tiny, "--run-dir", str(run_dir), "--generation", "3"])
+        with pytest.raises(SystemExit, match="--threads 'x'"):
+            bench.main(["--config", tiny, "--threads", "x"])
     finally:
         torch.set_num_threads(before)
 
