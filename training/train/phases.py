@@ -27,6 +27,7 @@ a generation is due.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -50,7 +51,7 @@ from training.train.ddp import DistContext, all_gather_json, all_reduce_sum, bar
 from training.train.round_result import RoundResult
 from training.train.steps import (AUX_LOSSES, FaultHooks, IndexBatches, Trainee,
                                   autocast_dtype, is_oom, loss_weights, maybe_inject_fault,
-                                  one_step, validate, weights_checksums)
+                                  one_step, update_ema, validate, weights_checksums)
 from training.train.train_state import (WarmupSchedule, drop_multiplier, restore_checkpoint,
                                         rng_from_json, rng_json, rng_state, save_checkpoint,
                                         scaled_lr, seed_everything)
@@ -161,8 +162,11 @@ def start_net(cfg: Config, ctx: DistContext, p: Plan, payload: dict | None, sour
                               time_factor=time_factor(cfg, run_hours))
     optimizer = torch.optim.SGD(net.parameters(), lr=schedule.lr(), momentum=tcfg.momentum,
                                 weight_decay=tcfg.weight_decay)
+    ema = None
+    if tcfg.ema_decay > 0:  # the average starts at the starting weights (`restore`: saved one)
+        ema = copy.deepcopy(net).requires_grad_(False)
     return Trainee(net, model, optimizer, schedule, scaler, autocast, p.micro, peak,
-                   loss_weights(tcfg))
+                   loss_weights(tcfg), ema=ema, ema_decay=tcfg.ema_decay)
 
 
 def restore(s: Session, ckpt: dict | None, source: str) -> tuple[int, int]:
@@ -172,6 +176,17 @@ def restore(s: Session, ckpt: dict | None, source: str) -> tuple[int, int]:
     if ckpt is None:
         seed_everything(cfg.run.seed + 1000 * ctx.rank)
         return 0, 0
+    if trainee.ema is not None:
+        if ckpt.get("ema") is not None:
+            try:
+                saved = net_from_payload(ckpt["ema"], f"{source} (its weight average)")
+                trainee.ema.load_state_dict(saved.state_dict())
+            except (ModelError, RuntimeError) as e:
+                raise TrainingError(f"{source}: its weight average does not fit this net ({e});"
+                                    " set training.ema_decay: 0, or start afresh") from e
+        else:
+            log.info("%s has no weight average: training.ema_decay starts one at its weights",
+                     source)
     return restore_checkpoint(ckpt, source, trainee.optimizer, trainee.schedule,
                               length=len(s.dataset), per_rank=s.plan.per_rank, rank=ctx.rank,
                               world_size=ctx.world_size, seed=cfg.run.seed)
@@ -205,6 +220,7 @@ def run_steps(s: Session, n: int, bar: Any = None) -> None:
                             "(%d micro-batches per step)", ctx.rank, schedule.step,
                             trainee.micro, math.ceil(p.per_rank / trainee.micro))
         schedule.step += 1
+        update_ema(trainee)
         totals.sums += step_sums
         reduced = all_reduce_sum([step_sums[0] + step_sums[1], step_sums[3]], ctx)
         totals.step_losses.append(reduced[0] / reduced[1])
@@ -230,7 +246,8 @@ def finish(s: Session, run_dir: Path, generation: int,
     n = max(n, 1.0)
     aux_losses = {f"{k}_loss": a / n for k, a in zip(AUX_LOSSES, aux_sums)}
     losses = [p_sum / n, v_sum / n, *aux_losses.values()]
-    bad = not all(math.isfinite(v) for v in losses) or not finite_weights(net, buffers=False)
+    bad = not all(math.isfinite(v) for v in losses) or not finite_weights(net, buffers=False) \
+        or not finite_weights(trainee.published, buffers=False)
     # The same on every rank: sums are reduced and DDP keeps the parameters equal (buffers
     # may differ by rank; the coach checks the saved file's).
     if bad:
@@ -241,7 +258,8 @@ def finish(s: Session, run_dir: Path, generation: int,
     checksums = weights_checksums(net, ctx)
     # RNG states before validation, so that a resumed run continues as an unbroken one would
     rng_states = [rng_from_json(r) for r in all_gather_json(rng_json(rng_state()), ctx)]
-    val_loss = validate(trainee.model, dataset.validation, p.per_rank, ctx, trainee.autocast)
+    val_loss = validate(trainee.model if trainee.ema is None else trainee.ema,
+                        dataset.validation, p.per_rank, ctx, trainee.autocast)
 
     paths = RunDir(run_dir)
     model_file, ckpt_file = paths.model(generation), paths.checkpoint(generation)
@@ -260,12 +278,12 @@ def finish(s: Session, run_dir: Path, generation: int,
     )
     if ctx.is_main:
         meta = {"global_step": schedule.step, "loss": result.loss, "samples": result.samples}
-        save_model(model_file, net, generation, meta)
+        save_model(model_file, trainee.published, generation, meta)
         position = {"length": len(dataset), "per_rank": p.per_rank,
                     "world_size": ctx.world_size, "epoch": batches.epoch,
                     "offset": batches.offset, **(extra_data or {})}
         save_checkpoint(ckpt_file, cfg, net, generation, meta, trainee.optimizer, schedule,
-                        position, rng_states)
+                        position, rng_states, ema=trainee.ema)
         metrics.record_metrics(
             run_dir, generation, loss=result.loss, policy_loss=result.policy_loss,
             value_loss=result.value_loss, policy_accuracy=result.policy_accuracy,

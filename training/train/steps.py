@@ -192,6 +192,27 @@ class Trainee:
     micro: int  # halved after an out-of-memory micro-batch
     peak_lr: float
     weights: dict[str, float]
+    ema: torch.nn.Module | None = None  # the average of the weights (training.ema_decay)
+    ema_decay: float = 0.0
+
+    @property
+    def published(self) -> torch.nn.Module:
+        """The net a generation's model file holds: the average when there is one."""
+        return self.ema if self.ema is not None else self.net
+
+
+@torch.no_grad()
+def update_ema(trainee: Trainee) -> None:
+    """ema := decay x ema + (1 - decay) x weights, parameter by parameter; the buffers (batch
+    norm statistics, already running averages) copied."""
+    ema = trainee.ema
+    if ema is None:
+        return
+    params = [p for p in trainee.net.parameters()]
+    averaged = [p for p in ema.parameters()]
+    torch._foreach_lerp_(averaged, params, 1.0 - trainee.ema_decay)
+    for mine, theirs in zip(ema.buffers(), trainee.net.buffers()):
+        mine.copy_(theirs)
 
 
 def one_step(trainee: Trainee, batch: dict[str, torch.Tensor], ctx: DistContext,

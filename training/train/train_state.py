@@ -11,7 +11,8 @@ checkpoints/checkpoint_<gen:06d>.pt and models/model_<gen:06d>.pt.
 
 A checkpoint holds the model (net.model_payload), the optimizer, the schedule, the global step,
 the generation, the data position and every rank's RNG state, so that a resumed round takes
-the same next step an unbroken one would.
+the same next step an unbroken one would, and with training.ema_decay the average of the
+weights (`ema`, a model payload; None without it).
 
 It must not: touch torch.distributed, train, or decide which rank writes (the round does).
 """
@@ -212,10 +213,12 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def save_checkpoint(path: Path, cfg: Config, net: torch.nn.Module, generation: int,
                     meta: dict[str, Any], optimizer: torch.optim.Optimizer,
                     schedule: WarmupSchedule, data: dict[str, int],
-                    rng_states: list[dict[str, Any]]) -> None:
+                    rng_states: list[dict[str, Any]],
+                    ema: torch.nn.Module | None = None) -> None:
     """Write a checkpoint atomically: the model with `meta`, the optimizer, the schedule,
-    `data` (the window's length, per_rank, world_size, epoch and offset) and every rank's RNG
-    state, in rank order."""
+    `data` (the window's length, per_rank, world_size, epoch and offset), every rank's RNG
+    state, in rank order, and the average of the weights (`ema`, training.ema_decay; the
+    model file holds it then, the checkpoint's model the weights as trained)."""
     state = {
         "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION,
         "generation": generation, "step": schedule.step,
@@ -223,6 +226,7 @@ def save_checkpoint(path: Path, cfg: Config, net: torch.nn.Module, generation: i
         "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
         "data": data,
         "rng": rng_states, "config": to_dict(cfg),
+        "ema": None if ema is None else model_payload(ema, generation, meta),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, save_bytes(state))
