@@ -21,7 +21,6 @@ the file rewritten without it, before new lines are appended.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -39,15 +38,6 @@ _FIELDS = {f.name: f for f in dataclasses.fields(GameResult)}
 
 class JournalError(ValueError):
     """A journal that cannot be read back; the message names the file and says what to do."""
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's content, hex (a model is named by it in a series key)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def series_key(**parts) -> str:

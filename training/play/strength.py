@@ -23,14 +23,14 @@ from typing import Callable, Sequence
 import numpy as np
 
 from configs import Config
-from distributed.transfer import write_atomic
+from distributed.transfer import sha256_file, write_atomic
 from training.go.coords import BLACK
 from training.go.rules import Position
 from training.learn.net import load_model, make_evaluator
 from training.play import gnugo, rating
 from training.play.arena import MatchResult, play_arena
 from training.play.gnugo import gnugo_name, split_gnugo
-from training.play.journal import Journal, file_digest, series_key
+from training.play.journal import Journal, series_key
 from training.play.opponent import Engine, PoolModel
 from training.play.players import NetWinrates, RandomPlayer
 from training.play.referee import TimeControl
@@ -259,7 +259,7 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
             judge = NetWinrates(model_path(run_dir, g), cfg.go) if sgf_dir is not None else None
             series = _series_runner(cfg, ours, budget, row, jobs=jobs, log=log, sgf_dir=sgf_dir,
                                     judge=judge, journal=journal,
-                                    model=file_digest(model_path(run_dir, g)) if journal else "")
+                                    model=sha256_file(model_path(run_dir, g)) if journal else "")
 
             with ours:
                 if budget.simulations is not None:
@@ -326,8 +326,8 @@ def _series_runner(cfg: Config, ours: gnugo.Engines, budget: Budget, row: Row, *
                 write_atomic(file, sgf.encode())
 
         specs = gnugo.schedule(n, cfg.go.board_size, cfg.run.seed)
-        kept = {s.index: journal.done(key, s) for s in specs} if journal is not None else {}
-        kept = {i: o for i, o in kept.items() if o is not None}
+        done = [journal.done(key, s) for s in specs] if journal is not None else []
+        kept = {o.spec.index: o for o in done if o is not None}
         if kept:
             log(f"  {row.player} vs {name}: {len(kept)} of {n} games read back from "
                 f"{journal.path}")

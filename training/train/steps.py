@@ -208,9 +208,8 @@ def update_ema(trainee: Trainee) -> None:
     ema = trainee.ema
     if ema is None:
         return
-    params = [p for p in trainee.net.parameters()]
-    averaged = [p for p in ema.parameters()]
-    torch._foreach_lerp_(averaged, params, 1.0 - trainee.ema_decay)
+    torch._foreach_lerp_(list(ema.parameters()), list(trainee.net.parameters()),
+                         1.0 - trainee.ema_decay)
     for mine, theirs in zip(ema.buffers(), trainee.net.buffers()):
         mine.copy_(theirs)
 
