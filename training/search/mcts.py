@@ -613,17 +613,19 @@ def _select(t, b, history, planes, legal, slot_game, early_pass,
             c_puct, fpu_reduction, gumbel, c_visit, c_scale, minmax, max_considered):
     """Pick one leaf in every searching game; write its planes and legal moves to a slot.
 
-    Game g's root position is row g of `b`; row G + g (scratch) is overwritten with the leaf
-    position. Leaves where the game is over are backed up here. Returns the slots used.
+    Game g's root position is row g of `b`; row G (scratch, shared by every game) is
+    overwritten with each leaf position in turn, so a copy lands in cache lines the game
+    before left hot. Leaves where the game is over are backed up here. Returns the slots
+    used.
     `gumbel`: Gumbel MuZero's rules (sequential halving at the root, the improved-policy
     rule below it) instead of PUCT.
     """
     n_slots = 0
     n_games = t.size.shape[0]
+    leaf_row = n_games
     for g in range(n_games):
         if t.sims_done[g] >= t.sims_target[g]:
             continue
-        leaf_row = n_games + g
         depth = _descend(t, b, g, leaf_row, t.path[g], c_puct, fpu_reduction, gumbel, c_visit,
                          c_scale, minmax, max_considered)
         t.depth[g] = depth
@@ -716,8 +718,7 @@ def _select_leaves(t, b, g, k, history, planes, legal, paths, depths, early_pass
     leaf's planes, legal moves and path (`paths[s]`, `depths[s]` nodes). Leaves where the
     game is over are backed up here; a fresh root is evaluated alone. Returns the slots used;
     `t.sims_done[g]` already counts them."""
-    n_games = t.size.shape[0]
-    leaf_row = n_games + g
+    leaf_row = t.size.shape[0]
     n_slots = 0
     while n_slots < k and t.sims_done[g] < t.sims_target[g]:
         path = paths[n_slots]
@@ -891,8 +892,8 @@ class Mcts:
         planes_dtype: the dtype of the planes `evaluate` receives (float32, or uint8 for an
             evaluator that takes them compact; see above).
 
-    Attributes: `boards` (fastgo.Boards, row g = game g's root position, rows G.. are
-    scratch), `tree` (Tree).
+    Attributes: `boards` (fastgo.Boards, row g = game g's root position, row G the
+    leaves' scratch row), `tree` (Tree).
     """
 
     def __init__(
@@ -930,8 +931,8 @@ class Mcts:
                        np.float32(mcts_cfg.gumbel_c_scale), self._minmax,
                        mcts_cfg.gumbel_max_considered)
         move_cap = go_cfg.move_cap
-        # rows [0, G): the root positions; rows [G, 2G): scratch rows for the leaves
-        self.boards = fastgo.new_boards(2 * n_games, n, go_cfg.komi, move_cap, history)
+        # rows [0, G): the root positions; row G: the scratch row every leaf is built in
+        self.boards = fastgo.new_boards(n_games + 1, n, go_cfg.komi, move_cap, history)
         # One search expands at most simulations + 1 leaves of at most A + 1 children each;
         # with reuse, a kept subtree may be as large again (larger ones are dropped).
         per_search = (self.simulations + 1) * self.n_moves + 1
