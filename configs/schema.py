@@ -342,12 +342,13 @@ class TrainingConfig:
     lr_schedule applies."""
     momentum: float = 0.9
     weight_decay: float = 1e-4
-    ema_decay: float = 0.0
+    ema_decay: float = 0.99
     """Publish an exponential moving average of the weights instead of the weights
     themselves: after every optimizer step ema := decay x ema + (1 - decay) x weights (the
     batch norm statistics copied), kept in the checkpoint across rounds. 0.99 averages over
     about the last 100 steps (KataGo publishes such an average of its trainer's weights).
-    0 = off: the weights as trained."""
+    0 = off: the weights as trained. 0.99 is the default, measured against 0 at equal time
+    (docs/PERFORMANCE.md)."""
     mode: str = "rounds"
     """rounds: the coach starts a trainer process per generation (reads the window, trains
     steps_per_generation steps, writes the generation, exits). continuous: one long-lived
