@@ -614,9 +614,8 @@ def _select(t, b, history, planes, legal, slot_game, early_pass,
     """Pick one leaf in every searching game; write its planes and legal moves to a slot.
 
     Game g's root position is row g of `b`; row G (scratch, shared by every game) is
-    overwritten with each leaf position in turn, so a copy lands in cache lines the game
-    before left hot. Leaves where the game is over are backed up here. Returns the slots
-    used.
+    overwritten with each leaf position in turn. Leaves where the game is over are backed up
+    here. Returns the slots used.
     `gumbel`: Gumbel MuZero's rules (sequential halving at the root, the improved-policy
     rule below it) instead of PUCT.
     """
