@@ -193,6 +193,46 @@ def test_cleanup_answers_a_stone_with_the_search_and_a_pass_with_a_capture(tmp_p
     assert player.genmove_cleanup(intruded_position(), BLACK) in captures  # after a pass
 
 
+def test_cleanup_without_a_capture_never_fills_its_own_area(tmp_path):
+    """A lost side in a dispute played out used to search after the opponent's pass or
+    stone, and a search of a lost board filled its own eyes until its groups died. Without a
+    dead stone to take: after a pass, a pass when the judged board is won, else a neutral
+    point or a pass (no search); after a stone, a search move inside our area gives way to a
+    neutral point or a pass, and a move that touches the opponent stands."""
+    from training.play.players import NetPlayer
+
+    player = NetPlayer(model_file(tmp_path, 0.0), simulations=8)
+    alive = list(OWNERSHIP)
+    alive[from_gtp("B3", N)] = -1.0  # the intruder lives: nothing to capture, black is lost
+    player.ownership = lambda position, color=None: alive
+    assert endgame.cleanup_move(INTRUDED, N, BLACK, set(), lambda p: True) is None
+    assert endgame.judged_score(INTRUDED, N, 0.5, set()) < 0
+    answer = []
+    asked = []
+    player.player.genmove = lambda moves, komi, **kw: asked.append(1) or answer[0]
+    dame = {from_gtp(p, N) for p in ("B2", "B4")}  # between B3 and the C wall
+
+    answer[:] = [from_gtp("A1", N)]
+    assert player.genmove_cleanup(intruded_position(), BLACK) in dame
+    assert not asked  # after a pass the search is not asked
+
+    outside = Position(N, komi=0.5, max_moves=10_000)
+    for move in intruded_position().moves[:-1]:
+        outside.play(move)
+    outside.play(from_gtp("E1", N))  # white's stone in its own area
+    assert endgame.fills_own_area(outside.board, N, answer[0], BLACK, alive)
+    assert player.genmove_cleanup(outside, BLACK) in dame
+    answer[:] = [from_gtp("E2", N)]  # touches white: an answer to the stone
+    assert player.genmove_cleanup(outside, BLACK) == from_gtp("E2", N)
+
+    asked.clear()
+    ahead = intruded_position()
+    ahead.komi = -10.5  # the same board, won for black: a pass ends the dispute
+    assert endgame.judged_score(INTRUDED, N, ahead.komi, set()) > 0
+    assert player.genmove_cleanup(ahead, BLACK) == ahead.pass_move
+    assert not asked
+
+
 def test_net_player_ownership_is_blacks_view_whoever_is_to_move(tmp_path):
     from training.play.players import NetPlayer
 

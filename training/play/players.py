@@ -367,9 +367,14 @@ class NetPlayer:
     def genmove_cleanup(self, position: Any, color: int, *, seconds: float | None = None,
                         limit: float | None = None) -> int | None:
         """`kgs-genmove_cleanup`: capture the dead opponent stones, so that the Tromp-Taylor
-        count of the final board is the judged one. After the opponent's pass the capture
-        comes first; after a stone (the opponent cleans up too, or attacks) the search answers
-        it, and a capture stands in only for a pass or a move inside our own area."""
+        count of the final board is the judged one, and answer attacks; nothing else.
+
+        After the opponent's pass: a capture, else a neutral point, else a pass (no search:
+        a search of a lost board finds every move equally lost and filled its own eyes until
+        its groups died). After a stone (the opponent cleans up too, or attacks) the search
+        answers it (a stone inside our area is dead by our map: its capture answers it); a
+        capture stands in for a pass or a move inside our own area, and without a capture
+        such a move gives way to a neutral point or a pass."""
         self._moves(position, color)  # the size check
         self.player.forget()
         clock = dict(seconds=seconds, limit=limit)
@@ -377,16 +382,26 @@ class NetPlayer:
         if own is None:
             return self.genmove(position, color, **clock)
         board, n = position.board, position.size
-        dead = {p for p in endgame.dead_stones(board, n, own) if board[p] == -color}
-        capture = endgame.cleanup_move(board, n, color, dead,
-                                       lambda p: position.is_legal(p, color))
+        legal = lambda p: position.is_legal(p, color)  # noqa: E731
+        dead_all = endgame.dead_stones(board, n, own)
+        dead = {p for p in dead_all if board[p] == -color}
+        capture = endgame.cleanup_move(board, n, color, dead, legal)
         if _after_pass(position, color):
-            return capture if capture is not None else self.genmove(position, color, **clock)
-        move = self.genmove(position, color, **clock)
-        if capture is not None and (move == position.pass_move or endgame.fills_own_area(
-                board, n, move, color, own)):
-            return capture
-        return move
+            if capture is not None:
+                return capture
+            if endgame.judged_score(board, n, position.komi, dead_all) * color > 0:
+                return position.pass_move
+        else:
+            move = self.genmove(position, color, **clock)
+            if move != position.pass_move and not endgame.fills_own_area(
+                    board, n, move, color, own):
+                return move
+            if capture is not None:
+                return capture
+            if move == position.pass_move:
+                return move
+        dame = endgame.dame_move(board, n, color, dead_all, legal)
+        return position.pass_move if dame is None else dame
 
     def _moves(self, position: Any, color: int) -> list[int]:
         """The moves the search replays: the game's as alternating turns, a pass wherever a
