@@ -197,8 +197,9 @@ def test_cleanup_without_a_capture_never_fills_its_own_area(tmp_path):
     """A lost side in a dispute played out used to search after the opponent's pass or
     stone, and a search of a lost board filled its own eyes until its groups died. Without a
     dead stone to take: after a pass, a pass when the judged board is won, else a neutral
-    point or a pass (no search); after a stone, a search move inside our area gives way to a
-    neutral point or a pass, and a move that touches the opponent stands."""
+    point or a pass (no search); after a stone, a search move that touches no opponent stone
+    gives way to a neutral point or a pass, whatever the map says of its point, and a move
+    that touches the opponent stands."""
     from training.play.players import NetPlayer
 
     player = NetPlayer(model_file(tmp_path, 0.0), simulations=8)
@@ -225,6 +226,13 @@ def test_cleanup_without_a_capture_never_fills_its_own_area(tmp_path):
     answer[:] = [from_gtp("E2", N)]  # touches white: an answer to the stone
     assert player.genmove_cleanup(outside, BLACK) == from_gtp("E2", N)
 
+    gone = [-1.0] * (N * N)  # a lost board: the map gives black's own area away too
+    player.ownership = lambda position, color=None: gone
+    answer[:] = [from_gtp("A1", N)]
+    assert not endgame.fills_own_area(outside.board, N, answer[0], BLACK, gone)
+    assert player.genmove_cleanup(outside, BLACK) == outside.pass_move
+
+    player.ownership = lambda position, color=None: alive
     asked.clear()
     ahead = intruded_position()
     ahead.komi = -10.5  # the same board, won for black: a pass ends the dispute

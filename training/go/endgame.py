@@ -16,6 +16,8 @@ the point at the end, -1 white):
 - `fills_own_area(board, n, p, color, ownership)`: a move that touches no opponent stone on
   a point the map gives to `color`: after the opponent's pass it gains nothing and can only
   shrink our eyes.
+- `touches_opponent(board, n, p, color)`: a move next to an opponent stone (in a dispute
+  played out, the only kind that captures, attacks or defends).
 - `dame_move(board, n, color, dead, is_legal)`: a neutral point between living stones of both
   colours, worth a point under area scoring, for when a pass in reply would lose.
 - `cleanup_move(board, n, color, dead, is_legal)`: a liberty of the dead opponent group with
@@ -62,14 +64,17 @@ def judged_score(board: Sequence[int], n: int, komi: float, dead: set[int]) -> f
     return area_score(cleared, n) - komi
 
 
+def touches_opponent(board: Sequence[int], n: int, p: int, color: int) -> bool:
+    """`p` (a point, not a pass) is next to a stone of `color`'s opponent."""
+    return 0 <= p < n * n and any(board[q] == -color for q in neighbors(n)[p])
+
+
 def fills_own_area(board: Sequence[int], n: int, p: int, color: int,
                    ownership: Sequence[float]) -> bool:
     """`p` touches no stone of the opponent and the map gives it to `color`."""
     if not 0 <= p < n * n or board[p] != EMPTY:
         return False
-    if any(board[q] == -color for q in neighbors(n)[p]):
-        return False
-    return ownership[p] * color > 0
+    return not touches_opponent(board, n, p, color) and ownership[p] * color > 0
 
 
 def cleanup_move(board: Sequence[int], n: int, color: int, dead: set[int],

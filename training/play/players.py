@@ -369,12 +369,13 @@ class NetPlayer:
         """`kgs-genmove_cleanup`: capture the dead opponent stones, so that the Tromp-Taylor
         count of the final board is the judged one, and answer attacks; nothing else.
 
-        After the opponent's pass: a capture, else a neutral point, else a pass (no search:
-        a search of a lost board finds every move equally lost and filled its own eyes until
-        its groups died). After a stone (the opponent cleans up too, or attacks) the search
-        answers it (a stone inside our area is dead by our map: its capture answers it); a
-        capture stands in for a pass or a move inside our own area, and without a capture
-        such a move gives way to a neutral point or a pass."""
+        After the opponent's pass: a capture, else a pass when the judged board is won, else
+        a neutral point or a pass (no search: a search of a lost board finds every move
+        equally lost, and filled its own eyes until its groups died). After a stone (the
+        opponent cleans up too, or attacks) the search's move when it touches an opponent
+        stone; else (a pass, or a move that can only fill space: on a lost board the map
+        gives our own area away, so it cannot tell) a capture, else the search's pass, else a
+        neutral point or a pass."""
         self._moves(position, color)  # the size check
         self.player.forget()
         clock = dict(seconds=seconds, limit=limit)
@@ -393,8 +394,7 @@ class NetPlayer:
                 return position.pass_move
         else:
             move = self.genmove(position, color, **clock)
-            if move != position.pass_move and not endgame.fills_own_area(
-                    board, n, move, color, own):
+            if move != position.pass_move and endgame.touches_opponent(board, n, move, color):
                 return move
             if capture is not None:
                 return capture
