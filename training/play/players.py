@@ -383,7 +383,10 @@ class NetPlayer:
         if own is None:
             return self.genmove(position, color, **clock)
         board, n = position.board, position.size
-        legal = lambda p: position.is_legal(p, color)  # noqa: E731
+
+        def legal(p: int) -> bool:
+            return position.is_legal(p, color)
+
         dead_all = endgame.dead_stones(board, n, own)
         dead = {p for p in dead_all if board[p] == -color}
         capture = endgame.cleanup_move(board, n, color, dead, legal)
