@@ -4,7 +4,7 @@ Vocabulary: a worker's *root* is its remote folder (`distributed.remote_dir`, or
 own `remote_dir`), made absolute against the remote home once connected. Under it:
 
     venv/                       the deployed project (python -m venv --system-site-packages)
-    deploy/<dist>-<ver>.tar.gz  the shipped source archive
+    deploy/<dist>-<ver>-py3-none-any.whl  the shipped wheel
     config.yaml                 the config the coach pushes for the workers
     logs/worker_<name>.log      the daemon's stdout/stderr
     run/worker_<name>.pid       the daemon's pid (its own session and process group)
@@ -20,19 +20,21 @@ Every value that enters a shell command goes through `shlex.quote` (`q`). The ru
 the coach's side is `training.run.run_dir.RunDir`'s; this is the worker host's twin.
 
 It must not: run anything on a host (the connector sends the text built here; the one local
-command is `git ls-files` for the deploy archive), or know about Go or torch (the preflight
+command is `git ls-files` for the deploy wheel), or know about Go or torch (the preflight
 snippet imports torch only on the remote side, inside a try).
 """
 
 from __future__ import annotations
 
+import base64
 import configparser
-import gzip
+import fnmatch
+import hashlib
 import posixpath
+import re
 import shlex
 import subprocess
-import io
-import tarfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -244,64 +246,120 @@ def format_start_argv(template: Sequence[str], **values: object) -> list[str]:
 
 @dataclass(frozen=True)
 class ProjectInfo:
-    """The local project to ship: its distribution name, version and source folder."""
+    """The local project to ship: its distribution name, version and source folder, what it
+    requires (`Requires-Dist` lines) and which top-level folders hold its packages (glob
+    patterns on the first path component; `*` ships every tracked folder)."""
 
     dist: str
     version: str
     root: Path
+    requires: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ("*",)
+    python_requires: str = ""
+
+
+def _cfg_list(text: str) -> tuple[str, ...]:
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
 def local_project(root: Path | None = None) -> ProjectInfo:
-    """Read name and version from the project's setup.cfg (the repository this file is in)."""
+    """Read the project's setup.cfg (the repository this file is in, unless `root` is given):
+    name, version, python_requires, install_requires, and the packages' top-level folders
+    (`[options.packages.find] include`, or an explicit `[options] packages` list)."""
     root = root or Path(__file__).resolve().parent.parent
+    setup_cfg = root / "setup.cfg"
     cp = configparser.ConfigParser()
-    cp.read(root / "setup.cfg")
-    return ProjectInfo(cp["metadata"]["name"], cp["metadata"]["version"], root)
+    if not cp.read(setup_cfg) or "metadata" not in cp:
+        raise FileNotFoundError(f"{setup_cfg}: no [metadata] section; deploy needs the "
+                                "project's name and version there")
+    opts = cp["options"] if "options" in cp else {}
+    packages = _cfg_list(opts.get("packages", ""))
+    if packages in ((), ("find:",)):
+        find = cp["options.packages.find"] if "options.packages.find" in cp else {}
+        packages = _cfg_list(find.get("include", "")) or ("*",)
+    return ProjectInfo(cp["metadata"]["name"], cp["metadata"]["version"], root,
+                       requires=_cfg_list(opts.get("install_requires", "")),
+                       packages=packages,
+                       python_requires=opts.get("python_requires", "").strip())
 
 
-def build_source_archive(project: ProjectInfo, out_dir: Path) -> Path:
-    """Tar.gz of the project's files git tracks, nothing else: an untracked `.env`, key, run
-    folder or scratch file beside the code never leaves the main node (add a new module with
-    `git add` before deploying it). Regular files only: a tracked symlink is not followed.
+def wheel_name(project: ProjectInfo) -> str:
+    """`<dist>-<version>-py3-none-any.whl`, the name pip expects of a pure-Python wheel."""
+    return f"{_wheel_dist(project)}-{project.version}-py3-none-any.whl"
+
+
+def _wheel_dist(project: ProjectInfo) -> str:
+    return re.sub(r"[-_.]+", "_", project.dist).lower()
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def build_wheel(project: ProjectInfo, out_dir: Path) -> Path:
+    """A pure-Python wheel of the project's files git tracks, nothing else: an untracked
+    `.env`, key, run folder or scratch file beside the code never leaves the main node (add a
+    new module with `git add` before deploying it). Regular files only: a tracked symlink is
+    not followed. Only files under the package folders (`project.packages`) ship.
 
     A config file under `configs/` ships redacted (`redacted_config_text`): the main node's
     worker list, hosts, users, key paths and weights stay on the main node.
 
-    Its top folder is `<dist>-<version>/`, so `pip install` accepts it like an sdist. The bytes
-    depend only on the files' contents and modes (times, owners and the gzip header are fixed),
-    so its sha256 identifies the code that a worker runs.
+    A wheel, not a source archive: pip installs it by unpacking, so a worker host needs no
+    build backend (an old setuptools without `bdist_wheel` cannot build one offline). The
+    bytes depend only on the files' contents and modes (times are fixed), so its sha256
+    identifies the code that a worker runs.
     """
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached"],
         cwd=project.root, capture_output=True, check=True,
     ).stdout.decode().split("\0")
     out_dir.mkdir(parents=True, exist_ok=True)
-    archive = out_dir / f"{project.dist}-{project.version}.tar.gz"
-    tmp = archive.with_name(archive.name + ".tmp")
-    prefix = f"{project.dist}-{project.version}"
+    wheel = out_dir / wheel_name(project)
+    tmp = wheel.with_name(wheel.name + ".tmp")
+    info_dir = f"{_wheel_dist(project)}-{project.version}.dist-info"
+    record: list[str] = []
 
-    def normalize(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-        return info
+    def add(zf: zipfile.ZipFile, arcname: str, data: bytes, mode: int = 0o644) -> None:
+        zi = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+        zi.external_attr = ((mode & 0o777) | 0o100000) << 16
+        zi.compress_type = zipfile.ZIP_DEFLATED
+        zf.writestr(zi, data)
+        record.append(f"{arcname},{_record_hash(data)},{len(data)}")
 
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
-                                                compresslevel=6, filename="") as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for rel in sorted(f for f in files if f):
-                path = project.root / rel
-                if not path.is_file() or path.is_symlink():
-                    continue
-                if rel.startswith("configs/") and rel.endswith((".yaml", ".yml")):
-                    data = redacted_config_text(path.read_text(encoding="utf-8",
-                                                               errors="replace")).encode()
-                    info = normalize(tar.gettarinfo(path, arcname=f"{prefix}/{rel}"))
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-                else:
-                    tar.add(path, arcname=f"{prefix}/{rel}", recursive=False,
-                            filter=normalize)
-    tmp.replace(archive)
-    return archive
+    def ships(rel: str) -> bool:
+        top, sep, _ = rel.partition("/")
+        return bool(sep) and any(fnmatch.fnmatchcase(top, pat) for pat in project.packages)
+
+    metadata = [
+        "Metadata-Version: 2.1",
+        f"Name: {project.dist}",
+        f"Version: {project.version}",
+        *([f"Requires-Python: {project.python_requires}"] if project.python_requires else []),
+        *(f"Requires-Dist: {req}" for req in project.requires),
+    ]
+    wheel_meta = ["Wheel-Version: 1.0", "Generator: azgo deploy", "Root-Is-Purelib: true",
+                  "Tag: py3-none-any"]
+    with zipfile.ZipFile(tmp, "w") as zf:
+        for rel in sorted(f for f in files if f and ships(f)):
+            path = project.root / rel
+            if not path.is_file() or path.is_symlink():
+                continue
+            if rel.startswith("configs/") and rel.endswith((".yaml", ".yml")):
+                data = redacted_config_text(path.read_text(encoding="utf-8",
+                                                           errors="replace")).encode()
+            else:
+                data = path.read_bytes()
+            add(zf, rel, data, path.stat().st_mode)
+        add(zf, f"{info_dir}/METADATA", ("\n".join(metadata) + "\n").encode())
+        add(zf, f"{info_dir}/WHEEL", ("\n".join(wheel_meta) + "\n").encode())
+        record.append(f"{info_dir}/RECORD,,")
+        zi = zipfile.ZipInfo(f"{info_dir}/RECORD", date_time=(1980, 1, 1, 0, 0, 0))
+        zi.external_attr = 0o100644 << 16
+        zf.writestr(zi, "\n".join(record) + "\n", compress_type=zipfile.ZIP_DEFLATED)
+    tmp.replace(wheel)
+    return wheel
 
 
 _PRIVATE_KEYS = {"workers": [], "training_nodes": [], "worker_weights": {},
@@ -348,8 +406,7 @@ def make_venv_command(paths: WorkerPaths, python: str) -> str:
     """Create the venv unless it exists; make the folders.
 
     `--system-site-packages` reuses the host's torch etc.; `--without-pip` so that the host's
-    own pip and setuptools are used (a venv's bundled setuptools may be too old to build a
-    wheel offline); ensurepip only when the host has no pip.
+    own pip is used; ensurepip only when the host has no pip.
     """
     vpy = q(paths.venv_python)
     return (
@@ -362,8 +419,8 @@ def make_venv_command(paths: WorkerPaths, python: str) -> str:
 
 
 def pip_install_command(paths: WorkerPaths, archive: str, *, with_deps: bool) -> str:
-    """pip install the shipped archive into the venv (no network when `with_deps` is false)."""
-    flags = "--no-deps --no-build-isolation --no-index" if not with_deps else ""
+    """pip install the shipped wheel into the venv (no network when `with_deps` is false)."""
+    flags = "--no-deps --no-index" if not with_deps else ""
     return (
         f"{q(paths.venv_python)} -m pip install --quiet --disable-pip-version-check "
         f"--force-reinstall {flags} {q(archive)}"

@@ -229,7 +229,7 @@ class SSHConnector:
             self._drop(name)
         if self._archive_dir is not None:
             self._archive_dir.cleanup()
-            self._archive_dir = None
+            self._archive_dir, self._archive = None, None
 
     def __enter__(self) -> SSHConnector:
         return self
@@ -628,23 +628,22 @@ class SSHConnector:
             cuda=info["cuda"], gpus=tuple(info["gpus"]), free_disk_gb=info["free_disk_gb"],
             hostname=info.get("hostname", ""), problems=tuple(problems))
 
-    def _source_archive(self) -> Path:
+    def _wheel(self) -> Path:
         if self._archive is None:
             self._archive_dir = tempfile.TemporaryDirectory(prefix="azgo-deploy-")
-            self._archive = remote.build_source_archive(self._project(),
-                                                        Path(self._archive_dir.name))
+            self._archive = remote.build_wheel(self._project(), Path(self._archive_dir.name))
         return self._archive
 
     def deploy(self, name: str, *, force: bool = False) -> DeployResult:
         """Install the project's exact version into `<root>/venv` unless already there.
 
         "Already there" means the venv's marker holds this version AND the sha256 of this
-        exact source archive (so edited code under an unchanged version is redeployed).
+        exact wheel (so edited code under an unchanged version is redeployed).
         """
         project = self._project()
         t0 = time.perf_counter()
         paths = self.paths(name)
-        archive = self._source_archive()
+        archive = self._wheel()
         want = f"{project.version} {sha256_file(archive)}"
         marker = remote.deployed_marker(paths)
         timeout = max(self.cfg.command_timeout_s, 300.0)  # pip may be slow

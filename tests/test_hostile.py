@@ -1526,28 +1526,28 @@ def _tracked_project(tmp_path: Path, rel: str, text: str) -> Path:
     return root
 
 
-def test_deploy_archive_holds_only_tracked_files(tmp_path):
-    import tarfile
+def test_deploy_wheel_holds_only_tracked_files(tmp_path):
+    import zipfile
 
-    from distributed.remote import ProjectInfo, build_source_archive
+    from distributed.remote import ProjectInfo, build_wheel
 
     root = _tracked_project(tmp_path, "pkg/__init__.py", "X = 1\n")
     (root / ".env").write_text("TOKEN=secret\n")  # untracked, not ignored
     (root / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     (root / "runs" / "main").mkdir(parents=True)
     (root / "runs" / "main" / "ledger.jsonl").write_text("{}\n")
-    archive = build_source_archive(ProjectInfo("proj", "0.1", root), tmp_path / "out")
-    with tarfile.open(archive) as tar:
-        names = tar.getnames()
-    assert names == ["proj-0.1/pkg/__init__.py"], names
+    wheel = build_wheel(ProjectInfo("proj", "0.1", root), tmp_path / "out")
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if not n.startswith("proj-0.1.dist-info/")]
+    assert names == ["pkg/__init__.py"], names
 
 
-def test_deploy_archive_ships_configs_without_hosts_users_or_keys(tmp_path):
-    import tarfile
+def test_deploy_wheel_ships_configs_without_hosts_users_or_keys(tmp_path):
+    import zipfile
 
     import yaml
 
-    from distributed.remote import ProjectInfo, build_source_archive
+    from distributed.remote import ProjectInfo, build_wheel
 
     root = _tracked_project(tmp_path, "configs/config.yaml", "go:\n  board_size: 9\n")
     # the user's edit of the tracked file, as the guide tells them to make it
@@ -1556,9 +1556,9 @@ def test_deploy_archive_ships_configs_without_hosts_users_or_keys(tmp_path):
         "    - host: secret-host.example\n      user: alice\n"
         "      key_path: ~/.ssh/alice_secret_key\n      gpu_id: 0\n"
         "  worker_weights: {worker1: 2.0}\n  master_addr: 10.1.2.3\n")
-    archive = build_source_archive(ProjectInfo("proj", "0.1", root), tmp_path / "out")
-    with tarfile.open(archive) as tar:
-        shipped = tar.extractfile("proj-0.1/configs/config.yaml").read().decode()
+    wheel = build_wheel(ProjectInfo("proj", "0.1", root), tmp_path / "out")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = zf.read("configs/config.yaml").decode()
     for secret in ("secret-host", "alice", "10.1.2.3"):
         assert secret not in shipped, shipped
     data = yaml.safe_load(shipped)

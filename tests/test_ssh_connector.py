@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from configs import WorkerSpec
-from distributed.remote import ProjectInfo
+from distributed.remote import ProjectInfo, local_project
 from distributed.ssh_connector import (
     AuthError,
     ConnectError,
@@ -428,13 +428,12 @@ def _fake_project(root: Path, dist: str, version: str) -> ProjectInfo:
     pkg = root / "azgo_deploytest_pkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(f'VERSION = "{version}"\n')
-    (root / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-        f'[project]\nname = "{dist}"\nversion = "{version}"\ndependencies = ["zstandard"]\n'
-        '[tool.setuptools]\npackages = ["azgo_deploytest_pkg"]\n')
+    (root / "setup.cfg").write_text(
+        f"[metadata]\nname = {dist}\nversion = {version}\n\n"
+        "[options]\npackages = azgo_deploytest_pkg\ninstall_requires =\n    zstandard\n")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
-    return ProjectInfo(dist, version, root)
+    return local_project(root)
 
 
 def test_reconfigure_keeps_unchanged_connections(sshd_server, tmp_path):
