@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import base64
 import configparser
+import csv
 import fnmatch
 import hashlib
+import io
 import posixpath
 import re
 import shlex
@@ -319,14 +321,14 @@ def build_wheel(project: ProjectInfo, out_dir: Path) -> Path:
     wheel = out_dir / wheel_name(project)
     tmp = wheel.with_name(wheel.name + ".tmp")
     info_dir = f"{_wheel_dist(project)}-{project.version}.dist-info"
-    record: list[str] = []
+    record: list[tuple[str, str, str]] = []  # RECORD's rows: path, hash, size
 
     def add(zf: zipfile.ZipFile, arcname: str, data: bytes, mode: int = 0o644) -> None:
         zi = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
         zi.external_attr = ((mode & 0o777) | 0o100000) << 16
         zi.compress_type = zipfile.ZIP_DEFLATED
         zf.writestr(zi, data)
-        record.append(f"{arcname},{_record_hash(data)},{len(data)}")
+        record.append((arcname, _record_hash(data), str(len(data))))
 
     def ships(rel: str) -> bool:
         top, sep, _ = rel.partition("/")
@@ -354,10 +356,12 @@ def build_wheel(project: ProjectInfo, out_dir: Path) -> Path:
             add(zf, rel, data, path.stat().st_mode)
         add(zf, f"{info_dir}/METADATA", ("\n".join(metadata) + "\n").encode())
         add(zf, f"{info_dir}/WHEEL", ("\n".join(wheel_meta) + "\n").encode())
-        record.append(f"{info_dir}/RECORD,,")
+        record.append((f"{info_dir}/RECORD", "", ""))
+        rows = io.StringIO()
+        csv.writer(rows, lineterminator="\n").writerows(record)  # a path may hold a comma
         zi = zipfile.ZipInfo(f"{info_dir}/RECORD", date_time=(1980, 1, 1, 0, 0, 0))
         zi.external_attr = 0o100644 << 16
-        zf.writestr(zi, "\n".join(record) + "\n", compress_type=zipfile.ZIP_DEFLATED)
+        zf.writestr(zi, rows.getvalue(), compress_type=zipfile.ZIP_DEFLATED)
     tmp.replace(wheel)
     return wheel
 
