@@ -323,11 +323,14 @@ def build_wheel(project: ProjectInfo, out_dir: Path) -> Path:
     info_dir = f"{_wheel_dist(project)}-{project.version}.dist-info"
     record: list[tuple[str, str, str]] = []  # RECORD's rows: path, hash, size
 
-    def add(zf: zipfile.ZipFile, arcname: str, data: bytes, mode: int = 0o644) -> None:
-        zi = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+    def write(zf: zipfile.ZipFile, arcname: str, data: bytes, mode: int = 0o644) -> None:
+        zi = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))  # fixed: same bytes
         zi.external_attr = ((mode & 0o777) | 0o100000) << 16
         zi.compress_type = zipfile.ZIP_DEFLATED
         zf.writestr(zi, data)
+
+    def add(zf: zipfile.ZipFile, arcname: str, data: bytes, mode: int = 0o644) -> None:
+        write(zf, arcname, data, mode)
         record.append((arcname, _record_hash(data), str(len(data))))
 
     def ships(rel: str) -> bool:
@@ -359,9 +362,7 @@ def build_wheel(project: ProjectInfo, out_dir: Path) -> Path:
         record.append((f"{info_dir}/RECORD", "", ""))
         rows = io.StringIO()
         csv.writer(rows, lineterminator="\n").writerows(record)  # a path may hold a comma
-        zi = zipfile.ZipInfo(f"{info_dir}/RECORD", date_time=(1980, 1, 1, 0, 0, 0))
-        zi.external_attr = 0o100644 << 16
-        zf.writestr(zi, rows.getvalue(), compress_type=zipfile.ZIP_DEFLATED)
+        write(zf, f"{info_dir}/RECORD", rows.getvalue().encode())
     tmp.replace(wheel)
     return wheel
 
