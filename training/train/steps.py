@@ -201,15 +201,24 @@ class Trainee:
         return self.ema if self.ema is not None else self.net
 
 
+def ema_decay_at(decay: float, step: int) -> float:
+    """The decay of the weight average after global step `step`: training.ema_decay, but at
+    most (1 + step) / (10 + step) early in a run (TensorFlow's num_updates rule), so that the
+    first generations average over about the last ninth of their steps instead of holding on
+    to the random starting weights."""
+    return min(decay, (1.0 + step) / (10.0 + step))
+
+
 @torch.no_grad()
 def update_ema(trainee: Trainee) -> None:
-    """ema := decay x ema + (1 - decay) x weights, parameter by parameter; the buffers (batch
-    norm statistics, already running averages) copied."""
+    """ema := decay x ema + (1 - decay) x weights, parameter by parameter, with the decay of
+    the global step just taken (`ema_decay_at`); the buffers (batch norm statistics, already
+    running averages) copied."""
     ema = trainee.ema
     if ema is None:
         return
-    torch._foreach_lerp_(list(ema.parameters()), list(trainee.net.parameters()),
-                         1.0 - trainee.ema_decay)
+    decay = ema_decay_at(trainee.ema_decay, trainee.schedule.step)
+    torch._foreach_lerp_(list(ema.parameters()), list(trainee.net.parameters()), 1.0 - decay)
     for mine, theirs in zip(ema.buffers(), trainee.net.buffers()):
         mine.copy_(theirs)
 
