@@ -218,6 +218,57 @@ def test_a_dispute_about_dead_stones_is_played_out_before_the_judge_counts(gnugo
     assert game.playout_from is None and game.judgement_at_passes is None
 
 
+# A passing player that calls F1 F2 F3 dead and never answers the command argv[1]: an outside
+# engine whose count is a search longer than its timeout (KataGo's: 100 visits).
+STALLING_ENGINE = """
+import sys, time
+for line in sys.stdin:
+    words = line.split()
+    if words and words[0].isdigit():
+        words = words[1:]
+    if not words:
+        continue
+    if words[0] == sys.argv[1]:
+        time.sleep(3600)
+    if words[0] in ("genmove", "kgs-genmove_cleanup"):
+        print("= pass\\n", flush=True)
+    elif words[0] == "final_status_list":
+        print("= F1 F2 F3\\n", flush=True)
+    elif words[0] == "quit":
+        print("=\\n", flush=True)
+        break
+    else:
+        print("=\\n", flush=True)
+"""
+
+
+@pytest.mark.parametrize("stalls_on", ["final_status_list", "final_score"])
+def test_an_outside_engine_slow_to_count_is_judged_without_its_count(gnugo_path, stalls_on):
+    """The untrusted player is never asked its own final_score; one that does not name its
+    dead stones within its timeout leaves the game unplayed-out, judged as the passes left
+    it, with the reason kept; either way the game (and the series) goes on."""
+    opening = settled_game(True)[:-2]
+    passer = [sys.executable, "-c", PASSING_ENGINE, "0", ""]
+    staller = [sys.executable, "-c", STALLING_ENGINE, stalls_on]
+    with GtpClient(passer, name="passer") as b, \
+            GtpClient(staller, timeout_s=1.0, name="staller") as w, \
+            gnugo(gnugo_path, level=10) as judge:
+        game = play_game(b, w, 9, 7.5, opening=opening, judge=judge, playout=True,
+                         untrusted=w)
+    assert game.end == "two passes" and game.judgement == "B+19.5"
+    assert list(game.engine_scores) == ["black passer"]
+    outcome = series.Outcome(series.GameSpec(0, tuple(opening), True, 3), game)
+    if stalls_on == "final_status_list":
+        assert game.playout_from is None and not game.disputed_dead
+        assert game.playout_skipped.startswith("staller (white) did not name its dead stones")
+        assert "no answer to 'final_status_list dead' within 1 s" in game.playout_skipped
+        assert "not played out: staller" in outcome.describe()
+        assert outcome.to_json()["playout_skipped"] == game.playout_skipped
+    else:  # it named them (a dispute, played out), then was not asked to count
+        assert game.playout_from is not None and game.playout_skipped is None
+        assert game.disputed_dead == {"black": [], "white": ["F1", "F2", "F3"]}
+
+
 def test_schedule_pairs_openings_alternates_colours_and_gives_distinct_seeds():
     specs = series.schedule(10, 9, seed=4)
     assert [s.we_are_black for s in specs] == [True, False] * 5

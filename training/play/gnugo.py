@@ -240,6 +240,8 @@ class Outcome:
 
     def _playout_note(self) -> str:
         g = self.game
+        if g.playout_skipped:
+            return f"; not played out: {g.playout_skipped}"
         if g.playout_from is None:
             return ""
         return (f"; dead stones disputed at the first passes, played out from move "
@@ -263,7 +265,7 @@ class Outcome:
                 "playout_from": g.playout_from, "judge_at_passes": g.judgement_at_passes,
                 "disputed_dead": g.disputed_dead or None,
                 "think_max_s": {k: round(v, 3) for k, v in g.think_max_s.items()},
-                "forfeit": g.forfeit,
+                "forfeit": g.forfeit, "playout_skipped": g.playout_skipped,
                 "points": self.points, "record": " ".join(g.moves)}
 
     def describe(self) -> str:
@@ -272,6 +274,7 @@ class Outcome:
         judged = f"judge {g.judgement}, area {g.result}" if g.judgement else g.result
         flag = "  (judge and area disagree)" if g.disagrees else ""
         flag += f"  ({g.forfeit})" if g.forfeit else ""
+        flag += f"  (not played out: {g.playout_skipped})" if g.playout_skipped else ""
         if g.playout_from is not None:
             flag += (f"  (dead stones disputed: played out from move {g.playout_from + 1}; "
                      f"judge at the first passes {g.judgement_at_passes})")

@@ -12,9 +12,13 @@ counts every stone left on the board as alive. With a `judge` (a third engine, G
 `training.play.gnugo`), `judge_game` replays all moves into it and asks its `final_score`, which
 removes dead stones; the winner is then the judge's (`judgement`, with the stones it calls
 dead in `judged_dead`), and `disagrees` says whether the two counts name different winners.
-Each engine's own `final_score` is recorded beside them, for information. Where the two
-players name different dead stones at the two passes, `playout` plays the dispute out first
-(both sides on `kgs-genmove_cleanup`) and the judge counts the board that comes of it.
+Each engine's own `final_score` is recorded beside them, for information, except an untrusted
+engine's (KataGo runs a search of 100 visits for it: a minute of CPU on a small machine, taken
+from the game played beside it). Where the two players name different dead stones at the two
+passes, `playout` plays the dispute out first (both sides on `kgs-genmove_cleanup`) and the
+judge counts the board that comes of it; an untrusted engine that does not name its dead
+stones in time (or refuses to) leaves the game as the passes left it, with the reason in
+`playout_skipped`.
 
 An engine named `untrusted` (an outside engine: `training.play.opponent`) that sends an illegal
 move, a reply that is no move, refuses a legal move or a `genmove` loses the game by forfeit
@@ -33,7 +37,7 @@ from typing import Sequence
 
 from training.go.coords import BLACK, WHITE, from_gtp, to_gtp
 from training.go.rules import Position
-from training.play.gtp_client import GtpClient, GtpError
+from training.play.gtp_client import GtpClient, GtpEngineError, GtpError
 
 
 class RefereeError(RuntimeError):
@@ -114,6 +118,7 @@ class GameResult:
     judgement_at_passes: str | None = None
     playout_from: int | None = None
     forfeit: str | None = None  # why the untrusted engine lost by forfeit (end "forfeit")
+    playout_skipped: str | None = None  # why the dead stones at the passes were not compared
 
     @property
     def disagrees(self) -> bool:
@@ -209,9 +214,8 @@ def play_game(
         return game
     if (playout and judge is not None and position.passes >= 2
             and len(position.moves) < max_moves):
-        dead = {names[c]: sorted(e.send("final_status_list dead").split())
-                for c, e in engines.items()}
-        if dead["black"] != dead["white"]:  # they disagree: play it out, as KGS does
+        dead = _dead_lists(engines, untrusted, game)
+        if dead is not None and dead["black"] != dead["white"]:  # play it out, as KGS does
             game.disputed_dead = dead
             game.judgement_at_passes = judge_game(judge, size, komi, game.moves)
             game.playout_from = len(game.moves)
@@ -223,6 +227,24 @@ def play_game(
 
 
 _NAMES = {BLACK: "black", WHITE: "white"}
+
+
+def _dead_lists(engines: dict[int, GtpClient], untrusted: GtpClient | None,
+                game: GameResult) -> dict[str, list[str]] | None:
+    """Each player's `final_status_list dead` at the passes, by colour name; None when the
+    untrusted engine refuses or does not answer within its timeout (`game.playout_skipped`
+    says which): no play-out then, the judge counts the board as it stands."""
+    dead: dict[str, list[str]] = {}
+    for c, engine in engines.items():
+        try:
+            dead[_NAMES[c]] = sorted(engine.send("final_status_list dead").split())
+        except (GtpError, GtpEngineError) as e:
+            if engine is not untrusted:
+                raise
+            game.playout_skipped = (f"{engine.name} ({_NAMES[c]}) did not name its dead "
+                                    f"stones: {str(e)[:160]}")
+            return None
+    return dead
 
 
 def _set_up(engines: dict[int, GtpClient], size: int, komi: float,
@@ -345,12 +367,8 @@ def _count(game: GameResult, position: Position, engines: dict[int, GtpClient],
     game.result = position.result()
     game.winner = BLACK if game.score > 0 else WHITE if game.score < 0 else 0
     for c, engine in engines.items():
-        try:
+        if engine is not untrusted:  # an outside engine's count is not asked (module)
             game.engine_scores[f"{names[c]} {engine.name}"] = engine.send("final_score")
-        except GtpError as e:  # an outside engine need not count: its count is information
-            if engine is not untrusted:
-                raise
-            game.engine_scores[f"{names[c]} {engine.name}"] = f"? {e.message[:80]}"
     if judge is not None:
         game.judgement = judge_game(judge, size, komi, game.moves)
         game.judged_dead = judge.send("final_status_list dead").split()
