@@ -342,13 +342,14 @@ class TrainingConfig:
     lr_schedule applies."""
     momentum: float = 0.9
     weight_decay: float = 1e-4
-    ema_decay: float = 0.99
+    ema_decay: float = 0.995
     """Publish an exponential moving average of the weights instead of the weights
     themselves: after every optimizer step ema := decay x ema + (1 - decay) x weights (the
-    batch norm statistics copied), kept in the checkpoint across rounds. 0.99 averages over
-    about the last 100 steps (KataGo publishes such an average of its trainer's weights).
-    0 = off: the weights as trained. 0.99 is the default, measured against 0 at equal time
-    (docs/PERFORMANCE.md)."""
+    batch norm statistics copied), kept in the checkpoint across rounds; early in a run the decay
+    is at most (1 + step) / (10 + step). 0.995 averages over about the last 200 steps, a
+    generation of the default (KataGo publishes such an average of its trainer's weights).
+    0 = off: the weights as trained. The default: 0.99 measured against 0 at equal time, then
+    0.995 against 0.99 in one-hour runs (docs/PERFORMANCE.md)."""
     mode: str = "rounds"
     """rounds: the coach starts a trainer process per generation (reads the window, trains
     steps_per_generation steps, writes the generation, exits). continuous: one long-lived
@@ -428,7 +429,7 @@ class TrainingConfig:
         _range(self, "momentum", 0.0, 1.0)
         _range(self, "weight_decay", 0.0, 1.0)
         _check(0.0 <= self.ema_decay < 1.0, "ema_decay",
-               f"must be in [0, 1) (0.99: about the last 100 steps; 0 = off), got "
+               f"must be in [0, 1) (0.995: about the last 200 steps; 0 = off), got "
                f"{self.ema_decay!r}")
         _choice(self, "mode", ("rounds", "continuous"))
         _range(self, "samples_per_new_sample", 0.01, 10_000.0)
