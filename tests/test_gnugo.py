@@ -160,7 +160,9 @@ def test_judge_agrees_with_a_hand_built_settled_position(gnugo_path):
             parse_score(bad)
 
 
-# A GTP player that thinks argv[1] seconds a move, then passes, and calls the stones argv[2] dead.
+# A GTP player that thinks argv[1] seconds a move, then passes, and calls the stones argv[2] dead;
+# it never answers the command argv[3], if given (an outside engine whose count is a search
+# longer than its timeout: KataGo's, 100 visits).
 PASSING_ENGINE = """
 import sys, time
 for line in sys.stdin:
@@ -169,6 +171,8 @@ for line in sys.stdin:
         words = words[1:]  # the command's id
     if not words:
         continue
+    if words[0] == (sys.argv[3:] or [None])[0]:
+        time.sleep(3600)
     if words[0] in ("genmove", "kgs-genmove_cleanup"):
         time.sleep(float(sys.argv[1]))
         print("= pass\\n", flush=True)
@@ -218,30 +222,6 @@ def test_a_dispute_about_dead_stones_is_played_out_before_the_judge_counts(gnugo
     assert game.playout_from is None and game.judgement_at_passes is None
 
 
-# A passing player that calls F1 F2 F3 dead and never answers the command argv[1]: an outside
-# engine whose count is a search longer than its timeout (KataGo's: 100 visits).
-STALLING_ENGINE = """
-import sys, time
-for line in sys.stdin:
-    words = line.split()
-    if words and words[0].isdigit():
-        words = words[1:]
-    if not words:
-        continue
-    if words[0] == sys.argv[1]:
-        time.sleep(3600)
-    if words[0] in ("genmove", "kgs-genmove_cleanup"):
-        print("= pass\\n", flush=True)
-    elif words[0] == "final_status_list":
-        print("= F1 F2 F3\\n", flush=True)
-    elif words[0] == "quit":
-        print("=\\n", flush=True)
-        break
-    else:
-        print("=\\n", flush=True)
-"""
-
-
 @pytest.mark.parametrize("stalls_on", ["final_status_list", "final_score"])
 def test_an_outside_engine_slow_to_count_is_judged_without_its_count(gnugo_path, stalls_on):
     """The untrusted player is never asked its own final_score; one that does not name its
@@ -249,7 +229,7 @@ def test_an_outside_engine_slow_to_count_is_judged_without_its_count(gnugo_path,
     it, with the reason kept; either way the game (and the series) goes on."""
     opening = settled_game(True)[:-2]
     passer = [sys.executable, "-c", PASSING_ENGINE, "0", ""]
-    staller = [sys.executable, "-c", STALLING_ENGINE, stalls_on]
+    staller = [sys.executable, "-c", PASSING_ENGINE, "0", "F1 F2 F3", stalls_on]
     with GtpClient(passer, name="passer") as b, \
             GtpClient(staller, timeout_s=1.0, name="staller") as w, \
             gnugo(gnugo_path, level=10) as judge:
