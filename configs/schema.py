@@ -169,6 +169,19 @@ class MctsConfig:
     leaves evaluated together in one net call, each walked with the ones before it counted
     as visits and virtual losses. 1: one leaf per call. Self-play batches across its games
     instead and ignores this."""
+    score_utility_static: float = 0.0
+    """KataGo's score utility, static part: each evaluation also counts
+    this x 2/pi x atan(margin / 2N) (margin from the net's score head, or the rules' at a
+    finished game), so a decided game is still played for points. 0 = off."""
+    score_utility_dynamic: float = 0.0
+    """Dynamic part: this x 2/pi x atan((margin - centre) / (score_utility_scale x N)), the
+    centre the root's expected margin: moves that gain or lose points near the expected
+    result count even when the game is won or lost. 0 = off."""
+    score_utility_zero_weight: float = 0.2
+    """Dynamic part: the centre is the root's margin pulled this share toward 0 (KataGo's
+    dynamicScoreCenterZeroWeight)."""
+    score_utility_scale: float = 0.75
+    """Dynamic part: its width in points per board side (KataGo's dynamicScoreCenterScale)."""
 
     def __post_init__(self) -> None:
         _range(self, "simulations", 1, 100_000)
@@ -189,6 +202,10 @@ class MctsConfig:
         )
         _range(self, "fast_simulations", 1, 100_000)
         _range(self, "leaf_batch", 1, 256)
+        _range(self, "score_utility_static", 0.0, 1.0)
+        _range(self, "score_utility_dynamic", 0.0, 1.0)
+        _range(self, "score_utility_zero_weight", 0.0, 1.0)
+        _range(self, "score_utility_scale", 0.2, 5.0)
         if self.full_search_fraction < 1.0:
             _check(
                 self.fast_simulations <= self.simulations,
@@ -196,6 +213,11 @@ class MctsConfig:
                 f"must be <= mcts.simulations ({self.simulations}) when "
                 f"full_search_fraction < 1, got {self.fast_simulations}",
             )
+
+    @property
+    def wants_score(self) -> bool:
+        """Whether the search reads the net's score head (the score utility is on)."""
+        return self.score_utility_static > 0.0 or self.score_utility_dynamic > 0.0
 
 
 @dataclass(frozen=True)
@@ -486,8 +508,8 @@ class EngineConfig:
     max_visits: int = 20_000
     """Most simulations of one search of the GTP engine (python -m training.gtp) when a game
     clock or --seconds-per-move sets its time, and of one live analysis (lz-analyze,
-    kata-analyze); it sizes the search tree, the engine's memory bound: about 38 MiB on 9x9 and
-    166 MiB on 19x19 at 20,000. The engine's --max-simulations overrides it."""
+    kata-analyze); it sizes the search tree, the engine's memory bound: about 50 MiB on 9x9 and
+    221 MiB on 19x19 at 20,000. The engine's --max-simulations overrides it."""
     analysis_max_seconds: float = 0.0
     """A live analysis stops searching after this many seconds (0: it searches until the next
     command or max_visits)."""

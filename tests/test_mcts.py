@@ -177,7 +177,8 @@ def _searched_then_child():
 def test_a_kept_subtree_is_renumbered_breadth_first_with_every_field():
     mcts, move, order = _searched_then_child()
     t = mcts.tree
-    fields = ("visits", "value_sum", "prior", "move", "n_children", "raw_value")
+    fields = ("visits", "value_sum", "prior", "move", "n_children", "raw_value",
+              "score_sum", "raw_score")
     want = {f: getattr(t, f)[0, order].copy() for f in fields}
     want["move"][0], want["prior"][0] = -1, 1.0  # a root has no move and all the prior
     expanded = [bool(t.first_child[0, n] >= 0) for n in order]

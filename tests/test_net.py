@@ -389,3 +389,60 @@ except ModelError as e:
     assert run.returncode == 0 and run.stdout.startswith("refused"), run.stderr[-2000:]
     assert "the weights do not fit the net config" in run.stdout
     assert "1024" in run.stdout.split("the config makes")[-1]
+
+
+# ------------------------------------------------------------------ scores for the search
+
+
+@pytest.mark.parametrize("form", [False, "trace", "onnx", "openvino"])
+def test_an_evaluator_asked_for_scores_returns_the_score_head_in_every_form(tiny_net, form):
+    """The search's score utility reads the score head through the evaluator: the same
+    priors and values as without it, and the head's output as the third."""
+    if form == "openvino":
+        pytest.importorskip("openvino")
+    plain = make_evaluator(tiny_net, jit=False)
+    scored = make_evaluator(tiny_net, jit=form, score=True)
+    assert scored.mode == (form or "eager") and scored.score
+    for batch in (1, 3, 16):
+        planes = _random_planes(tiny_net, batch, seed=batch)
+        legal = np.ones((batch, tiny_net.num_moves), bool)
+        legal[:, ::3] = False
+        p0, v0 = plain(planes, legal)
+        p1, v1, s1 = scored(planes, legal)
+        with torch.no_grad():
+            want = tiny_net(torch.from_numpy(planes), heads=True)["score"].numpy()
+        np.testing.assert_allclose(p1, p0, atol=1e-5)
+        np.testing.assert_allclose(v1, v0, atol=1e-5)
+        np.testing.assert_allclose(s1, want, atol=1e-5)
+        assert s1.dtype == np.float32
+    assert np.ptp(s1) > 1e-4  # the 16 scores are not one number (a zero or constant column)
+    assert len(plain(_random_planes(tiny_net, 2))) == 2  # not asked: two outputs, as before
+
+
+@pytest.mark.parametrize("jit", [False, "trace", "onnx"])
+def test_a_scoring_evaluator_keeps_its_scores_across_new_weights_and_timings(tiny_net, tiny_cfg,
+                                                                            jit):
+    timings: dict[str, float] = {}
+    evaluate = make_evaluator(tiny_net, jit=jit, score=True)
+    timed = make_evaluator(tiny_net, jit=jit, score=True, timings=timings)
+    torch.manual_seed(1)
+    newer = _trained_a_little(net_from_config(tiny_cfg.net, tiny_cfg.go.board_size))
+    evaluate.load_weights(newer)
+    timed.load_weights(newer)
+    planes = _random_planes(tiny_net, 4)
+    with torch.no_grad():
+        want = newer(torch.from_numpy(planes), heads=True)["score"].numpy()
+    np.testing.assert_allclose(evaluate(planes)[2], want, atol=1e-5)
+    np.testing.assert_allclose(timed(planes)[2], want, atol=1e-5)
+    assert timings["net"] > 0
+
+
+def test_a_net_without_a_score_head_scores_zero(tmp_path):
+    torch.manual_seed(0)
+    net = _trained_a_little(PolicyValueNet(5, 2, 16, 2, 16))
+    assert not net.score_head
+    planes = _random_planes(net, 3)
+    for jit in (False, "onnx"):
+        priors, values, scores = make_evaluator(net, jit=jit, score=True)(planes)
+        np.testing.assert_array_equal(scores, 0.0)
+        np.testing.assert_allclose(values, make_evaluator(net, jit=False)(planes)[1], atol=1e-5)

@@ -268,6 +268,72 @@ def test_the_bucket_form_agrees_with_the_plain_evaluator_on_the_cpu(two_models):
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.fixture
+def scoring_model(tmp_path):
+    """A model file of a small net with a score head (its output is not constant)."""
+    import torch
+
+    from training.learn.net import PolicyValueNet, save_model
+
+    torch.manual_seed(3)
+    net = PolicyValueNet(BOARD, blocks=1, filters=8, history=HISTORY, value_hidden=8,
+                         score_head=True)
+    with torch.no_grad():
+        net.score_fc.weight.mul_(10.0)
+    path = tmp_path / "scoring" / "model_000001.pt"
+    save_model(path, net, generation=1)
+    return path
+
+
+def test_a_client_that_asks_for_scores_gets_the_score_head_and_others_do_not(servers,
+                                                                           scoring_model):
+    from training.learn.net import load_model, make_evaluator
+
+    server = servers(_layout(max_batch=32), model=scoring_model, jit="trace")
+    scored = NetClient(server.slots, 0, server.signals, score=True)
+    plain = NetClient(server.slots, 1, server.signals)
+    planes, legal = _batch(20, seed=7)
+    priors, values, scores = scored.evaluate(planes, legal)
+    want = make_evaluator(load_model(scoring_model)[0], "cpu", jit="eager", score=True)(
+        planes, legal)
+    for got, expected in zip((priors, values, scores), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert np.ptp(scores) > 1e-3
+    assert len(plain.evaluate(planes, legal)) == 2
+    scored.detach()
+    plain.detach()
+
+
+def test_a_server_net_without_scores_gives_a_scoring_client_zeros(servers):
+    server = servers(_layout(max_batch=8), stand_in_latency_s=0.0)
+    client = NetClient(server.slots, 0, server.signals, score=True)
+    planes, legal = _batch(11, seed=4)
+    priors, values, scores = client.evaluate(planes, legal)
+    want_p, want_v = StandInNet()(planes.astype(np.uint8), legal)
+    np.testing.assert_array_equal(priors, want_p)
+    np.testing.assert_array_equal(values, want_v)
+    np.testing.assert_array_equal(scores, 0.0)
+    client.detach()
+
+
+def test_the_bucket_form_returns_the_score_head_when_asked(scoring_model):
+    from training.learn.net import load_model, make_evaluator
+    from training.serve import BucketEvaluator
+
+    net, _ = load_model(scoring_model)
+    form = BucketEvaluator(net, "cpu", dtype="float32", max_positions=64, score=True)
+    plain = make_evaluator(net, "cpu", jit="eager", score=True)
+    for n in (3, 64, 70):
+        planes, legal = _batch(n, seed=n)
+        got = form(planes.astype(np.uint8), legal)
+        want = plain(planes, legal)
+        assert len(got) == 3
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    assert len(BucketEvaluator(net, "cpu", dtype="float32", max_positions=64)(
+        planes.astype(np.uint8), legal)) == 2
+
+
 # ------------------------------------------------------------------ search processes
 
 

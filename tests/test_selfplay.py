@@ -97,6 +97,26 @@ def test_resignation_and_resign_disabled_games(tiny_cfg):
     assert false_resignation_rate(resigned) is None
 
 
+def test_with_the_score_utility_resignation_still_reads_the_values_alone(tiny_cfg):
+    """Scores that lift each of black's utilities by about 0.38 (margin / N of 5 at static
+    0.5): the win rate resignation reads stays the value, -0.99, so black resigns where it
+    does without the utility (with it, its utility of about -0.61 would never resign)."""
+
+    def white_wins_black_ahead(planes, legal):
+        priors, values = white_wins(planes, legal)
+        return priors, values, np.where(black_to_move(planes), 5.0, -5.0).astype(np.float32)
+
+    cfg = override(tiny_cfg, {"mcts.score_utility_static": 0.5,
+                              "self_play.resign_disabled_fraction": 0.0})
+    sp = SelfPlay(white_wins_black_ahead, cfg.go, cfg.mcts, cfg.self_play, history=2, seed=0)
+    records = sp.play(max_games=6)
+    assert len(records) >= 6
+    for r in records:
+        check_record(r, cfg)
+        assert r.resigned and r.result == WHITE
+        assert r.num_moves == 2 * (cfg.self_play.resign_moves - 1)
+
+
 def test_soft_resignation_plays_decided_games_out_with_fast_searches(tiny_cfg):
     """KataGo's soft resignation: no game ends early; from the move where black would have
     resigned (its 3rd own move below the threshold) every search is a fast one (no policy

@@ -243,7 +243,8 @@ class Analyzer:
                          else chunk)
         n = self.size
         go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
-        self.evaluate = make_evaluator(net, jit=cfg.net.inference, max_batch=slots)
+        self.evaluate = make_evaluator(net, jit=cfg.net.inference, max_batch=slots,
+                                       score=cfg.mcts.wants_score)
         self.mcts = Mcts(slots, go_cfg, cfg.mcts, history=net.history, liberties=net.liberties,
                          batch_size=slots,
                          simulations=max_visits + self.chunk, reuse_tree=False,

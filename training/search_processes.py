@@ -131,7 +131,7 @@ def search_main(argv: Sequence[str] | None = None) -> int:
     on_stop_signals(lambda: stopping.append(True))
     slots = SharedSlots.attach(args.shm, SlotLayout.from_text(args.layout))
     client = NetClient(slots, args.slot, Signals.from_text(args.signals),
-                       call_timeout_s=args.call_timeout_s)
+                       call_timeout_s=args.call_timeout_s, score=cfg.mcts.wants_score)
     sp = SelfPlay(client.evaluate, cfg.go, cfg.mcts, cfg.self_play, history=cfg.net.history,
                   generation=max(0, slots.ctl[C_GENERATION]), seed=args.seed,
                   liberties=cfg.net.liberties, planes_dtype=np.uint8)

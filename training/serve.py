@@ -69,13 +69,14 @@ class ServerError(RuntimeError):
 class BucketEvaluator:
     """`evaluate(planes uint8 [B, C, N, N], legal bool [B, A+1]) -> (priors, values)` over a
     private copy of `net` on `device` in `dtype`, by batch buckets (powers of two from
-    `MIN_BUCKET` up to `max_positions`), each a CUDA graph when `graphs` (CUDA only).
+    `MIN_BUCKET` up to `max_positions`), each a CUDA graph when `graphs` (CUDA only); with
+    `score`, `(priors, values, scores)`, the score head's margin / N (zeros without it).
 
     `load_weights(net)` copies new weights into the same tensors, so the graphs stay valid.
     """
 
     def __init__(self, net: Any, device: Any, *, dtype: Any = "auto", max_positions: int,
-                 graphs: bool = True):
+                 graphs: bool = True, score: bool = False):
         import torch
 
         from training.learn.net import inference_dtype, resolve_device, unwrap
@@ -84,6 +85,7 @@ class BucketEvaluator:
         self.device = resolve_device(device)
         self.dtype = inference_dtype(dtype, self.device)
         self.graphs = graphs and self.device.type == "cuda"
+        self.score = score
         model = copy.deepcopy(unwrap(net)).to(self.device).eval()
         for p in model.parameters():
             p.requires_grad_(False)
@@ -109,17 +111,19 @@ class BucketEvaluator:
         run = {
             "host_in": torch.zeros((b, *self.shape), dtype=torch.uint8, pin_memory=pin),
             "host_legal": torch.ones((b, a), dtype=torch.bool, pin_memory=pin),
-            "host_out": torch.zeros((b, a + 1), dtype=torch.float32, pin_memory=pin),
+            "host_out": torch.zeros((b, a + 2), dtype=torch.float32, pin_memory=pin),
             "dev_in": torch.zeros((b, *self.shape), dtype=torch.uint8, device=dev),
             "dev_legal": torch.ones((b, a), dtype=torch.bool, device=dev),
-            "dev_out": torch.zeros((b, a + 1), dtype=torch.float32, device=dev),
+            "dev_out": torch.zeros((b, a + 2), dtype=torch.float32, device=dev),
         }
 
-        def forward() -> None:
-            logits, value = self.model(run["dev_in"].to(self.dtype))
+        def forward() -> None:  # columns: priors, the value, the score (0 unless asked)
+            logits, value, *score = self.model(run["dev_in"].to(self.dtype), score=self.score)
             logits = logits.float().masked_fill(~run["dev_legal"], float("-inf"))
             run["dev_out"][:, :a] = torch.nan_to_num(torch.softmax(logits, dim=1), nan=0.0)
             run["dev_out"][:, a] = value.float()
+            if score:
+                run["dev_out"][:, a + 1] = score[0].float()
 
         run["forward"] = forward
         if self.graphs:
@@ -136,17 +140,18 @@ class BucketEvaluator:
             run["forward"] = graph.replay
         return run
 
-    def __call__(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, ...]:
         batch = planes.shape[0]
         priors = np.empty((batch, self.moves), np.float32)
         values = np.empty(batch, np.float32)
+        scores = np.empty(batch, np.float32)
         top = self.buckets[-1]
         for lo in range(0, batch, top):
             hi = min(batch, lo + top)
-            self._run(planes[lo:hi], legal[lo:hi], priors[lo:hi], values[lo:hi])
-        return priors, values
+            self._run(planes[lo:hi], legal[lo:hi], priors[lo:hi], values[lo:hi], scores[lo:hi])
+        return (priors, values, scores) if self.score else (priors, values)
 
-    def _run(self, planes, legal, priors, values) -> None:
+    def _run(self, planes, legal, priors, values, scores) -> None:
         torch = self.torch
         n = planes.shape[0]
         b = next(b for b in self.buckets if b >= n)
@@ -165,6 +170,7 @@ class BucketEvaluator:
             out = run["host_out"].numpy()
             priors[:] = out[:n, : self.moves]
             values[:] = out[:n, self.moves]
+            scores[:] = out[:n, self.moves + 1]
 
     def load_weights(self, net: Any) -> None:
         """New weights (same net config) into the same tensors: the graphs keep working."""
@@ -181,7 +187,8 @@ class BucketEvaluator:
 def build_evaluator(path: str | os.PathLike, device: str, *, jit: Any = "auto",
                     dtype: Any = "auto", max_positions: int = 4096,
                     graphs: str = "auto") -> tuple[Callable, int, Any]:
-    """The batch evaluator of the model file `path` on `device`: (evaluate, generation, net).
+    """The batch evaluator of the model file `path` on `device`: (evaluate, generation, net),
+    scores included (for the clients that ask for them: one more output of the value head).
     On a GPU a `BucketEvaluator` (CUDA graphs unless `graphs` is "off"); on a CPU
     `make_evaluator` with the inference form `jit` (uint8 planes are cast on the way in)."""
     from training.learn.net import load_model, make_evaluator, resolve_device
@@ -190,9 +197,9 @@ def build_evaluator(path: str | os.PathLike, device: str, *, jit: Any = "auto",
     net, info = load_model(path, dev)
     if dev.type == "cuda" or graphs == "on":
         evaluate: Callable = BucketEvaluator(net, dev, dtype=dtype, max_positions=max_positions,
-                                             graphs=graphs != "off")
+                                             graphs=graphs != "off", score=True)
     else:
-        evaluate = make_evaluator(net, dev, jit=jit, dtype=dtype)
+        evaluate = make_evaluator(net, dev, jit=jit, dtype=dtype, score=True)
     return evaluate, info.generation, net
 
 

@@ -200,7 +200,8 @@ class Worker(ModelLoading):
         net, info = load_model(model_path, self.device)
         return make_evaluator(net, self.device, jit=self.cfg.net.inference,
                               max_batch=self.cfg.self_play.batch_size,
-                              dtype=self.cfg.net.inference_dtype), (
+                              dtype=self.cfg.net.inference_dtype,
+                              score=self.cfg.mcts.wants_score), (
             info.generation
         )
 

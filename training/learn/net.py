@@ -8,7 +8,8 @@ Owns:
   state dict (no `module.`/`_orig_mod.` prefixes), the net's own config and its generation,
   atomically (temp name + rename). `load_model(path)` rebuilds the net from that copy with
   `torch.load(weights_only=True)`; it also accepts a trainer checkpoint (the model inside).
-- `make_evaluator(net, device)`: `evaluate(planes, legal=None) -> (priors, values)` under
+- `make_evaluator(net, device)`: `evaluate(planes, legal=None) -> (priors, values)` (and the
+  score head's scores with `score=True`) under
   `torch.inference_mode()`, as a frozen TorchScript trace (measured 1.5-2x faster than eager
   on this CPU, see `benchmarks/train.py --inference`), torch.compile, eager, or, from an
   ONNX export, ONNX Runtime or OpenVINO (optional packages; torch stays the reference).
@@ -47,7 +48,7 @@ MODEL_FORMAT = "azgo-model"
 MODEL_VERSION = 1
 _PREFIXES = ("module.", "_orig_mod.")
 
-Evaluator = Callable[..., "tuple[np.ndarray, np.ndarray]"]
+Evaluator = Callable[..., "tuple[np.ndarray, ...]"]
 
 
 class ModelError(Exception):
@@ -373,21 +374,37 @@ def _form_for(mode: str, device: torch.device) -> str:
     return mode
 
 
-def onnx_bytes(net: PolicyValueNet, example: torch.Tensor) -> bytes:
-    """`net.forward` as an ONNX graph (inputs "planes", outputs "logits" and "value"), any
-    batch size, by torch's TorchScript-based exporter (it needs the onnx package)."""
+class WithScore(nn.Module):
+    """`net` whose forward also returns the score head's output (`forward(x, score=True)`):
+    the form the evaluator builds when the search asks for scores."""
+
+    def __init__(self, net: PolicyValueNet):
+        super().__init__()
+        self.net = net
+        self.in_planes = net.in_planes
+        self.board_size = net.board_size
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.net(x, score=True)
+
+
+def onnx_bytes(net: nn.Module, example: torch.Tensor) -> bytes:
+    """`net.forward` as an ONNX graph (inputs "planes", outputs "logits" and "value", and
+    "score" for a `WithScore`), any batch size, by torch's TorchScript-based exporter (it
+    needs the onnx package)."""
+    outputs = ["logits", "value"] + (["score"] if isinstance(net, WithScore) else [])
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             net, (example,), buffer, dynamo=False, opset_version=17,
-            input_names=["planes"], output_names=["logits", "value"],
-            dynamic_axes={"planes": {0: "batch"}, "logits": {0: "batch"}, "value": {0: "batch"}},
+            input_names=["planes"], output_names=outputs,
+            dynamic_axes={name: {0: "batch"} for name in ["planes", *outputs]},
         )
     return buffer.getvalue()
 
 
-def _onnxruntime_form(net: PolicyValueNet, example: torch.Tensor):
+def _onnxruntime_form(net: nn.Module, example: torch.Tensor):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -400,14 +417,13 @@ def _onnxruntime_form(net: PolicyValueNet, example: torch.Tensor):
     session = ort.InferenceSession(onnx_bytes(net, example), options,
                                    providers=["CPUExecutionProvider"])
 
-    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, value = session.run(None, {"planes": x.numpy()})
-        return torch.from_numpy(logits), torch.from_numpy(value)
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.from_numpy(out) for out in session.run(None, {"planes": x.numpy()}))
 
     return forward
 
 
-def _openvino_form(net: PolicyValueNet, example: torch.Tensor):
+def _openvino_form(net: nn.Module, example: torch.Tensor):
     import openvino as ov
 
     core = ov.Core()
@@ -418,18 +434,21 @@ def _openvino_form(net: PolicyValueNet, example: torch.Tensor):
     })
     request = compiled.create_infer_request()
 
-    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    outputs = len(compiled.outputs)
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         request.infer({0: x.numpy()})
-        return (torch.from_numpy(request.get_output_tensor(0).data.copy()),
-                torch.from_numpy(request.get_output_tensor(1).data.copy()))
+        return tuple(torch.from_numpy(request.get_output_tensor(i).data.copy())
+                     for i in range(outputs))
 
     return forward
 
 
 def compile_for_inference(
-    net: PolicyValueNet, device: torch.device, mode: str, example_batch: int = 8
-) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """`net` (eval mode, on `device`) as `mode`: "trace" (frozen TorchScript), "compile",
+    net: nn.Module, device: torch.device, mode: str, example_batch: int = 8
+) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """`net` (a `PolicyValueNet` or a `WithScore`, eval mode, on `device`) as `mode`:
+    "trace" (frozen TorchScript), "compile",
     "onnx" (ONNX Runtime), "openvino" (OpenVINO) or "eager". The last two run on the CPU
     only and need their packages (onnx and onnxruntime are dependencies; openvino is
     optional: `pip install -e .[openvino]`). Falls back to eager with a logged warning when
@@ -475,13 +494,17 @@ def make_evaluator(
     max_batch: int | None = None,
     dtype: Any = None,
     timings: dict[str, float] | None = None,
+    score: bool = False,
 ) -> Evaluator:
     """A batched evaluator over a private eval-mode copy of `net` on `device`.
 
-    `evaluate(planes, legal=None) -> (priors, values)`:
+    `evaluate(planes, legal=None) -> (priors, values)`, or with `score`
+    `(priors, values, scores)`:
       planes float32 or uint8 (0/1) [B, C, N, N]; legal bool [B, N*N+1] or None.
       priors float32 [B, N*N+1]: softmax over the legal moves (zeros elsewhere), or over all
-      moves when `legal` is None; values float32 [B] in [-1, 1], side to move's view.
+      moves when `legal` is None; values float32 [B] in [-1, 1], side to move's view;
+      scores float32 [B], the score head's margin / N from the side to move's view (zeros
+      for a net without the head), for the search's score utility.
     `jit`: True or "auto" (`automatic_form`: ONNX Runtime on a CPU where installed, else
     the trace; a config passes `net.inference`), "trace" (frozen TorchScript: ~0.1 s to
     build, 1.1-1.3x eager on this CPU),
@@ -505,8 +528,9 @@ def make_evaluator(
     model = _private_copy(net, dev)
     autocast = _gpu_autocast(autocast_dtype, dev)
     mode, run_dtype = _form_and_dtype(model, dev, jit, dtype, autocast)
-    forms = {"fn": compile_for_inference(model, dev, mode)}
-    if forms["fn"] is model:
+    target = WithScore(model).eval() if score else model
+    forms = {"fn": compile_for_inference(target, dev, mode)}
+    if forms["fn"] is target:
         mode = "eager"
     n, c = model.board_size, model.in_planes
     moves = model.num_moves
@@ -515,7 +539,7 @@ def make_evaluator(
 
     def evaluate(
         planes: np.ndarray, legal: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, ...]:
         if planes.ndim != 4 or planes.shape[1:] != (c, n, n):
             raise ValueError(f"planes must be [B, {c}, {n}, {n}], got {list(planes.shape)}")
         batch = planes.shape[0]
@@ -523,24 +547,29 @@ def make_evaluator(
             raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
         priors = np.empty((batch, moves), dtype=np.float32)
         values = np.empty(batch, dtype=np.float32)
+        out = (priors, values, np.empty(batch, dtype=np.float32)) if score else (priors, values)
         if timings is not None:
-            return _timed_evaluate(_forward, dev, limit, timings, planes, legal, priors, values)
+            return _timed_evaluate(_forward, dev, limit, timings, planes, legal, out)
         with torch.inference_mode():
             for lo in range(0, batch, limit):
                 hi = min(batch, lo + limit)
-                logits, v = _forward(_planes_in(planes[lo:hi], dev))
+                logits, v, *rest = _forward(_planes_in(planes[lo:hi], dev))
                 if legal is not None:
                     mask = torch.from_numpy(np.ascontiguousarray(legal[lo:hi], dtype=bool))
                     logits = logits.masked_fill(~mask.to(dev), float("-inf"))
                 p = torch.softmax(logits, dim=1)
                 priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
                 values[lo:hi] = v.cpu().numpy()
-        return priors, values
+                if score:
+                    out[2][lo:hi] = rest[0].cpu().numpy()
+        return out
 
     evaluate.mode = mode  # type: ignore[attr-defined]
     evaluate.dtype = run_dtype  # type: ignore[attr-defined]
     evaluate.device = dev  # type: ignore[attr-defined]
-    evaluate.load_weights = _weight_loader(model, forms, mode, dev)  # type: ignore[attr-defined]
+    evaluate.score = score  # type: ignore[attr-defined]
+    evaluate.load_weights = _weight_loader(  # type: ignore[attr-defined]
+        model, target, forms, mode, dev)
     return evaluate
 
 
@@ -592,18 +621,19 @@ def _form_and_dtype(model: nn.Module, dev: torch.device, jit: bool | str, dtype:
 
 
 def _forward_of(forms: dict, mode: str, run_dtype: torch.dtype, autocast: torch.dtype | None,
-                dev: torch.device) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+                dev: torch.device) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
     """The evaluator's forward pass: `forms["fn"]` (swapped by `load_weights`) in `run_dtype`,
-    under autocast, or padded to a power of two for torch.compile; float32 out."""
+    under autocast, or padded to a power of two for torch.compile; its outputs (logits,
+    values and, from a `WithScore`, scores) float32."""
 
-    def _forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         fn = forms["fn"]
         if run_dtype != torch.float32:
             x = x.to(run_dtype)
         if autocast is not None:
             with torch.autocast(device_type=dev.type, dtype=autocast):
-                logits, values = fn(x)
-            return logits.float(), values.float()
+                outs = fn(x)
+            return tuple(o.float() for o in outs)
         if mode == "compile":
             # torch.compile(dynamic=False) recompiles for every new batch size and falls back
             # to eager after a few; padding to powers of two keeps the shapes to a handful.
@@ -611,19 +641,18 @@ def _forward_of(forms: dict, mode: str, run_dtype: torch.dtype, autocast: torch.
             padded = 1 << (rows - 1).bit_length()
             if padded != rows:
                 x = torch.cat([x, x.new_zeros((padded - rows, *x.shape[1:]))])
-                logits, values = fn(x)
-                return logits[:rows].float(), values[:rows].float()
-        logits, values = fn(x)
-        return logits.float(), values.float()
+                return tuple(o[:rows].float() for o in fn(x))
+        return tuple(o.float() for o in fn(x))
 
     return _forward
 
 
 def _timed_evaluate(forward: Callable, dev: torch.device, limit: int, timings: dict[str, float],
-                    planes: np.ndarray, legal: np.ndarray | None, priors: np.ndarray,
-                    values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                    planes: np.ndarray, legal: np.ndarray | None,
+                    out: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """`make_evaluator`'s `evaluate` with its phases timed into `timings`: `forward` is the
-    evaluator's form, `limit` its largest batch; fills `priors` and `values`."""
+    evaluator's form, `limit` its largest batch; fills `out` (priors, values[, scores])."""
+    priors, values = out[0], out[1]
     import time
 
     def sync() -> float:
@@ -639,23 +668,25 @@ def _timed_evaluate(forward: Callable, dev: torch.device, limit: int, timings: d
             mask = None if legal is None else torch.from_numpy(
                 np.ascontiguousarray(legal[lo:hi], dtype=bool)).to(dev)
             t1 = sync()
-            logits, v = forward(x)
+            logits, v, *rest = forward(x)
             t2 = sync()
             if mask is not None:
                 logits = logits.masked_fill(~mask, float("-inf"))
             p = torch.softmax(logits, dim=1)
             priors[lo:hi] = torch.nan_to_num(p, nan=0.0).cpu().numpy()
             values[lo:hi] = v.cpu().numpy()
+            if len(out) > 2:
+                out[2][lo:hi] = rest[0].cpu().numpy()
             t3 = time.perf_counter()
             for key, dt in (("copy_in", t1 - t0), ("net", t2 - t1), ("copy_out", t3 - t2)):
                 timings[key] = timings.get(key, 0.0) + dt
-    return priors, values
+    return out
 
 
-def _weight_loader(model: nn.Module, forms: dict, mode: str,
+def _weight_loader(model: nn.Module, target: nn.Module, forms: dict, mode: str,
                    dev: torch.device) -> Callable[[nn.Module], None]:
-    """The evaluator's `load_weights`: new weights into `model`, its form rebuilt where the
-    weights are inlined."""
+    """The evaluator's `load_weights`: new weights into `model`, the form of `target` (the
+    model, or a `WithScore` of it) rebuilt where the weights are inlined."""
 
     def load_weights(new_net: nn.Module) -> None:
         """Swap in the weights of `new_net` (same net config) without rebuilding from scratch.
@@ -671,6 +702,6 @@ def _weight_loader(model: nn.Module, forms: dict, mode: str,
         with torch.no_grad():
             model.load_state_dict(plain_state_dict(source))
         if mode in ("trace", *_CPU_ONLY):  # weights inlined: build again
-            forms["fn"] = compile_for_inference(model, dev, mode)
+            forms["fn"] = compile_for_inference(target, dev, mode)
 
     return load_weights

@@ -194,10 +194,11 @@ class PolicyValueNet(nn.Module):
             **({"soft_policy_head": True} if self.soft_policy_head else {}),
         }
 
-    def forward(self, x: torch.Tensor, heads: bool = False) -> Any:
-        """(policy logits [B, N*N+1], value [B]); with `heads`, a dict of every head:
-        policy, value, and where present ownership (pre-tanh [B, N*N]), score [B],
-        opponent_policy and soft_policy [B, N*N+1]."""
+    def forward(self, x: torch.Tensor, heads: bool = False, score: bool = False) -> Any:
+        """(policy logits [B, N*N+1], value [B]); with `score`, a third output, the score
+        head's margin / N [B] (zeros without the head; the search's score utility); with
+        `heads`, a dict of every head: policy, value, and where present ownership (pre-tanh
+        [B, N*N]), score [B], opponent_policy and soft_policy [B, N*N+1]."""
         h = self.tower(self.stem(x))
         soft = None
         if self.global_pooling:
@@ -214,6 +215,10 @@ class PolicyValueNet(nn.Module):
         v = F.relu(self.value_fc1(self.value_conv(h).flatten(1)))
         value = torch.tanh(self.value_fc2(v)).squeeze(1)
         if not heads:
+            if score:
+                margin = self.score_fc(v).squeeze(1) if self.score_head \
+                    else torch.zeros_like(value)
+                return logits, value, margin
             return logits, value
         out = {"policy": logits, "value": value}
         if opponent is not None:

@@ -199,8 +199,9 @@ def _evaluate_generation(cfg: Config, run_dir: Path, generation: int,
         new_net, _ = load_model(new_path, device)
         old_net, _ = load_model(models_dir / f"{model_stem(opponent)}.pt", device)
         batch = max(cfg.self_play.batch_size, ev.games)
-        evaluate_new = make_evaluator(new_net, device, jit=cfg.net.inference, max_batch=batch)
-        evaluate_old = make_evaluator(old_net, device, jit=cfg.net.inference, max_batch=batch)
+        evaluate_new, evaluate_old = (
+            make_evaluator(net, device, jit=cfg.net.inference, max_batch=batch,
+                           score=cfg.mcts.wants_score) for net in (new_net, old_net))
         rounds = SPRT_ROUNDS if ev.gating == "sprt" else 1
         per_round = max(2, 2 * math.ceil(ev.games / rounds / 2))
         verdict, llr = "continue", None

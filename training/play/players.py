@@ -74,7 +74,7 @@ class MctsPlayer:
     get most of the visits. A game clock's share (`genmove(seconds=...)`) is searched the same
     way, with `simulations` as a floor rather than a cap: the move searches at least that many
     while the clock's limit allows. No search runs more than `max_simulations`, which also
-    sizes the tree (the memory bound: about 24 bytes a node, (max_simulations + 1) * (N*N + 1)
+    sizes the tree (the memory bound: about 32 bytes a node, (max_simulations + 1) * (N*N + 1)
     nodes). Live analysis (`on_chunk`) reads the same searches every `chunk` simulations: a
     genmove with analysis plays the move a plain genmove plays, and open-ended analysis
     (`analyze`) runs searches that each double the tree's visits, so the newest halving
@@ -90,7 +90,7 @@ class MctsPlayer:
     CHUNK = 8
     """Simulations per chunk of a timed search (`mcts.leaf_batch` leaves per net call)."""
     MAX_TIMED_SIMULATIONS = 20_000
-    """Default cap of a timed search: 38 MiB of tree on 9x9."""
+    """Default cap of a timed search: 50 MiB of tree on 9x9."""
     TIME_USE = 0.9
     """Share of the time left that a timed search plans its simulations for (the speed
     varies from position to position; the search also stops at the time)."""
@@ -302,7 +302,8 @@ class NetPlayer:
         n = info.board_size
         go_cfg = GoConfig(board_size=n, max_moves=4 * n * n)
         self.analysis_seconds = cfg.engine.analysis_max_seconds or None
-        self.player = MctsPlayer(make_evaluator(net, device, jit=cfg.net.inference), go_cfg,
+        self.player = MctsPlayer(make_evaluator(net, device, jit=cfg.net.inference,
+                                                score=cfg.mcts.wants_score), go_cfg,
                                  cfg.mcts, simulations,
                                  history=net.history, liberties=net.liberties,
                                  seconds_per_move=seconds_per_move,
@@ -456,7 +457,7 @@ class NetPlayer:
                           for k in range(features.NUM_SYMMETRIES)])
         masks = np.stack([features.transform_policy(legal.astype(np.float32), k) > 0
                           for k in range(features.NUM_SYMMETRIES)])
-        priors, _ = self.player.evaluate(batch, masks)
+        priors = self.player.evaluate(batch, masks)[0]
         mean = np.mean([features.inverse_transform_policy(priors[k], k)
                         for k in range(features.NUM_SYMMETRIES)], axis=0)
         return [float(p) if ok else 0.0 for p, ok in zip(mean, legal)]

@@ -241,7 +241,8 @@ def measure(cfg: Config, run_dir: Path, generations: Sequence[int], games: int,
     def evaluator(g: int) -> Evaluate:
         if g not in evaluators:
             net, _ = load_model(model_path(run_dir, g))
-            evaluators[g] = make_evaluator(net, jit=cfg.net.inference, max_batch=max(games, 8))
+            evaluators[g] = make_evaluator(net, jit=cfg.net.inference, max_batch=max(games, 8),
+                                           score=cfg.mcts.wants_score)
         return evaluators[g]
 
     rows = []

@@ -85,10 +85,22 @@ measures it for a net), while it needs a bounded store cleared at every new mode
 TODO(search): add one (keyed by the Zobrist hashes of the last `history` boards, computed in
 `_select`) if trained nets show clearly more hits.
 
+Score utility (KataGo's; `mcts.score_utility_static` and `_dynamic`, off at 0): each leaf's
+value also counts a term of its score s (the net's score head, margin / N from its side to
+move's view, or the rules' margin at a finished game): w_static * 2/pi * atan(s / 2) +
+w_dynamic * 2/pi * atan((s - c) / scale), c the root's own score pulled toward 0 by
+`score_utility_zero_weight` (KataGo centres on the root's tree mean; a kept subtree is
+rescored when its new root moves the centre). W then holds this utility, which every
+selection rule reads; `Tree.score_sum` holds its score part, so the win rates a caller reads
+(`root_values`, `root_children`) stay the pure mean of the values. Off, every sum is as
+without it. KataGo integrates the term over the score's spread; our net has no spread head,
+so this is its formula at spread 0.
+
 The search receives `evaluate` as a callable: evaluate(planes [B, C, N, N] of 0s and 1s,
 legal bool [B, A+1]) -> (priors float32 [B, A+1], values float32 [B] from the side to move's
-view). The planes are float32 unless `Mcts(planes_dtype=np.uint8)`: a quarter of the bytes to
-write per leaf and to copy to a GPU, for evaluators that widen them themselves
+view), or (priors, values, scores float32 [B]) with the score utility on. The planes are
+float32 unless `Mcts(planes_dtype=np.uint8)`: a quarter of the bytes to write per leaf and
+to copy to a GPU, for evaluators that widen them themselves
 (`training.learn.net.make_evaluator` and the net server's client do).
 
 Why one module of about 1000 lines: the njit kernels (`_select`, `_expand_backup`, `_reroot`,
@@ -122,7 +134,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Evaluate = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, np.ndarray]"]
+Evaluate = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, ...]"]
 
 UNEXPANDED = -1
 
@@ -151,6 +163,11 @@ class Tree(NamedTuple):
     scratch: np.ndarray  # [G, A+1] float32  per-child work space of the Gumbel rules
     visited: np.ndarray  # [G, A+1] int32  work space: the visited children of a node
     root_logit: np.ndarray  # [G, A+1] float64  log prior of the i-th root child (this search)
+    score_sum: np.ndarray  # [G, M] float32  the score utility's part of W (0 when it is off)
+    raw_score: np.ndarray  # [G, M] float32  the net's (or the rules') score of an evaluated
+    #                        node, margin / N from its side to move's view
+    score_center: np.ndarray  # [G] float32  the dynamic score utility's centre, margin / N
+    #                           from the root's side to move's view
 
 
 def new_tree(
@@ -180,6 +197,9 @@ def new_tree(
         scratch=np.zeros((g, n_moves), np.float32),
         visited=np.zeros((g, n_moves), np.int32),
         root_logit=np.zeros((g, n_moves), np.float64),
+        score_sum=np.zeros((g, m), np.float32),
+        raw_score=np.zeros((g, m), np.float32),
+        score_center=np.zeros(g, np.float32),
     )
     return tree
 
@@ -197,6 +217,7 @@ def _clear_tree(t, g):
     t.first_child[g, 0] = UNEXPANDED
     t.n_children[g, 0] = 0
     t.raw_value[g, 0] = 0.0
+    t.score_sum[g, 0] = 0.0
     t.size[g] = 1
 
 
@@ -528,13 +549,16 @@ def _all_root_policies(t, games, c_visit, c_scale, minmax, out):
 
 
 @njit(cache=True, inline="always")
-def _backup_path(t, g, path, depth, value, virtual):
-    """Add `value` (the leaf's side to move's view) along `path` (`depth` nodes, root first),
-    flipping sign per ply. `virtual` > 0: the path already counts its visits and that
-    virtual loss (`_select_leaves`), which the value replaces."""
+def _backup_path(t, g, path, depth, value, score, virtual):
+    """Add `value` (the leaf's side to move's view, its score utility `score` included) along
+    `path` (`depth` nodes, root first), flipping sign per ply, and `score` to `score_sum`.
+    `virtual` > 0: the path already counts its visits and that virtual loss
+    (`_select_leaves`), which the value replaces."""
     visits = t.visits[g]
     value_sum = t.value_sum[g]
+    score_sum = t.score_sum[g]
     v = -value
+    u = -score
     for i in range(depth - 1, -1, -1):
         node = path[i]
         if virtual > 0:
@@ -542,13 +566,95 @@ def _backup_path(t, g, path, depth, value, virtual):
         else:
             visits[node] += 1
             value_sum[node] += v
+        score_sum[node] += u
         v = -v
+        u = -u
 
 
 @njit(cache=True, inline="always")
-def _backup(t, g, value):
-    """Add `value` (leaf's side to move's view) along game g's path, flipping sign per ply."""
-    _backup_path(t, g, t.path[g], t.depth[g], value, 0.0)
+def _backup(t, g, value, score):
+    """Add `value` (leaf's side to move's view, `score` its score utility part) along game
+    g's path, flipping sign per ply."""
+    _backup_path(t, g, t.path[g], t.depth[g], value, score, 0.0)
+
+
+TWO_OVER_PI = 2.0 / np.pi
+
+
+@njit(cache=True, inline="always")
+def _score_term(s, depth, center, w_static, w_dynamic, scale):
+    """The score utility of a node at `depth` (1: the root) whose side to move the net (or
+    the rules) puts `s` ahead, in margin / N (KataGo's, with the score's spread taken as 0):
+    w_static * 2/pi * atan(s / 2) + w_dynamic * 2/pi * atan((s - c) / scale), c the root's
+    `center` seen from that side. 0 when both weights are; a score that is not finite adds 0."""
+    if (w_static == 0.0 and w_dynamic == 0.0) or not np.isfinite(s):
+        return 0.0
+    u = w_static * TWO_OVER_PI * np.arctan(s / 2.0)
+    if w_dynamic != 0.0:
+        c = center if depth % 2 == 1 else -center
+        u += w_dynamic * TWO_OVER_PI * np.arctan((s - c) / scale)
+    return u
+
+
+@njit(cache=True, inline="always")
+def _score_center(s, zero_weight, scale):
+    """KataGo's dynamic centre for a root scored `s`: s pulled toward 0 by `zero_weight` of
+    it, by at most `scale`."""
+    if not np.isfinite(s):
+        return 0.0
+    return s - min(max(zero_weight * s, -scale), scale)
+
+
+@njit(cache=True, inline="always")
+def _terminal_score(b, g):
+    """The final margin / N of game g, from its side to move's view (komi included)."""
+    n = np.sqrt(np.float64(b.stones.shape[1]))
+    return fastgo.score(b, g) * float(b.info[g, fastgo.TO_PLAY]) / n
+
+
+@njit(cache=True)
+def _rescore(t, g, center, w_static, w_dynamic, scale):
+    """Game g's tree with the dynamic centre moved to `center`: every node's score part of W
+    (and of its raw value) computed again from the scores of the evaluations below it.
+
+    A node's own evaluations are its visits that went to no child (its expansion, a finished
+    game, a full tree's re-evaluation), each worth its `raw_score`'s term; children have
+    larger indices than their parent, so one backward pass sums them bottom-up."""
+    size = t.size[g]
+    visits = t.visits[g]
+    value_sum = t.value_sum[g]
+    score_sum = t.score_sum[g]
+    raw_value = t.raw_value[g]
+    raw_score = t.raw_score[g]
+    first_child = t.first_child[g]
+    n_children = t.n_children[g]
+    old_center = t.score_center[g]
+    depth = np.ones(size, np.int32)
+    for i in range(size):
+        first = first_child[i]
+        if first != UNEXPANDED:
+            for c in range(first, first + n_children[i]):
+                depth[c] = depth[i] + 1
+    new_sum = np.zeros(size, np.float64)
+    for i in range(size - 1, -1, -1):
+        n = visits[i]
+        if n == 0:
+            continue
+        own = n
+        below = 0.0
+        first = first_child[i]
+        if first != UNEXPANDED:
+            for c in range(first, first + n_children[i]):
+                own -= visits[c]
+                below += new_sum[c]
+        term = _score_term(raw_score[i], depth[i], center, w_static, w_dynamic, scale)
+        new_sum[i] = -own * term - below
+        if first != UNEXPANDED:
+            raw_value[i] += term - _score_term(raw_score[i], depth[i], old_center, w_static,
+                                               w_dynamic, scale)
+        value_sum[i] += new_sum[i] - score_sum[i]
+        score_sum[i] = new_sum[i]
+    t.score_center[g] = center
 
 
 @njit(cache=True, inline="always")
@@ -559,6 +665,17 @@ def _terminal_value(b, g):
         return 0.0
     color = float(b.info[g, fastgo.TO_PLAY])
     return color if s > 0 else -color
+
+
+@njit(cache=True, inline="always")
+def _terminal_term(t, b, g, leaf_row, path, depth, w_static, w_dynamic, scale):
+    """The score utility of game g's finished leaf (board row `leaf_row`, the last node of
+    `path`), by the rules' margin; noted as the node's `raw_score`."""
+    if w_static == 0.0 and w_dynamic == 0.0:
+        return 0.0
+    s = _terminal_score(b, leaf_row)
+    t.raw_score[g, path[depth - 1]] = s
+    return _score_term(s, depth, t.score_center[g], w_static, w_dynamic, scale)
 
 
 @njit(cache=True)
@@ -609,8 +726,9 @@ def _descend(t, b, g, leaf_row, path, c_puct, fpu_reduction, gumbel, c_visit, c_
 
 
 @njit(cache=True)
-def _select(t, b, history, planes, legal, slot_game, early_pass,
-            c_puct, fpu_reduction, gumbel, c_visit, c_scale, minmax, max_considered):
+def _select(t, b, history, planes, legal, slot_game, early_pass, w_static, w_dynamic,
+            score_scale, c_puct, fpu_reduction, gumbel, c_visit, c_scale, minmax,
+            max_considered):
     """Pick one leaf in every searching game; write its planes and legal moves to a slot.
 
     Game g's root position is row g of `b`; row G (scratch, shared by every game) is
@@ -632,7 +750,9 @@ def _select(t, b, history, planes, legal, slot_game, early_pass,
             if depth == 1:  # the root itself is over: nothing to search
                 t.sims_done[g] = t.sims_target[g]
                 continue
-            _backup(t, g, _terminal_value(b, leaf_row))
+            u = _terminal_term(t, b, g, leaf_row, t.path[g], depth, w_static, w_dynamic,
+                               score_scale)
+            _backup(t, g, _terminal_value(b, leaf_row) + u, u)
             t.sims_done[g] += 1
             continue
         fastgo.legal_mask(b, leaf_row, legal[n_slots])
@@ -673,6 +793,7 @@ def _expand(t, g, leaf, priors, legal, value):
             p = max(priors[m], 0.0) / total if total > 0 else 1.0 / k
             visits[c] = 0
             value_sum[c] = 0.0
+            t.score_sum[g, c] = 0.0  # raw_score: set when the node is evaluated
             prior[c] = p
             move[c] = m
             first_child[c] = UNEXPANDED
@@ -685,19 +806,37 @@ def _expand(t, g, leaf, priors, legal, value):
     return True
 
 
+@njit(cache=True, inline="always")
+def _leaf_term(t, g, leaf, depth, score, w_static, w_dynamic, scale, zero_weight):
+    """The score utility of an evaluated leaf the net scores `score`, noted as its
+    `raw_score`; the root's own evaluation first sets the game's dynamic centre."""
+    if w_static == 0.0 and w_dynamic == 0.0:
+        return 0.0
+    s = score if np.isfinite(score) else 0.0
+    t.raw_score[g, leaf] = s
+    if leaf == 0:
+        t.score_center[g] = _score_center(s, zero_weight, scale)
+    return _score_term(s, depth, t.score_center[g], w_static, w_dynamic, scale)
+
+
 @njit(cache=True)
-def _expand_backup(t, n_slots, slot_game, priors, values, legal, root_expanded):
-    """Expand each slot's leaf with its legal moves' priors and back up its value.
+def _expand_backup(t, n_slots, slot_game, priors, values, scores, legal, root_expanded,
+                   w_static, w_dynamic, score_scale, zero_weight):
+    """Expand each slot's leaf with its legal moves' priors and back up its value (with its
+    score utility, from scores[s], when that is on).
 
     root_expanded[g] is set when game g's root got its children in this call.
     """
     for s in range(n_slots):
         g = slot_game[s]
-        leaf = t.path[g, t.depth[g] - 1]
+        depth = t.depth[g]
+        leaf = t.path[g, depth - 1]
         v = min(max(values[s], -1.0), 1.0)
-        if _expand(t, g, leaf, priors[s], legal[s], v) and leaf == 0:
+        u = _leaf_term(t, g, leaf, depth, scores[s], w_static, w_dynamic, score_scale,
+                       zero_weight)
+        if _expand(t, g, leaf, priors[s], legal[s], v + u) and leaf == 0:
             root_expanded[g] = True
-        _backup(t, g, v)
+        _backup(t, g, v + u, u)
         if leaf != 0:
             t.sims_done[g] += 1
 
@@ -708,8 +847,9 @@ and a loss for the player who moved into each node of its path."""
 
 
 @njit(cache=True)
-def _select_leaves(t, b, g, k, history, planes, legal, paths, depths, early_pass,
-                   c_puct, fpu_reduction, gumbel, c_visit, c_scale, minmax, max_considered):
+def _select_leaves(t, b, g, k, history, planes, legal, paths, depths, early_pass, w_static,
+                   w_dynamic, score_scale, c_puct, fpu_reduction, gumbel, c_visit, c_scale,
+                   minmax, max_considered):
     """Up to k leaves of game g's tree for one net call, each walked with the ones before it
     in flight: every node on a chosen path counts a visit and a virtual loss at once, so the
     next walk prefers other moves (KataGo's and Leela Zero's leaf batching; Gumbel's
@@ -727,7 +867,9 @@ def _select_leaves(t, b, g, k, history, planes, legal, paths, depths, early_pass
             if depth == 1:  # the root itself is over: nothing to search
                 t.sims_done[g] = t.sims_target[g]
                 break
-            _backup_path(t, g, path, depth, _terminal_value(b, leaf_row), 0.0)
+            u = _terminal_term(t, b, g, leaf_row, path, depth, w_static, w_dynamic,
+                               score_scale)
+            _backup_path(t, g, path, depth, _terminal_value(b, leaf_row) + u, u, 0.0)
             t.sims_done[g] += 1
             continue
         fastgo.legal_mask(b, leaf_row, legal[n_slots])
@@ -747,7 +889,8 @@ def _select_leaves(t, b, g, k, history, planes, legal, paths, depths, early_pass
 
 
 @njit(cache=True)
-def _expand_backup_leaves(t, g, n_slots, paths, depths, priors, values, legal):
+def _expand_backup_leaves(t, g, n_slots, paths, depths, priors, values, scores, legal,
+                          w_static, w_dynamic, score_scale, zero_weight):
     """`_expand_backup` for the leaves of `_select_leaves`: expand each, then replace its
     path's virtual losses with its value. Two slots may hold the same leaf (every other move
     looked worse even with the loss): the first expands it, both back up. Returns True if
@@ -757,9 +900,11 @@ def _expand_backup_leaves(t, g, n_slots, paths, depths, priors, values, legal):
         depth = depths[s]
         leaf = paths[s, depth - 1]
         v = min(max(values[s], -1.0), 1.0)
-        if _expand(t, g, leaf, priors[s], legal[s], v) and leaf == 0:
+        u = _leaf_term(t, g, leaf, depth, scores[s], w_static, w_dynamic, score_scale,
+                       zero_weight)
+        if _expand(t, g, leaf, priors[s], legal[s], v + u) and leaf == 0:
             root_expanded = True
-        _backup_path(t, g, paths[s], depth, v, VIRTUAL_LOSS if depth > 1 else 0.0)
+        _backup_path(t, g, paths[s], depth, v + u, u, VIRTUAL_LOSS if depth > 1 else 0.0)
     return root_expanded
 
 
@@ -819,11 +964,14 @@ def _reroot(t, g, new_root, keep_limit):
     _gather_front(t.move[g], old, count)
     _gather_front(n_children, old, count)
     _gather_front(t.raw_value[g], old, count)
+    _gather_front(t.score_sum[g], old, count)
+    _gather_front(t.raw_score[g], old, count)
     for i in range(count):
         first_child[i] = new_first[i]
     t.move[g, 0] = -1
     t.prior[g, 0] = 1.0
     t.size[g] = count
+    t.score_center[g] = -t.score_center[g]  # the same centre, seen from the new root's side
     return True
 
 
@@ -929,6 +1077,13 @@ class Mcts:
                        self.is_gumbel, np.float32(mcts_cfg.gumbel_c_visit),
                        np.float32(mcts_cfg.gumbel_c_scale), self._minmax,
                        mcts_cfg.gumbel_max_considered)
+        # the score utility's weights and scale, before the rules in the kernels' arguments
+        self._score = (np.float32(mcts_cfg.score_utility_static),
+                       np.float32(mcts_cfg.score_utility_dynamic),
+                       np.float32(mcts_cfg.score_utility_scale))
+        self._zero_weight = np.float32(mcts_cfg.score_utility_zero_weight)
+        self.wants_score = mcts_cfg.wants_score
+        self._missing_scores_logged = False
         move_cap = go_cfg.move_cap
         # rows [0, G): the root positions; row G: the scratch row every leaf is built in
         self.boards = fastgo.new_boards(n_games + 1, n, go_cfg.komi, move_cap, history)
@@ -1012,6 +1167,8 @@ class Mcts:
         for i, g in enumerate(games.tolist()):
             t.sims_done[g] = 0
             t.sims_target[g] = sims[i]
+            if self._score[1] != 0 and t.first_child[g, 0] != UNEXPANDED:
+                self._recenter(g)
             rng = None if rngs is None else rngs[i]
             if self.is_gumbel:
                 t.halving_ready[g] = False
@@ -1024,6 +1181,15 @@ class Mcts:
             self._noise_pending[g] = rng is not None and self.cfg.dirichlet_fraction > 0
             if self._noise_pending[g] and t.first_child[g, 0] != UNEXPANDED:
                 self._add_noise(g)
+
+    def _recenter(self, g: int) -> None:
+        """A kept root's dynamic score centre from its own score (KataGo's, by the root's net
+        score rather than the tree's mean), the tree's score terms redone if it moved."""
+        t = self.tree
+        center = _score_center(np.float64(t.raw_score[g, 0]), self._zero_weight,
+                               self._score[2])
+        if np.float32(center) != t.score_center[g]:
+            _rescore(t, g, np.float32(center), *self._score)
 
     def stop_search(self, games: Sequence[int] | np.ndarray) -> None:
         """End the searches of `games` where they are (a time budget ran out): their trees
@@ -1052,21 +1218,23 @@ class Mcts:
             return self._step_leaves(evaluators[0])
         t = self.tree
         n = _select(t, self.boards, self.history, self._planes, self._legal, self._slot_game,
-                    self.early_pass, *self._rules)
+                    self.early_pass, *self._score, *self._rules)
         if n == 0:
             return 0
         priors = np.empty((n, self.n_moves), np.float32)
         values = np.empty(n, np.float32)
+        scores = np.zeros(n, np.float32)
         if owner is None or len(evaluators) == 1:
-            self._evaluate(evaluators[0], np.arange(n), priors, values)
+            self._evaluate(evaluators[0], np.arange(n), priors, values, scores)
         else:
             who = owner[self._slot_game[:n]]
             for k, evaluate in enumerate(evaluators):
                 slots = np.flatnonzero(who == k)
                 if len(slots):
-                    self._evaluate(evaluate, slots, priors, values)
+                    self._evaluate(evaluate, slots, priors, values, scores)
         self._root_expanded[:] = False
-        _expand_backup(t, n, self._slot_game, priors, values, self._legal, self._root_expanded)
+        _expand_backup(t, n, self._slot_game, priors, values, scores, self._legal,
+                       self._root_expanded, *self._score, self._zero_weight)
         for g in np.flatnonzero(self._root_expanded & self._noise_pending):
             self._add_noise(int(g))
         return n
@@ -1075,31 +1243,37 @@ class Mcts:
         """Up to `leaf_batch` simulations of game 0, their leaves evaluated together."""
         t = self.tree
         n = _select_leaves(t, self.boards, 0, self.leaf_batch, self.history, self._planes,
-                           self._legal, self._paths, self._depths, self.early_pass, *self._rules)
+                           self._legal, self._paths, self._depths, self.early_pass,
+                           *self._score, *self._rules)
         if n == 0:
             return 0
         priors = np.empty((n, self.n_moves), np.float32)
         values = np.empty(n, np.float32)
-        self._evaluate(evaluate, np.arange(n), priors, values)
-        if (_expand_backup_leaves(t, 0, n, self._paths, self._depths, priors, values,
-                                  self._legal) and self._noise_pending[0]):
+        scores = np.zeros(n, np.float32)
+        self._evaluate(evaluate, np.arange(n), priors, values, scores)
+        if (_expand_backup_leaves(t, 0, n, self._paths, self._depths, priors, values, scores,
+                                  self._legal, *self._score, self._zero_weight)
+                and self._noise_pending[0]):
             self._add_noise(0)
         return n
 
-    def _evaluate(self, evaluate: Evaluate, slots: np.ndarray, priors, values) -> None:
-        """Evaluate the given batch slots in calls of at most batch_size positions."""
+    def _evaluate(self, evaluate: Evaluate, slots: np.ndarray, priors, values,
+                  scores) -> None:
+        """Evaluate the given batch slots in calls of at most batch_size positions (scores
+        stay 0 where the evaluator returns none)."""
         contiguous = len(slots) == slots[-1] - slots[0] + 1
         for lo in range(0, len(slots), self.batch_size):
             part = slots[lo : lo + self.batch_size]
-            if contiguous:
-                sl = slice(int(part[0]), int(part[-1]) + 1)
-                p, v = evaluate(self._planes[sl], self._legal[sl])
-                priors[sl] = p
-                values[sl] = v
-            else:
-                p, v = evaluate(self._planes[part], self._legal[part])
-                priors[part] = p
-                values[part] = v
+            at = slice(int(part[0]), int(part[-1]) + 1) if contiguous else part
+            out = evaluate(self._planes[at], self._legal[at])
+            priors[at] = out[0]
+            values[at] = out[1]
+            if len(out) > 2:
+                scores[at] = out[2]
+            elif self.wants_score and not self._missing_scores_logged:
+                self._missing_scores_logged = True
+                log.warning("the score utility is on but the evaluator returns no scores "
+                            "(a net without a score head?): its leaves score 0")
             self.evaluations += len(part)
             self.net_calls += 1
 
@@ -1223,7 +1397,8 @@ class Mcts:
             n = int(t.visits[g, node])
             if n == 0:
                 continue
-            out.append((int(t.move[g, node]), n, float(t.value_sum[g, node]) / n,
+            q = (float(t.value_sum[g, node]) - float(t.score_sum[g, node])) / n
+            out.append((int(t.move[g, node]), n, q,
                         float(t.prior[g, node]), self._variation(g, node, pv_length)))
         out.sort(key=lambda c: (-c[1], -c[2]))
         return out
@@ -1243,10 +1418,10 @@ class Mcts:
     def root_values(self, games: Sequence[int] | np.ndarray) -> np.ndarray:
         """Mean search value of each game's root, from its side to move's view, float32."""
         games = np.asarray(games, np.int64)
-        n = self.tree.visits[games, 0]
-        return np.where(n > 0, -self.tree.value_sum[games, 0] / np.maximum(n, 1), 0.0).astype(
-            np.float32
-        )
+        t = self.tree
+        n = t.visits[games, 0]
+        w = t.value_sum[games, 0].astype(np.float64) - t.score_sum[games, 0]
+        return np.where(n > 0, -w / np.maximum(n, 1), 0.0).astype(np.float32)
 
 
 def choose_moves(

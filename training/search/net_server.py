@@ -11,14 +11,14 @@ Owns:
 - `SlotLayout`: the shared memory's layout: a control block (the server's pid, epoch and
   beat, the generation in use, counters, a model request) and one *slot* per client:
   a request (uint8 planes [max_batch, C, N, N], bool legal [max_batch, A + 1], its count
-  and sequence number) and its results (float32 priors [max_batch, A + 1] and values
-  [max_batch], the generation that computed them).
+  and sequence number) and its results (float32 priors [max_batch, A + 1], values and
+  scores [max_batch], the generation that computed them).
 - `SharedSlots`: the segment (`multiprocessing.shared_memory`), created by whoever
   supervises (it outlives a server that dies) and attached by the server and the clients.
 - `Signals`: eventfds (Linux): one *doorbell* the clients ring and one *done* per slot the
   server rings; created by the supervisor, inherited by the processes (`pass_fds`).
-- `NetClient`: `evaluate(planes, legal) -> (priors, values)`, the contract of
-  `training.learn.net.make_evaluator`, so the search does not change.
+- `NetClient`: `evaluate(planes, legal) -> (priors, values)` (and scores when asked), the
+  contract of `training.learn.net.make_evaluator`, so the search does not change.
 - `NetServer`: the loop: wait for ready slots, gather them (waiting up to `gather_wait_s`
   for the other live clients), one `evaluate` call, results back, each client's done rung.
 - `StandInNet`: a deterministic net in numpy with a set latency per call (sleeping, like
@@ -61,7 +61,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-BatchEvaluate = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, np.ndarray]"]
+BatchEvaluate = Callable[[np.ndarray, np.ndarray], "tuple[np.ndarray, ...]"]
 
 # Slot states
 FREE, IDLE, READY, TAKEN = 0, 1, 2, 3
@@ -127,6 +127,7 @@ class SlotLayout:
             ("slots", (s, SLOT_FIELDS), np.dtype(np.int64)),
             ("priors", (s, b, self.moves), np.dtype(np.float32)),
             ("values", (s, b), np.dtype(np.float32)),
+            ("scores", (s, b), np.dtype(np.float32)),
             ("planes", (s, b, self.channels, n, n), np.dtype(np.uint8)),
             ("legal", (s, b, self.moves), np.dtype(np.bool_)),
             ("model_path", (TEXT_BYTES,), np.dtype(np.uint8)),
@@ -162,7 +163,7 @@ class SlotLayout:
 
 class SharedSlots:
     """The shared segment of a `SlotLayout` as numpy views (`control`, `slots`, `planes`,
-    `legal`, `priors`, `values`). `create` makes one (its owner unlinks it with `close`);
+    `legal`, `priors`, `values`, `scores`). `create` makes one (its owner unlinks it with `close`);
     `attach` maps one by name."""
 
     def __init__(self, shm: shared_memory.SharedMemory, layout: SlotLayout, owner: bool):
@@ -328,11 +329,12 @@ class NetClient:
     calls it (`training.search.mcts.Evaluate`), served through slot `slot`.
 
     `generation` is the model generation of the last results (-1 before any).
-    `calls` and `positions` count what was sent.
+    `calls` and `positions` count what was sent. With `score`, `evaluate` also returns the
+    server's scores (the search's score utility; zeros from a server evaluator without them).
     """
 
     def __init__(self, slots: SharedSlots, slot: int, signals: Signals, *,
-                 call_timeout_s: float = 600.0, spin_s: float = SPIN_S):
+                 call_timeout_s: float = 600.0, spin_s: float = SPIN_S, score: bool = False):
         if not 0 <= slot < slots.layout.n_slots:
             raise ValueError(f"slot {slot} outside 0..{slots.layout.n_slots - 1}")
         self.slots = slots
@@ -340,6 +342,7 @@ class NetClient:
         self.signals = signals
         self.call_timeout_s = call_timeout_s
         self.spin_s = spin_s
+        self.score = score
         self._last_wait_s = 0.0
         self.generation = -1
         self.calls = 0
@@ -349,6 +352,7 @@ class NetClient:
         self._legal = slots.legal[slot]
         self._priors = slots.priors[slot]
         self._values = slots.values[slot]
+        self._scores = slots.scores[slot]
         self._done = signals.done[slot]
         self._poll = select.poll()
         self._poll.register(self._done, select.POLLIN)
@@ -364,9 +368,10 @@ class NetClient:
         drain(self._done)
         header[S_STATE] = IDLE
 
-    def evaluate(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def evaluate(self, planes: np.ndarray, legal: np.ndarray) -> tuple[np.ndarray, ...]:
         """planes 0/1 [B, C, N, N] (float32 or uint8), legal bool [B, A + 1] -> priors
-        float32 [B, A + 1] (softmax over the legal moves), values float32 [B]."""
+        float32 [B, A + 1] (softmax over the legal moves), values float32 [B] (and with
+        `score` scores float32 [B])."""
         if planes.ndim != 4 or planes.shape[1:] != self._shape:
             raise ValueError(f"planes must be [B, {', '.join(map(str, self._shape))}], got "
                              f"{list(planes.shape)}")
@@ -376,15 +381,17 @@ class NetClient:
             raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
         priors = np.empty((batch, moves), np.float32)
         values = np.empty(batch, np.float32)
+        scores = np.empty(batch, np.float32)
         step = self.slots.layout.max_batch
         for lo in range(0, batch, step):
             hi = min(batch, lo + step)
-            self._call(planes[lo:hi], legal[lo:hi], priors[lo:hi], values[lo:hi])
-        return priors, values
+            self._call(planes[lo:hi], legal[lo:hi], priors[lo:hi], values[lo:hi],
+                       scores[lo:hi])
+        return (priors, values, scores) if self.score else (priors, values)
 
     __call__ = evaluate
 
-    def _call(self, planes, legal, priors, values) -> None:
+    def _call(self, planes, legal, priors, values, scores) -> None:
         n = planes.shape[0]
         header = self._header
         self._planes[:n] = planes  # 0/1 floats -> uint8, exactly
@@ -411,6 +418,7 @@ class NetClient:
         self._last_wait_s = time.perf_counter() - asked
         priors[:] = self._priors[:n]
         values[:] = self._values[:n]
+        scores[:] = self._scores[:n]
         self.generation = header[S_GENERATION]
         self.calls += 1
         self.positions += n
@@ -552,12 +560,15 @@ class NetServer:
                 self._legal[lo : lo + n] = sl.legal[k, :n]
             planes, legal = self._planes[:at], self._legal[:at]
         if at:
-            priors, values = evaluate(planes, legal)
+            out = evaluate(planes, legal)
+            priors, values = out[0], out[1]
+            scores = out[2] if len(out) > 2 else None
         generation = ctl[C_GENERATION]
         for k, lo, n, seq in spans:
             if n:
                 sl.priors[k, :n] = priors[lo : lo + n]
                 sl.values[k, :n] = values[lo : lo + n]
+                sl.scores[k, :n] = 0.0 if scores is None else scores[lo : lo + n]
             h = hdr[k]
             h[S_GENERATION] = generation
             h[S_STATE] = IDLE  # before result_seq: the client may submit at once
