@@ -557,6 +557,7 @@ def _backup_path(t, g, path, depth, value, score, virtual):
     visits = t.visits[g]
     value_sum = t.value_sum[g]
     score_sum = t.score_sum[g]
+    scored = score != 0.0  # adding 0 changes nothing: the search without the utility skips it
     v = -value
     u = -score
     for i in range(depth - 1, -1, -1):
@@ -566,7 +567,8 @@ def _backup_path(t, g, path, depth, value, score, virtual):
         else:
             visits[node] += 1
             value_sum[node] += v
-        score_sum[node] += u
+        if scored:
+            score_sum[node] += u
         v = -v
         u = -u
 
@@ -765,9 +767,10 @@ def _select(t, b, history, planes, legal, slot_game, early_pass, w_static, w_dyn
 
 
 @njit(cache=True, inline="always")
-def _expand(t, g, leaf, priors, legal, value):
+def _expand(t, g, leaf, priors, legal, value, scored):
     """Give `leaf` its legal moves as children with the net's priors (unless it has children
-    already or the tree is full) and note its raw value. Returns True if it was expanded."""
+    already or the tree is full) and note its raw value. Returns True if it was expanded.
+    `scored`: the score utility is on (without it `score_sum` is never written, so stays 0)."""
     visits = t.visits[g]
     value_sum = t.value_sum[g]
     prior = t.prior[g]
@@ -793,7 +796,8 @@ def _expand(t, g, leaf, priors, legal, value):
             p = max(priors[m], 0.0) / total if total > 0 else 1.0 / k
             visits[c] = 0
             value_sum[c] = 0.0
-            t.score_sum[g, c] = 0.0  # raw_score: set when the node is evaluated
+            if scored:  # raw_score: set when the node is evaluated
+                t.score_sum[g, c] = 0.0
             prior[c] = p
             move[c] = m
             first_child[c] = UNEXPANDED
@@ -827,6 +831,7 @@ def _expand_backup(t, n_slots, slot_game, priors, values, scores, legal, root_ex
 
     root_expanded[g] is set when game g's root got its children in this call.
     """
+    scored = w_static != 0.0 or w_dynamic != 0.0
     for s in range(n_slots):
         g = slot_game[s]
         depth = t.depth[g]
@@ -834,7 +839,7 @@ def _expand_backup(t, n_slots, slot_game, priors, values, scores, legal, root_ex
         v = min(max(values[s], -1.0), 1.0)
         u = _leaf_term(t, g, leaf, depth, scores[s], w_static, w_dynamic, score_scale,
                        zero_weight)
-        if _expand(t, g, leaf, priors[s], legal[s], v + u) and leaf == 0:
+        if _expand(t, g, leaf, priors[s], legal[s], v + u, scored) and leaf == 0:
             root_expanded[g] = True
         _backup(t, g, v + u, u)
         if leaf != 0:
@@ -896,13 +901,14 @@ def _expand_backup_leaves(t, g, n_slots, paths, depths, priors, values, scores, 
     looked worse even with the loss): the first expands it, both back up. Returns True if
     the root got its children."""
     root_expanded = False
+    scored = w_static != 0.0 or w_dynamic != 0.0
     for s in range(n_slots):
         depth = depths[s]
         leaf = paths[s, depth - 1]
         v = min(max(values[s], -1.0), 1.0)
         u = _leaf_term(t, g, leaf, depth, scores[s], w_static, w_dynamic, score_scale,
                        zero_weight)
-        if _expand(t, g, leaf, priors[s], legal[s], v + u) and leaf == 0:
+        if _expand(t, g, leaf, priors[s], legal[s], v + u, scored) and leaf == 0:
             root_expanded = True
         _backup_path(t, g, paths[s], depth, v + u, u, VIRTUAL_LOSS if depth > 1 else 0.0)
     return root_expanded
