@@ -16,6 +16,8 @@ finished; OUT is `--out`, else $OUT, else benchmarks/out/gpu_ceiling_<time>):
   averaged, so a drift of the machine's speed counts alike): moves/s and the server's mean
   batch of each. On 2 cores two processes should give about twice the moves/s and twice the mean
   batch of one: the CPU is not the bottleneck, so the figure holds on a shared machine.
+  Then `--latency-no-wait` (4) processes through a server without a gather wait:
+  `no_wait_moves_ratio` is their moves/s over the two processes' in lockstep.
 - `cpu_choice` (`--cpu-only`): `--choice-config` (configs/config.yaml) self-play with its
   real net, 2 processes each with its own net against 2 search processes through one
   server on the CPU: the figure behind `self_play.net_server: auto` (off on a CPU).
@@ -24,9 +26,22 @@ On a GPU box (without `--cpu-only`) instead of `cpu_choice`:
   graphs at batches 256 to 4096, uint8 planes copied in from pinned memory: positions/s.
 - `ceiling_all`: the instant-net ceiling with every core running a process at once.
 - `served`: `--served` (4 and 14) search processes through one server with the config's
-  net (random weights) in bf16 with CUDA graphs: moves/s, positions/s, mean batch.
+  net (random weights) in bf16 with CUDA graphs: moves/s, positions/s, mean batch; then
+  `--served-no-wait` (28) through one without a gather wait (`self_play.gather_wait_ms: 0`).
+  A server's clients step in lockstep when it waits for all of them: their searches and its
+  net call take turns. With more processes than cores and no wait, some search while the
+  net runs for the others (on 2 cores, a 3 ms stand-in: 4 processes at 0 ms gave 1.65x and
+  1.82x the moves/s of 2 at 10 ms).
+- `trainer` (also with `--cpu-only`, one short run): the real trainer (`python -m
+  training.trainer` on synthetic samples of the config's net, its mixed precision) by total
+  batch (`--train-batches`): the median step and samples/s alone, and at the config's batch
+  beside the load of a self-play box (4 processes running the net in bf16, each its own CUDA
+  context, and a niced busy loop on every other core): can the trainer keep
+  `training.samples_per_new_sample` at the pace the box plays?
 
-Every phase checks the time left (`--budget-s`, 540 s) and is skipped when it would not fit.
+On a GPU the phases that need it run first (net_limit, trainer, served), then the CPU's
+(leaf, latency, ceiling_all). Every phase checks the time left (`--budget-s`, 540 s) and is
+skipped when it would not fit; the times it assumes are those measured on an H200 box.
 The last line printed is one JSON object: `leaf_cpu_us`, `moves_per_s` and `mean_batch` by
 search processes (latency stand-in), the ratios of two processes to one, and the other
 phases' figures.
@@ -217,9 +232,24 @@ def phase_latency(args) -> dict:
         server.stop()
     one = {k: (before[k] + after[k]) / 2 for k in before}
     one["processes"] = 1
-    return {"phase": "latency", "latency_ms": args.latency_ms, "by_processes": {"1": one, "2": two},
-            "moves_ratio": two["moves_per_s"] / max(one["moves_per_s"], 1e-9),
-            "batch_ratio": two["mean_batch"] / max(one["mean_batch"], 1e-9)}
+    by = {"1": one, "2": two}
+    extra = args.latency_no_wait
+    if extra and time.monotonic() + args.window_s + 20 < args.deadline:
+        # more processes than cores through a server that runs what is ready at once
+        server = ServerProcess(_layout(cfg, extra), stand_in_latency_s=args.latency_ms / 1000.0,
+                               gather_wait_s=0.0)
+        server.start()
+        try:
+            by[f"{extra}_no_wait"] = served(cfg, server, extra, args.window_s)
+        finally:
+            server.stop()
+    out = {"phase": "latency", "latency_ms": args.latency_ms, "by_processes": by,
+           "moves_ratio": two["moves_per_s"] / max(one["moves_per_s"], 1e-9),
+           "batch_ratio": two["mean_batch"] / max(one["mean_batch"], 1e-9)}
+    if f"{extra}_no_wait" in by:
+        out["no_wait_moves_ratio"] = (by[f"{extra}_no_wait"]["moves_per_s"]
+                                      / max(two["moves_per_s"], 1e-9))
+    return out
 
 
 def phase_cpu_choice(args) -> dict:
@@ -289,26 +319,108 @@ def phase_ceiling_all(args) -> dict:
 
 
 def phase_served(args) -> dict:
+    """`--served` search processes through one server at `--gather-wait-ms`, then
+    `--served-no-wait` through one that runs what is ready at once (keyed "<n>_no_wait")."""
     from training.serve import ServerProcess
 
     cfg = _cfg(args.config)
-    top = max(args.served)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(_layout(cfg, top), model=_model_file(cfg, Path(tmp)),
-                               device="cuda:0", dtype="auto", graphs="auto",
-                               gather_wait_s=args.gather_wait_ms / 1000.0)
-        server.start()
-        try:
-            for p in args.served:
-                if time.monotonic() + args.window_s + 60 > args.deadline:
-                    _log(f"served {p}: skipped, out of time")
-                    continue
-                out[str(p)] = served(cfg, server, p, args.window_s)
-                _log(f"served {p}: {out[str(p)]}")
-        finally:
-            server.stop()
+        model = _model_file(cfg, Path(tmp))
+        for counts, wait_ms, suffix in ((args.served, args.gather_wait_ms, ""),
+                                        (args.served_no_wait, 0.0, "_no_wait")):
+            if not counts:
+                continue
+            server = ServerProcess(_layout(cfg, max(counts)), model=model, device="cuda:0",
+                                   dtype="auto", graphs="auto", gather_wait_s=wait_ms / 1000.0)
+            server.start()
+            try:
+                for p in counts:
+                    if time.monotonic() + args.window_s + 30 > args.deadline:
+                        _log(f"served {p}{suffix}: skipped, out of time")
+                        continue
+                    out[f"{p}{suffix}"] = served(cfg, server, p, args.window_s)
+                    _log(f"served {p}{suffix}: {out[f'{p}{suffix}']}")
+            finally:
+                server.stop()
     return {"phase": "served", "by_processes": out}
+
+
+_NET_LOAD = """
+import os, sys, torch
+os.nice(10)
+from configs import load_config
+from training.go.features import num_planes
+from training.learn.net import net_from_config
+cfg = load_config(sys.argv[1])
+net = net_from_config(cfg.net, cfg.go.board_size).to("cuda").eval()
+x = torch.randn(1024, num_planes(cfg.net.history, cfg.net.liberties), cfg.go.board_size,
+                cfg.go.board_size, device="cuda")
+with torch.no_grad(), torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+    while True:
+        net(x)
+        torch.cuda.synchronize()
+"""
+_BUSY = "import os\nos.nice(10)\nwhile True:\n    pass\n"
+
+
+def _trainer_run(cfg_path: Path, samples: Path, run: Path, steps: int) -> list[float]:
+    """The step seconds of one `python -m training.trainer` run on `samples`."""
+    cmd = [sys.executable, "-m", "training.trainer", "--config", str(cfg_path), "--run-dir",
+           str(run), "--samples", str(samples), "--steps", str(steps + 3), "--checkpoint",
+           "none", "--no-progress", "--log-level", "WARNING"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the trainer exited with code {proc.returncode}: "
+                           f"{proc.stderr[-1500:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["step_seconds"][3:]
+
+
+def phase_trainer(args) -> dict:
+    """The trainer's samples/s by total batch, alone, and at the config's batch beside a
+    self-play box's load (GPU); on the CPU one short run at the config's batch."""
+    from configs import dump_config, override
+    from training.learn.samples import config_samples
+
+    cfg = _cfg(args.config)
+    own = cfg.training.batch_size
+    if args.cpu_only:
+        runs, steps = [(own, False)], 4
+    else:
+        runs = [(b, False) for b in args.train_batches] + [(own, True)]
+        steps = args.train_steps
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for batch, beside in runs:
+            run_cfg = override(cfg, {"training.batch_size": batch, "training.warmup_steps": 0,
+                                     "replay.validation_fraction": 0.0})
+            cfg_path = tmp / f"config_{batch}.yaml"
+            cfg_path.write_text(dump_config(run_cfg))
+            samples = tmp / f"samples_{batch}.npz"
+            if not samples.exists():
+                config_samples(run_cfg, max(8 * batch, 2048)).save(samples)
+            load = []
+            try:
+                if beside:
+                    load = [subprocess.Popen([sys.executable, "-c", _NET_LOAD, str(cfg_path)],
+                                             cwd=REPO) for _ in range(4)]
+                    load += [subprocess.Popen([sys.executable, "-c", _BUSY])
+                             for _ in range(max(0, (os.cpu_count() or 1) - 2))]
+                    time.sleep(8)  # the net processes' CUDA contexts up and running
+                seconds = _trainer_run(cfg_path, samples, tmp / f"run_{batch}_{beside}", steps)
+            finally:
+                for p in load:
+                    p.kill()
+                    p.wait()
+            step = float(np.median(seconds))
+            rows.append({"batch": batch, "beside_selfplay_load": beside,
+                         "median_step_ms": step * 1000, "samples_per_s": batch / step})
+            _log(f"trainer batch={batch}{' beside load' if beside else ''}: "
+                 f"{step * 1000:.1f} ms a step, {batch / step:,.0f} samples/s")
+    mine = [r for r in rows if r["batch"] == own]
+    return {"phase": "trainer", "rows": rows, "config_batch": own,
+            "samples_per_s": mine[-1]["samples_per_s"]}
 
 
 # ------------------------------------------------------------------------------ main
@@ -326,6 +438,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=None, help="each phase's timed window")
     p.add_argument("--batches", type=int, nargs="+", default=[256, 1024, 2048, 4096])
     p.add_argument("--served", type=int, nargs="+", default=[4, 14])
+    p.add_argument("--latency-no-wait", type=int, default=4,
+                   help="latency phase: then this many search processes through a server "
+                   "without a gather wait (0: not run)")
+    p.add_argument("--served-no-wait", type=int, nargs="*", default=[28],
+                   help="served phase: search processes through a server without a gather "
+                   "wait (more processes than cores: the net runs while others search)")
+    p.add_argument("--train-batches", type=int, nargs="+", default=[256, 1024, 2048],
+                   help="trainer phase: total batches timed alone (GPU)")
+    p.add_argument("--train-steps", type=int, default=40,
+                   help="trainer phase: timed steps a run (after 3 left out)")
     p.add_argument("--budget-s", type=float, default=540.0)
     p.add_argument("--phases", nargs="+", default=None,
                    help="run only these phases (warm, leaf, latency, cpu_choice, net_limit, "
@@ -351,12 +473,18 @@ def main(argv=None) -> int:
                REPO / "benchmarks" / "out" / f"gpu_ceiling_{time.strftime('%Y%m%d_%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "ceiling.jsonl"
-    phases = [("warm", None, 60), ("leaf", phase_leaf, 30), ("latency", phase_latency, 60)]
+    # (name, function, seconds it needs: what each took on an H200 box, 16 cores, 15 s
+    # windows, with some margin; warm is numba's compile, 33 s there the first time)
+    cpu_phases = [("leaf", phase_leaf, 25), ("latency", phase_latency, 50 + args.window_s)]
     if args.cpu_only:
-        phases.append(("cpu_choice", phase_cpu_choice, 60))
+        phases = [("warm", None, 40), *cpu_phases, ("cpu_choice", phase_cpu_choice, 60),
+                  ("trainer", phase_trainer, 60)]
     else:
-        phases += [("net_limit", phase_net_limit, 90), ("ceiling_all", phase_ceiling_all, 40),
-                   ("served", phase_served, 60 + 2 * (args.window_s + 30))]
+        phases = [("warm", None, 40), ("net_limit", phase_net_limit, 20),
+                  ("trainer", phase_trainer, 20 + 15 * (len(args.train_batches) + 1)),
+                  ("served", phase_served, 30 + (len(args.served) + len(args.served_no_wait))
+                   * (args.window_s + 10)),
+                  *cpu_phases, ("ceiling_all", phase_ceiling_all, args.window_s + 10)]
     results: dict[str, dict] = {}
     for name, fn, needs_s in phases:
         if args.phases and name not in args.phases:
@@ -380,6 +508,7 @@ def main(argv=None) -> int:
             f.write(json.dumps(row) + "\n")
         _log(json.dumps(row))
     lat = results.get("latency", {})
+    trainer = results.get("trainer", {})
     by = lat.get("by_processes", {})
     summary = {
         "leaf_cpu_us": results.get("leaf", {}).get("leaf_cpu_us"),
@@ -388,10 +517,12 @@ def main(argv=None) -> int:
         "moves_per_s": {k: v["moves_per_s"] for k, v in by.items()},
         "mean_batch": {k: v["mean_batch"] for k, v in by.items()},
         "moves_ratio": lat.get("moves_ratio"), "batch_ratio": lat.get("batch_ratio"),
+        "no_wait_moves_ratio": lat.get("no_wait_moves_ratio"),
         "cpu_choice": results.get("cpu_choice"),
         "net_limit_positions_per_s": results.get("net_limit", {}).get("limit_positions_per_s"),
         "ceiling_all": results.get("ceiling_all"),
         "served": results.get("served", {}).get("by_processes"),
+        "trainer_samples_per_s": trainer.get("samples_per_s"),
         "seconds": round(time.monotonic() - started, 1), "out": str(jsonl),
     }
     with open(jsonl, "a") as f:

@@ -111,8 +111,35 @@ def test_two_clients_leaves_are_served_in_one_batch_with_the_nets_own_results(se
         lines = _lines(proc)
         assert proc.returncode == 0
         assert lines == [{"call": 0, "ok": True, "generation": 0}]
-    ctl = server.slots.ctl
+    ctl = server.slots.ctl  # counted after the answers
+    wait_until(lambda: ctl[C_MAX_BATCH_SEEN] > 0, 30, "the batch counted")
     assert (ctl[C_BATCHES], ctl[C_POSITIONS], ctl[C_MAX_BATCH_SEEN]) == (1, 12, 12)
+
+
+@pytest.mark.parametrize("gather_wait_s", [0.0, 30.0])
+def test_the_gather_wait_holds_a_request_for_the_clients_still_searching_or_not(
+        servers, gather_wait_s):
+    # another client is attached and searching (no request): with a wait the server holds
+    # this request for it, with none (self_play.gather_wait_ms: 0) it runs it at once
+    server = servers(_layout(), stand_in_latency_s=0.0, gather_wait_s=gather_wait_s)
+    searching = NetClient(server.slots, 1, server.signals)
+    client = NetClient(server.slots, 0, server.signals, call_timeout_s=3.0)
+    planes, legal = _batch(5, seed=1)
+    if gather_wait_s:
+        with pytest.raises(net_server.NetServerUnavailable, match="no answer"):
+            client.evaluate(planes, legal)
+        assert server.slots.ctl[C_BATCHES] == 0
+        searching.evaluate(*_batch(3, seed=2))  # the held request goes in the same batch
+        want = 8
+    else:
+        priors, _ = client.evaluate(planes, legal)
+        np.testing.assert_array_equal(priors, StandInNet()(planes.astype(np.uint8), legal)[0])
+        want = 5
+    ctl = server.slots.ctl  # the server counts a batch after it has answered its clients
+    wait_until(lambda: ctl[C_MAX_BATCH_SEEN] > 0, 30, "the batch counted")  # written last
+    assert (ctl[C_BATCHES], ctl[C_POSITIONS]) == (1, want)
+    searching.detach()
+    client.detach()
 
 
 def test_a_client_in_this_process_gets_exactly_the_stand_in_nets_results(servers):
@@ -424,6 +451,7 @@ def test_a_worker_with_the_net_server_plays_switches_models_and_stops_cleanly(ti
 
     cfg = override(tiny_cfg, {"run.dir": str(run_dir), "distributed.heartbeat_interval_s": 0.2,
                               "self_play.net_server": True, "self_play.search_processes": 2,
+                              "self_play.gather_wait_ms": 5.0,
                               "distributed.max_outbox_batches": 10_000})
     folder = run_dir / "workers" / "w1"
     _publish(cfg, folder, 0)
@@ -435,6 +463,7 @@ def test_a_worker_with_the_net_server_plays_switches_models_and_stops_cleanly(ti
         wait_until(lambda: worker.generation == 0 and worker.games_done >= 10, 180,
                    "generation 0 plays through the server")
         server = worker._server
+        assert server.gather_wait_s == 0.005  # self_play.gather_wait_ms reaches the server
         searchers = worker._selfplay.pids()
         assert server.is_alive() and len(searchers) == 2 and all(searchers)
         _publish(cfg, folder, 1, seed=1)

@@ -1,4 +1,4 @@
-"""The net server process: one per GPU, the net of a worker's search processes.
+"""The net server process: one per worker (several share a GPU), the net of its search processes.
 
     python -m training.serve --shm NAME --layout SLOTS,MAX_BATCH,C,N --signals FD:FD,...
                              (--model PATH | --stand-in-latency-ms MS) [--device cuda:0]

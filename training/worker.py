@@ -249,7 +249,8 @@ class Worker(ModelLoading):
                                 cfg.go.board_size)
             server = ServerProcess(layout, model=model_path, device=self.device,
                                    jit=cfg.net.inference, dtype=cfg.net.inference_dtype,
-                                   threads=cfg.self_play.threads_per_worker)
+                                   threads=cfg.self_play.threads_per_worker,
+                                   gather_wait_s=cfg.self_play.gather_wait_ms / 1000.0)
             try:
                 server.start()
             except Exception:
