@@ -50,6 +50,7 @@ phases' figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -190,6 +191,20 @@ def served(cfg, server, processes: int, seconds: float, warm_timeout_s: float = 
         pool.discard_unfinished()
 
 
+@contextlib.contextmanager
+def _serving(cfg, slots: int, **server_kw):
+    """A started net server (`training.serve.ServerProcess`) with `slots` slots for `cfg`'s
+    self-play, stopped on the way out."""
+    from training.serve import ServerProcess
+
+    server = ServerProcess(_layout(cfg, slots), **server_kw)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def _layout(cfg, slots: int):
     from training.go.features import num_planes
     from training.search.net_server import SlotLayout
@@ -218,31 +233,22 @@ def phase_leaf(args) -> dict:
 
 
 def phase_latency(args) -> dict:
-    from training.serve import ServerProcess
-
     cfg = _cfg(args.config)
-    server = ServerProcess(_layout(cfg, 2), stand_in_latency_s=args.latency_ms / 1000.0,
-                           gather_wait_s=args.gather_wait_ms / 1000.0)
-    server.start()
-    try:  # 1, 2, 1: a machine whose speed drifts during the phase moves both alike
+    latency_s = args.latency_ms / 1000.0
+    with _serving(cfg, 2, stand_in_latency_s=latency_s,
+                  gather_wait_s=args.gather_wait_ms / 1000.0) as server:
+        # 1, 2, 1: a machine whose speed drifts during the phase moves both alike
         before = served(cfg, server, 1, args.window_s / 2)
         two = served(cfg, server, 2, args.window_s)
         after = served(cfg, server, 1, args.window_s / 2)
-    finally:
-        server.stop()
     one = {k: (before[k] + after[k]) / 2 for k in before}
     one["processes"] = 1
     by = {"1": one, "2": two}
     extra = args.latency_no_wait
     if extra and time.monotonic() + args.window_s + 20 < args.deadline:
         # more processes than cores through a server that runs what is ready at once
-        server = ServerProcess(_layout(cfg, extra), stand_in_latency_s=args.latency_ms / 1000.0,
-                               gather_wait_s=0.0)
-        server.start()
-        try:
+        with _serving(cfg, extra, stand_in_latency_s=latency_s, gather_wait_s=0.0) as server:
             by[f"{extra}_no_wait"] = served(cfg, server, extra, args.window_s)
-        finally:
-            server.stop()
     out = {"phase": "latency", "latency_ms": args.latency_ms, "by_processes": by,
            "moves_ratio": two["moves_per_s"] / max(one["moves_per_s"], 1e-9),
            "batch_ratio": two["mean_batch"] / max(one["mean_batch"], 1e-9)}
@@ -253,18 +259,12 @@ def phase_latency(args) -> dict:
 
 
 def phase_cpu_choice(args) -> dict:
-    from training.serve import ServerProcess
-
     cfg = _cfg(args.choice_config)
     own = run_children(args, "own", 2, args.window_s, args.choice_config)
-    with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(_layout(cfg, 2), model=_model_file(cfg, Path(tmp)),
-                               jit=cfg.net.inference, dtype=cfg.net.inference_dtype)
-        server.start()
-        try:
-            two = served(cfg, server, 2, args.window_s)
-        finally:
-            server.stop()
+    with tempfile.TemporaryDirectory() as tmp, _serving(
+            cfg, 2, model=_model_file(cfg, Path(tmp)), jit=cfg.net.inference,
+            dtype=cfg.net.inference_dtype) as server:
+        two = served(cfg, server, 2, args.window_s)
     own_total = sum(c["moves_per_s"] for c in own)
     return {"phase": "cpu_choice", "config": args.choice_config,
             "own_nets_moves_per_s": own_total, "served_moves_per_s": two["moves_per_s"],
@@ -321,8 +321,6 @@ def phase_ceiling_all(args) -> dict:
 def phase_served(args) -> dict:
     """`--served` search processes through one server at `--gather-wait-ms`, then
     `--served-no-wait` through one that runs what is ready at once (keyed "<n>_no_wait")."""
-    from training.serve import ServerProcess
-
     cfg = _cfg(args.config)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -331,18 +329,14 @@ def phase_served(args) -> dict:
                                         (args.served_no_wait, 0.0, "_no_wait")):
             if not counts:
                 continue
-            server = ServerProcess(_layout(cfg, max(counts)), model=model, device="cuda:0",
-                                   dtype="auto", graphs="auto", gather_wait_s=wait_ms / 1000.0)
-            server.start()
-            try:
+            with _serving(cfg, max(counts), model=model, device="cuda:0", dtype="auto",
+                          graphs="auto", gather_wait_s=wait_ms / 1000.0) as server:
                 for p in counts:
                     if time.monotonic() + args.window_s + 30 > args.deadline:
                         _log(f"served {p}{suffix}: skipped, out of time")
                         continue
                     out[f"{p}{suffix}"] = served(cfg, server, p, args.window_s)
                     _log(f"served {p}{suffix}: {out[f'{p}{suffix}']}")
-            finally:
-                server.stop()
     return {"phase": "served", "by_processes": out}
 
 
@@ -364,21 +358,13 @@ with torch.no_grad(), torch.autocast(device_type="cuda", dtype=torch.bfloat16):
 _BUSY = "import os\nos.nice(10)\nwhile True:\n    pass\n"
 
 
-def _trainer_run(cfg_path: Path, samples: Path, run: Path, steps: int) -> list[float]:
-    """The step seconds of one `python -m training.trainer` run on `samples`."""
-    cmd = [sys.executable, "-m", "training.trainer", "--config", str(cfg_path), "--run-dir",
-           str(run), "--samples", str(samples), "--steps", str(steps + 3), "--checkpoint",
-           "none", "--no-progress", "--log-level", "WARNING"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the trainer exited with code {proc.returncode}: "
-                           f"{proc.stderr[-1500:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["step_seconds"][3:]
-
-
 def phase_trainer(args) -> dict:
     """The trainer's samples/s by total batch, alone, and at the config's batch beside a
     self-play box's load (GPU); on the CPU one short run at the config's batch."""
+    try:
+        from benchmarks.train import run_trainer
+    except ModuleNotFoundError:  # run as a script without the repository on the path
+        from train import run_trainer  # its sibling, benchmarks/train.py
     from configs import dump_config, override
     from training.learn.samples import config_samples
 
@@ -408,7 +394,9 @@ def phase_trainer(args) -> dict:
                     load += [subprocess.Popen([sys.executable, "-c", _BUSY])
                              for _ in range(max(0, (os.cpu_count() or 1) - 2))]
                     time.sleep(8)  # the net processes' CUDA contexts up and running
-                seconds = _trainer_run(cfg_path, samples, tmp / f"run_{batch}_{beside}", steps)
+                summary = run_trainer([sys.executable, "-m", "training.trainer"], cfg_path,
+                                      tmp / f"run_{batch}_{beside}", samples, steps + 3, [])
+                seconds = summary["step_seconds"][3:]  # the first 3: warming up
             finally:
                 for p in load:
                     p.kill()

@@ -61,7 +61,7 @@ def _steady_samples_per_s(summary: dict, batch: int, warmup: int) -> float:
     return batch * len(times) / sum(times)
 
 
-def _run_trainer(cmd_prefix: list[str], cfg_path: Path, run_dir: Path, samples: Path,
+def run_trainer(cmd_prefix: list[str], cfg_path: Path, run_dir: Path, samples: Path,
                  steps: int, extra: list[str], env: dict | None = None) -> dict:
     cmd = [*cmd_prefix, "--config", str(cfg_path), "--run-dir", str(run_dir),
            "--samples", str(samples), "--steps", str(steps), "--checkpoint", "none",
@@ -126,7 +126,7 @@ def bench_beside_selfplay(args: argparse.Namespace) -> dict:
         for key, nice in (("alone", None), ("beside_nice0", 0), ("beside_niced", WORKER_NICE)):
             procs = [] if nice is None else _start_selfplay(args.beside_selfplay, cfg_path, nice)
             try:
-                summary = _run_trainer(trainer, cfg_path, tmp / key, samples, steps, [],
+                summary = run_trainer(trainer, cfg_path, tmp / key, samples, steps, [],
                                        {"CUDA_VISIBLE_DEVICES": ""})
             finally:
                 for p in procs:
@@ -193,7 +193,7 @@ def bench_training(args: argparse.Namespace) -> dict:
         for key, label, prefix, extra, env in runs:
             t0 = time.perf_counter()
             path = plain_path if key.endswith("_plain") else cfg_path
-            summary = _run_trainer(prefix, path, tmp / key, samples, steps, extra, env)
+            summary = run_trainer(prefix, path, tmp / key, samples, steps, extra, env)
             wall = time.perf_counter() - t0
             rate = _steady_samples_per_s(summary, args.batch_size, args.warmup_steps)
             results[key] = rate

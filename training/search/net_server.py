@@ -381,13 +381,13 @@ class NetClient:
             raise ValueError(f"legal must be [{batch}, {moves}], got {list(legal.shape)}")
         priors = np.empty((batch, moves), np.float32)
         values = np.empty(batch, np.float32)
-        scores = np.empty(batch, np.float32)
+        scores = np.empty(batch, np.float32) if self.score else None
         step = self.slots.layout.max_batch
         for lo in range(0, batch, step):
             hi = min(batch, lo + step)
             self._call(planes[lo:hi], legal[lo:hi], priors[lo:hi], values[lo:hi],
-                       scores[lo:hi])
-        return (priors, values, scores) if self.score else (priors, values)
+                       None if scores is None else scores[lo:hi])
+        return (priors, values) if scores is None else (priors, values, scores)
 
     __call__ = evaluate
 
@@ -418,7 +418,8 @@ class NetClient:
         self._last_wait_s = time.perf_counter() - asked
         priors[:] = self._priors[:n]
         values[:] = self._values[:n]
-        scores[:] = self._scores[:n]
+        if scores is not None:
+            scores[:] = self._scores[:n]
         self.generation = header[S_GENERATION]
         self.calls += 1
         self.positions += n
