@@ -17,7 +17,11 @@ finished; OUT is `--out`, else $OUT, else benchmarks/out/gpu_ceiling_<time>):
   batch of each. On 2 cores two processes should give about twice the moves/s and twice the mean
   batch of one: the CPU is not the bottleneck, so the figure holds on a shared machine.
   Then `--latency-no-wait` (4) processes through a server without a gather wait:
-  `no_wait_moves_ratio` is their moves/s over the two processes' in lockstep.
+  `no_wait_moves_ratio` is their moves/s over the two processes' in lockstep; then the
+  same with `--lanes` (2) batches in the net at once, without and with the gather wait:
+  `lanes_no_wait_moves_ratio` and `lanes_wait_moves_ratio`, over one lane without a wait.
+  (The stand-in sleeps, so two lanes' calls overlap fully: an upper bound for a GPU, whose
+  two batches share its units.)
 - `cpu_choice` (`--cpu-only`): `--choice-config` (configs/config.yaml) self-play with its
   real net, 2 processes each with its own net against 2 search processes through one
   server on the CPU: the figure behind `self_play.net_server: auto` (off on a CPU).
@@ -27,7 +31,9 @@ On a GPU box (without `--cpu-only`) instead of `cpu_choice`:
 - `ceiling_all`: the instant-net ceiling with every core running a process at once.
 - `served`: `--served` (4 and 14) search processes through one server with the config's
   net (random weights) in bf16 with CUDA graphs: moves/s, positions/s, mean batch; then
-  `--served-no-wait` (28) through one without a gather wait (`self_play.gather_wait_ms: 0`).
+  `--served-no-wait` (28) through one without a gather wait (`self_play.gather_wait_ms: 0`);
+  each with one lane and with `--lanes` (2, `self_play.server_lanes`: batches in the net at
+  once; a lane waits to gather only while another's batch is in the net).
   A server's clients step in lockstep when it waits for all of them: their searches and its
   net call take turns. With more processes than cores and no wait, some search while the
   net runs for the others (on 2 cores, a 3 ms stand-in: 4 processes at 0 ms gave 1.65x and
@@ -245,16 +251,31 @@ def phase_latency(args) -> dict:
     one["processes"] = 1
     by = {"1": one, "2": two}
     extra = args.latency_no_wait
-    if extra and time.monotonic() + args.window_s + 20 < args.deadline:
-        # more processes than cores through a server that runs what is ready at once
-        with _serving(cfg, extra, stand_in_latency_s=latency_s, gather_wait_s=0.0) as server:
-            by[f"{extra}_no_wait"] = served(cfg, server, extra, args.window_s)
+    # more processes than cores through a server that runs what is ready at once, with
+    # one batch in the net at a time, then with `--lanes`; then with the gather wait and
+    # `--lanes` (a lane waits only while another's batch is in the net)
+    lanes_n = args.lanes
+    runs = [(0.0, 1, "_no_wait")]
+    if lanes_n > 1:
+        runs += [(0.0, lanes_n, f"_no_wait_{lanes_n}_lanes"),
+                 (args.gather_wait_ms / 1000.0, lanes_n, f"_{lanes_n}_lanes")]
+    for wait_s, lanes, suffix in runs if extra else ():
+        if time.monotonic() + args.window_s + 20 > args.deadline:
+            continue
+        with _serving(cfg, extra, stand_in_latency_s=latency_s, gather_wait_s=wait_s,
+                      lanes=lanes) as server:
+            by[f"{extra}{suffix}"] = served(cfg, server, extra, args.window_s)
     out = {"phase": "latency", "latency_ms": args.latency_ms, "by_processes": by,
            "moves_ratio": two["moves_per_s"] / max(one["moves_per_s"], 1e-9),
            "batch_ratio": two["mean_batch"] / max(one["mean_batch"], 1e-9)}
     if f"{extra}_no_wait" in by:
         out["no_wait_moves_ratio"] = (by[f"{extra}_no_wait"]["moves_per_s"]
                                       / max(two["moves_per_s"], 1e-9))
+        base = by[f"{extra}_no_wait"]["moves_per_s"]  # the lanes over one lane, no wait
+        for name, key in (("lanes_no_wait_moves_ratio", f"{extra}_no_wait_{lanes_n}_lanes"),
+                          ("lanes_wait_moves_ratio", f"{extra}_{lanes_n}_lanes")):
+            if key in by:
+                out[name] = by[key]["moves_per_s"] / max(base, 1e-9)
     return out
 
 
@@ -319,18 +340,23 @@ def phase_ceiling_all(args) -> dict:
 
 
 def phase_served(args) -> dict:
-    """`--served` search processes through one server at `--gather-wait-ms`, then
-    `--served-no-wait` through one that runs what is ready at once (keyed "<n>_no_wait")."""
+    """`--served` search processes through one server at `--gather-wait-ms` (keyed "<n>"),
+    then `--served-no-wait` through one that runs what is ready at once ("<n>_no_wait");
+    each with one lane and with `--lanes` ("<n>_<lanes>_lanes", "<n>_no_wait_<lanes>_lanes")."""
     cfg = _cfg(args.config)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         model = _model_file(cfg, Path(tmp))
-        for counts, wait_ms, suffix in ((args.served, args.gather_wait_ms, ""),
-                                        (args.served_no_wait, 0.0, "_no_wait")):
+        runs = [(counts, wait_ms, lanes, suffix + (f"_{lanes}_lanes" if lanes > 1 else ""))
+                for counts, wait_ms, suffix in ((args.served, args.gather_wait_ms, ""),
+                                                (args.served_no_wait, 0.0, "_no_wait"))
+                for lanes in sorted({1, args.lanes})]
+        for counts, wait_ms, lanes, suffix in runs:
             if not counts:
                 continue
             with _serving(cfg, max(counts), model=model, device="cuda:0", dtype="auto",
-                          graphs="auto", gather_wait_s=wait_ms / 1000.0) as server:
+                          graphs="auto", gather_wait_s=wait_ms / 1000.0,
+                          lanes=lanes) as server:
                 for p in counts:
                     if time.monotonic() + args.window_s + 30 > args.deadline:
                         _log(f"served {p}{suffix}: skipped, out of time")
@@ -432,6 +458,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--served-no-wait", type=int, nargs="*", default=[28],
                    help="served phase: search processes through a server without a gather "
                    "wait (more processes than cores: the net runs while others search)")
+    p.add_argument("--lanes", type=int, default=2,
+                   help="latency and served phases: the no-wait servers again with this many "
+                   "lanes (batches in the net at once; 1: not run)")
     p.add_argument("--train-batches", type=int, nargs="+", default=[256, 1024, 2048],
                    help="trainer phase: total batches timed alone (GPU)")
     p.add_argument("--train-steps", type=int, default=40,
@@ -463,14 +492,16 @@ def main(argv=None) -> int:
     jsonl = out / "ceiling.jsonl"
     # (name, function, seconds it needs: what each took on an H200 box, 16 cores, 15 s
     # windows, with some margin; warm is numba's compile, 33 s there the first time)
-    cpu_phases = [("leaf", phase_leaf, 25), ("latency", phase_latency, 50 + args.window_s)]
+    cpu_phases = [("leaf", phase_leaf, 25),
+                  ("latency", phase_latency, 60 + 3 * args.window_s)]
     if args.cpu_only:
         phases = [("warm", None, 40), *cpu_phases, ("cpu_choice", phase_cpu_choice, 60),
                   ("trainer", phase_trainer, 60)]
     else:
         phases = [("warm", None, 40), ("net_limit", phase_net_limit, 20),
                   ("trainer", phase_trainer, 20 + 15 * (len(args.train_batches) + 1)),
-                  ("served", phase_served, 30 + (len(args.served) + len(args.served_no_wait))
+                  ("served", phase_served, 30 + 2 * (len(args.served)
+                                                     + len(args.served_no_wait))
                    * (args.window_s + 10)),
                   *cpu_phases, ("ceiling_all", phase_ceiling_all, args.window_s + 10)]
     results: dict[str, dict] = {}
@@ -506,6 +537,8 @@ def main(argv=None) -> int:
         "mean_batch": {k: v["mean_batch"] for k, v in by.items()},
         "moves_ratio": lat.get("moves_ratio"), "batch_ratio": lat.get("batch_ratio"),
         "no_wait_moves_ratio": lat.get("no_wait_moves_ratio"),
+        "lanes_no_wait_moves_ratio": lat.get("lanes_no_wait_moves_ratio"),
+        "lanes_wait_moves_ratio": lat.get("lanes_wait_moves_ratio"),
         "cpu_choice": results.get("cpu_choice"),
         "net_limit_positions_per_s": results.get("net_limit", {}).get("limit_positions_per_s"),
         "ceiling_all": results.get("ceiling_all"),

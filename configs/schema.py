@@ -279,6 +279,11 @@ class SelfPlayConfig:
     cores and a net of 3 ms a call: 4 processes at 0 played 1.65x and 1.82x the moves/s of
     2 at 10 in two runs, `benchmarks/gpu_ceiling.py --cpu-only`)."""
 
+    server_lanes: int = 0
+    """With the net server: batches in the net at once (lanes: threads with their own
+    evaluator, on a GPU their own CUDA stream; one gathers and copies while another's batch
+    is in the net). 0 = automatic: 2 on a GPU, 1 on a CPU."""
+
     def __post_init__(self) -> None:
         _range(self, "simulations_ramp", 0, 1_000_000)
         _range(self, "games_per_worker", 1, 10**9)
@@ -293,6 +298,7 @@ class SelfPlayConfig:
         _range(self, "threads_per_worker", 1, 256)
         _range(self, "search_processes", 1, 256)
         _range(self, "gather_wait_ms", 0.0, 1000.0)
+        _range(self, "server_lanes", 0, 16)
         _check(isinstance(self.net_server, bool) or self.net_server == "auto", "net_server",
                f"must be true, false or auto, got {self.net_server!r}")
         module, _, cls = self.worker_class.partition(":")

@@ -142,6 +142,102 @@ def test_the_gather_wait_holds_a_request_for_the_clients_still_searching_or_not(
     client.detach()
 
 
+def _in_turn(hdr, call) -> tuple:
+    """`call(0)` on a thread, and once client 0's request is in the net (TAKEN) `call(1)` on
+    another; returns both threads."""
+    import threading
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    wait_until(lambda: hdr[0][S_STATE] == net_server.TAKEN, 30, "client 0's request taken",
+               interval_s=0.001)
+    second = threading.Thread(target=call, args=(1,))
+    second.start()
+    return first, second
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_second_lane_takes_a_request_while_the_first_lanes_batch_is_in_the_net(
+        servers, lanes):
+    # a stand-in net of 4 s a call: client 0's request goes in; then client 1's. With one
+    # lane it waits in its slot (READY) until the first batch is answered; with two, the
+    # second lane takes it while the first batch is still in the net (both TAKEN at once)
+    server = servers(_layout(), stand_in_latency_s=4.0, gather_wait_s=0.0, lanes=lanes)
+    hdr = server.slots.hdr
+    clients = [NetClient(server.slots, k, server.signals) for k in (0, 1)]
+    batches = [_batch(3 + k, seed=k) for k in (0, 1)]
+    answers: dict[int, tuple] = {}
+
+    def call(k: int) -> None:
+        answers[k] = clients[k].evaluate(*batches[k])
+
+    first, second = _in_turn(hdr, call)
+    both_taken = False
+    while hdr[0][S_STATE] == net_server.TAKEN:  # until the first batch is answered
+        both_taken |= bool(hdr[1][S_STATE] == net_server.TAKEN
+                           and hdr[0][S_STATE] == net_server.TAKEN)
+        time.sleep(0.001)
+    first.join(60)
+    second.join(60)
+    assert both_taken == (lanes == 2)
+    for k in (0, 1):  # each lane's answers are the net's own
+        planes, legal = batches[k]
+        want_p, want_v = StandInNet()(planes.astype(np.uint8), legal)
+        np.testing.assert_array_equal(answers[k][0], want_p)
+        np.testing.assert_array_equal(answers[k][1], want_v)
+    ctl = server.slots.ctl
+    wait_until(lambda: ctl[C_BATCHES] == 2, 30, "both batches counted")
+    assert ctl[C_POSITIONS] == 7
+    for client in clients:
+        client.detach()
+
+
+def test_with_two_lanes_a_request_waits_for_the_others_only_while_a_batch_is_in_the_net(
+        servers):
+    # a gather wait of 30 s, a stand-in net of 2 s a call, a third client attached and
+    # searching (it never sends). Client 0's request runs at once: no batch is in the net,
+    # waiting would idle it. Client 1's, sent while that batch is in the net, waits in its
+    # slot (READY) for the searching client, then runs when the net is free, long before 30 s
+    server = servers(_layout(slots=3), stand_in_latency_s=2.0, gather_wait_s=30.0, lanes=2)
+    hdr = server.slots.hdr
+    searching = NetClient(server.slots, 2, server.signals)
+    clients = [NetClient(server.slots, k, server.signals, call_timeout_s=20.0) for k in (0, 1)]
+    answers: dict[int, object] = {}
+
+    def call(k: int) -> None:
+        try:
+            answers[k] = clients[k].evaluate(*_batch(2, seed=k))[1]
+        except Exception as e:  # noqa: BLE001 - the assert below names it
+            answers[k] = e
+
+    first, second = _in_turn(hdr, call)
+    wait_until(lambda: hdr[1][S_STATE] != net_server.IDLE, 10, "client 1's request sent",
+               interval_s=0.001)
+    held = True
+    while hdr[0][S_STATE] == net_server.TAKEN:  # client 0's batch is in the net
+        held &= bool(hdr[1][S_STATE] == net_server.READY)
+        time.sleep(0.001)
+    first.join(30)
+    second.join(30)
+    assert held, "client 1's request was taken while the other batch was in the net"
+    assert all(isinstance(answers[k], np.ndarray) for k in (0, 1)), answers
+    ctl = server.slots.ctl
+    wait_until(lambda: ctl[C_BATCHES] == 2, 30, "both batches counted")
+    for client in (*clients, searching):
+        client.detach()
+
+
+def test_the_lanes_of_a_server_are_one_to_sixteen():
+    from training.serve import parse_args
+
+    base = ["--shm", "x", "--layout", "1,1,1,5", "--signals", "3:4",
+            "--stand-in-latency-ms", "1"]
+    assert parse_args(base).lanes == 1
+    assert parse_args([*base, "--lanes", "2"]).lanes == 2
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--lanes", "0"])
+
+
 def test_a_client_in_this_process_gets_exactly_the_stand_in_nets_results(servers):
     server = servers(_layout(max_batch=8), stand_in_latency_s=0.0)
     client = NetClient(server.slots, 0, server.signals)
@@ -227,10 +323,11 @@ def _direct(path, planes, legal):
     return make_evaluator(net, "cpu", jit="trace")(planes, legal)
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
 def test_a_real_net_on_the_cpu_serves_what_it_gives_directly_and_switches_models(
-        servers, two_models, tmp_path):
+        servers, two_models, tmp_path, lanes):
     first, second = two_models
-    server = servers(_layout(max_batch=32), model=first, jit="trace")
+    server = servers(_layout(max_batch=32), model=first, jit="trace", lanes=lanes)
     client = NetClient(server.slots, 0, server.signals)
     planes, legal = _batch(20, seed=5)
     priors, values = client.evaluate(planes, legal)
@@ -243,11 +340,12 @@ def test_a_real_net_on_the_cpu_serves_what_it_gives_directly_and_switches_models
     asked = time.monotonic()
     assert server.load_model(second) == 2
     taken_s = time.monotonic() - asked
-    priors, values = client.evaluate(planes, legal)
-    assert client.generation == 2
     want_p, want_v = _direct(second, planes, legal)
-    np.testing.assert_allclose(priors, want_p, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(values, want_v, rtol=1e-5, atol=1e-6)
+    for _ in range(4):  # every lane has switched before load_model returns
+        priors, values = client.evaluate(planes, legal)
+        assert client.generation == 2
+        np.testing.assert_allclose(priors, want_p, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(values, want_v, rtol=1e-5, atol=1e-6)
     assert taken_s < 30, f"the switch took {taken_s:.1f}s"  # measured ~0.1-0.3 s here
     print(f"model switch taken in {taken_s:.2f}s")
 
@@ -464,6 +562,7 @@ def test_a_worker_with_the_net_server_plays_switches_models_and_stops_cleanly(ti
                    "generation 0 plays through the server")
         server = worker._server
         assert server.gather_wait_s == 0.005  # self_play.gather_wait_ms reaches the server
+        assert server.lanes == 1  # self_play.server_lanes 0: one lane on a CPU
         searchers = worker._selfplay.pids()
         assert server.is_alive() and len(searchers) == 2 and all(searchers)
         _publish(cfg, folder, 1, seed=1)

@@ -172,6 +172,39 @@ def test_out_of_memory_halves_the_micro_batch_and_accumulates(tiny_cfg, tmp_path
     np.testing.assert_allclose(result.step_losses, plain.step_losses, rtol=0.1)
 
 
+def test_step_sums_weigh_each_micro_batch_by_its_rows_and_sum_each_step():
+    from training.train.steps import AUX_LOSSES, StepStats, step_sums
+
+    width = 3 + len(AUX_LOSSES)
+    one = StepStats(torch.tensor([[1.0, 2.0, 3.0] + [0.5] * (width - 3)]), [4])
+    two = StepStats(torch.tensor([[1.0, 1.0, 2.0] + [1.0] * (width - 3),
+                                  [3.0, 0.5, 1.0] + [2.0] * (width - 3)]), [2, 6])
+    sums = step_sums([one, two])
+    assert sums.shape == (2, 4 + len(AUX_LOSSES))
+    np.testing.assert_array_equal(sums[0], [4.0, 8.0, 3.0, 4.0] + [2.0] * (width - 3))
+    np.testing.assert_array_equal(sums[1], [1 * 2 + 3 * 6, 1 * 2 + 0.5 * 6, 3.0, 8.0]
+                                  + [1 * 2 + 2 * 6] * (width - 3))
+    assert step_sums([]).shape == (0, 4 + len(AUX_LOSSES))
+
+
+def test_losses_read_from_the_device_in_groups_are_each_steps_own(tiny_cfg, tmp_path, samples):
+    # 20 steps: 3 read alone, a group of SYNC_EVERY_STEPS (16), then 1; the per-step losses
+    # equal a run of the same steps read one by one
+    from training.train import phases
+
+    grouped = train_round(tiny_cfg, tmp_path / "g", dataset=samples, steps=20, progress=False)
+    old = phases.SYNC_EVERY_STEPS
+    phases.SYNC_EVERY_STEPS = 1
+    try:
+        single = train_round(tiny_cfg, tmp_path / "s", dataset=samples, steps=20,
+                             progress=False)
+    finally:
+        phases.SYNC_EVERY_STEPS = old
+    assert len(grouped.step_losses) == len(grouped.step_seconds) == 20
+    assert grouped.step_losses == single.step_losses
+    assert grouped.samples == 20 * 32 and grouped.steps == 20
+
+
 def test_out_of_memory_at_micro_batch_one_is_raised(tiny_cfg, run_dir, samples):
     with pytest.raises(RuntimeError, match="out of memory"):
         train_round(tiny_cfg, run_dir, dataset=samples, steps=1, progress=False,

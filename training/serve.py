@@ -3,26 +3,28 @@
     python -m training.serve --shm NAME --layout SLOTS,MAX_BATCH,C,N --signals FD:FD,...
                              (--model PATH | --stand-in-latency-ms MS) [--device cuda:0]
                              [--jit auto] [--dtype auto] [--graphs auto] [--gather-wait-ms 10]
+                             [--lanes 1]
 
 Owns:
 - `ServerProcess`: what the worker daemon (or a test, or a benchmark) holds: the shared slots
   and eventfds of `training.search.net_server` (they outlive a server that dies), the server
   process itself (`start`, `restart_if_dead` with backoff, `stop`), a model switch
-  (`load_model`: the server loads the file beside its serving and swaps it in between two
-  batches) and what a search process needs to attach (`client_args`, `client_fds`).
+  (`load_model`: the server loads the file beside its serving and each lane swaps it in
+  between two of its batches) and what a search process needs to attach (`client_args`, `client_fds`).
 - `BucketEvaluator`: the net on a GPU: weights and inputs in bf16 (`net.inference_dtype`),
   one CUDA graph per power-of-two batch bucket (launches cost one replay instead of ~80
   kernel launches a call), pinned host buffers for uint8 planes in and priors and values out
   (one copy each way). Without graphs (`--graphs off`, or on a CPU for tests) the same
   buckets run eagerly.
-- the server process's main: attach, build the evaluator (on a CPU the plain
-  `make_evaluator`, whose forms are the fast ones there), serve (`NetServer`), and load
-  requested models in a thread.
+- the server process's main: attach, build one evaluator per lane (on a CPU the plain
+  `make_evaluator`, whose forms are the fast ones there; on a GPU a `BucketEvaluator` whose
+  copies and graphs run on its own CUDA stream), serve (`NetServer`, a thread per lane: one
+  gathers while another's batch is in the net), and load requested models in a thread.
 
 A model switch: the supervisor writes the model's path into the control block and bumps
 `model_request`; the server's loader thread reads and builds it while the serving goes on;
-between two batches it goes in (`generation` changes; every result carries the generation
-that computed it) and `model_loaded` says so; a model that does not load sets
+each lane puts it in between two of its batches (every result carries the generation that
+computed it), and once every lane has, `generation` changes and `model_loaded` says so; a model that does not load sets
 `model_failed` and its reason, and the old one keeps serving.
 
 It must not: play games, or write anything but its log (stderr).
@@ -31,6 +33,7 @@ It must not: play games, or write anything but its log (stderr).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import logging
 import os
@@ -100,6 +103,8 @@ class BucketEvaluator:
                 break
             b *= 2
         pin = self.device.type == "cuda"
+        # each evaluator (a lane of the server) copies and computes on its own stream
+        self._stream = torch.cuda.Stream(self.device) if pin else None
         self._runs = {}
         for b in self.buckets:
             self._runs[b] = self._bucket(b, pin)
@@ -156,7 +161,9 @@ class BucketEvaluator:
         n = planes.shape[0]
         b = next(b for b in self.buckets if b >= n)
         run = self._runs[b]
-        with torch.inference_mode():
+        stream = (torch.cuda.stream(self._stream) if self._stream is not None
+                  else contextlib.nullcontext())
+        with torch.inference_mode(), stream:
             np.copyto(run["host_in"].numpy()[:n], planes, casting="unsafe")
             run["host_legal"].numpy()[:n] = legal
             # only the rows in use go over; the padded rows keep what an earlier call left
@@ -165,8 +172,8 @@ class BucketEvaluator:
             run["dev_legal"][:n].copy_(run["host_legal"][:n], non_blocking=True)
             run["forward"]()
             run["host_out"][:n].copy_(run["dev_out"][:n], non_blocking=True)
-            if self.device.type == "cuda":
-                torch.cuda.current_stream(self.device).synchronize()
+            if self._stream is not None:
+                self._stream.synchronize()  # this lane's work only (the GIL is let go)
             out = run["host_out"].numpy()
             priors[:] = out[:n, : self.moves]
             values[:] = out[:n, self.moves]
@@ -224,7 +231,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-positions", type=int, default=0,
                    help="most positions in one net call (default: every slot full)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
-    return p.parse_args(argv)
+    p.add_argument("--lanes", type=int, default=1,
+                   help="batches in the net at once: threads, each with its own evaluator")
+    args = p.parse_args(argv)
+    if not 1 <= args.lanes <= 16:
+        p.error(f"--lanes must be 1 to 16, got {args.lanes}")
+    return args
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
@@ -249,11 +261,12 @@ def _serve(args: argparse.Namespace, slots: SharedSlots) -> int:
     stop = threading.Event()
     on_stop_signals(stop.set)
     max_positions = args.max_positions or layout.n_slots * layout.max_batch
-    state: dict[str, Any] = {"pending": None}
+    lanes = args.lanes
 
     build: Callable[[str], tuple[Callable, int, Any]] | None = None
     if args.stand_in_latency_ms is not None:
-        state["evaluate"], generation = StandInNet(args.stand_in_latency_ms / 1000.0), 0
+        evaluators = [StandInNet(args.stand_in_latency_ms / 1000.0) for _ in range(lanes)]
+        generation = 0
     else:
         import torch
 
@@ -264,20 +277,22 @@ def _serve(args: argparse.Namespace, slots: SharedSlots) -> int:
                                    max_positions=max_positions, graphs=args.graphs)
 
         try:
-            state["evaluate"], generation, _ = build(args.model)
+            built = [build(args.model) for _ in range(lanes)]
         except Exception as e:  # noqa: BLE001 - any failure: say it on the last line, exit 2
             print(f"error: {args.model}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
+        evaluators, generation = [e for e, _, _ in built], built[0][1]
+    models = _Models(evaluators, generation, slots)
     server = net_server.NetServer(slots, signals, max_positions=max_positions,
-                                  gather_wait_s=args.gather_wait_ms / 1000.0)
+                                  gather_wait_s=args.gather_wait_ms / 1000.0, lanes=lanes)
 
     def loader() -> None:
-        """Build each requested model beside the serving; `between` swaps it in."""
+        """Build each requested model beside the serving; each lane swaps it in."""
         ctl = slots.ctl
         done = max(ctl[C_MODEL_LOADED], ctl[C_MODEL_FAILED])
         while not stop.is_set():
             request = ctl[C_MODEL_REQUEST]
-            if request <= done or state["pending"] is not None:
+            if request <= done or models.pending is not None:
                 stop.wait(0.02)
                 continue
             path = slots.text("model_path")
@@ -285,7 +300,7 @@ def _serve(args: argparse.Namespace, slots: SharedSlots) -> int:
             try:
                 if build is None:
                     raise ServerError("a stand-in net takes no models")
-                state["pending"] = _prepare(state, build, path, request)
+                models.offer(_prepare(models.evaluators[0], build, path, lanes), request)
                 log.info("model %s ready in %.2fs", path, time.perf_counter() - started)
             except Exception as e:  # noqa: BLE001 - a bad model is refused, the old one serves
                 log.error("model %s refused: %s: %s", path, type(e).__name__, e)
@@ -295,48 +310,90 @@ def _serve(args: argparse.Namespace, slots: SharedSlots) -> int:
 
     threading.Thread(target=loader, name="model-loader", daemon=True).start()
     server.start(generation)
-    log.info("serving generation %d to %d slots on %s (pid %d)", generation, layout.n_slots,
-             args.device, os.getpid())
+    log.info("serving generation %d to %d slots on %s with %d lane(s) (pid %d)", generation,
+             layout.n_slots, args.device, lanes, os.getpid())
     parent = os.getppid()
-    server.serve(lambda: state["evaluate"],
-                 should_stop=lambda: stop.is_set() or os.getppid() != parent,
-                 between=lambda: _swap_in(state, slots))
-    stop.set()
+
+    errors: list[BaseException] = []
+
+    def lane(k: int) -> None:
+        try:
+            server.serve(lambda: models.current(k),
+                         should_stop=lambda: stop.is_set() or os.getppid() != parent,
+                         between=lambda: models.swap_in(k))
+        except BaseException as e:
+            errors.append(e)
+            raise
+        finally:
+            stop.set()  # a lane that fails stops the server (and is restarted with it)
+
+    threads = [threading.Thread(target=lane, args=(k,), name=f"lane-{k}", daemon=True)
+               for k in range(1, lanes)]
+    for t in threads:
+        t.start()
+    lane(0)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
     log.info("stopped after %d batches, %d positions", server.batches, server.positions)
     return 0
 
 
-def _prepare(state: dict[str, Any], build: Callable[[str], tuple[Callable, int, Any]],
-             path: str, request: int) -> tuple[str, Any, int, int]:
-    """("weights", net, ...) for new weights of the graphs' net (the one in
-    `state["evaluate"]`), else ("swap", evaluator, ...) from `build`; the generation and the
-    request follow."""
-    current = state["evaluate"]
+class _Models:
+    """The evaluator of each lane, the generation it computes, and a model on its way in:
+    each lane swaps it in between two of its own batches; when the last has, the control
+    block says which generation serves and that the request is loaded."""
+
+    def __init__(self, evaluators: list[Any], generation: int, slots: SharedSlots):
+        self.evaluators = evaluators
+        self.generations = [generation] * len(evaluators)
+        self.slots = slots
+        self.pending: tuple[str, list[Any], int, int] | None = None
+        self._swapped: set[int] = set()
+        self._lock = threading.Lock()
+
+    def current(self, lane: int) -> tuple[Callable, int]:
+        return self.evaluators[lane], self.generations[lane]
+
+    def offer(self, prepared: tuple[str, list[Any], int], request: int) -> None:
+        with self._lock:
+            self.pending = (*prepared, request)
+            self._swapped = set()
+
+    def swap_in(self, lane: int) -> None:
+        """Lane `lane`, between two of its batches: the pending model goes in."""
+        if self.pending is None or lane in self._swapped:  # the common case, without the lock
+            return
+        with self._lock:
+            if self.pending is None or lane in self._swapped:
+                return
+            kind, objs, generation, request = self.pending
+            if kind == "weights":
+                self.evaluators[lane].load_weights(objs[0])
+            else:
+                self.evaluators[lane] = objs[lane]
+            self.generations[lane] = generation
+            self._swapped.add(lane)
+            if len(self._swapped) == len(self.evaluators):
+                self.slots.ctl[C_GENERATION] = generation
+                self.slots.ctl[C_MODEL_LOADED] = request
+                self.pending = None
+                log.info("generation %d serves", generation)
+
+
+def _prepare(current: Any, build: Callable[[str], tuple[Callable, int, Any]], path: str,
+             lanes: int) -> tuple[str, list[Any], int]:
+    """("weights", [net], generation) for new weights of the graphs' net (the one
+    `current` serves), else ("swap", [an evaluator per lane], generation) from `build`."""
     if isinstance(current, BucketEvaluator):
         from training.learn.net import load_model
 
         net, info = load_model(path, "cpu")
         if net.config == current.model.config:  # into the captured graphs' tensors
-            return "weights", net, info.generation, request
-    evaluate, generation, _ = build(path)
-    return "swap", evaluate, generation, request
-
-
-def _swap_in(state: dict[str, Any], slots: SharedSlots) -> None:
-    """The model `state["pending"]` holds (from `_prepare`) goes in here, between two
-    batches."""
-    pending = state["pending"]
-    if pending is None:
-        return
-    kind, obj, generation, request = pending
-    if kind == "weights":
-        state["evaluate"].load_weights(obj)
-    else:
-        state["evaluate"] = obj
-    slots.ctl[C_GENERATION] = generation
-    slots.ctl[C_MODEL_LOADED] = request
-    state["pending"] = None
-    log.info("generation %d serves", generation)
+            return "weights", [net], info.generation
+    built = [build(path) for _ in range(lanes)]
+    return "swap", [e for e, _, _ in built], built[0][1]
 
 
 # ------------------------------------------------------------------------ supervision
@@ -351,6 +408,7 @@ class ServerProcess:
         stand_in_latency_s: serve a `StandInNet` with this latency instead (benchmarks).
         device, jit, dtype, graphs: the server's device, CPU inference form, dtype and
             CUDA graph choice (`build_evaluator`).
+        lanes: batches in the net at once (`NetServer`'s lanes, each its own evaluator).
         stderr_path: the server's log (appended; None: inherit).
     """
 
@@ -358,7 +416,7 @@ class ServerProcess:
                  stand_in_latency_s: float | None = None, device: str = "cpu",
                  jit: Any = "auto", dtype: Any = "auto", graphs: str = "auto",
                  gather_wait_s: float = net_server.GATHER_WAIT_S, max_positions: int = 0,
-                 threads: int = 1,
+                 threads: int = 1, lanes: int = 1,
                  stderr_path: str | os.PathLike | None = None, nice: int = 0):
         if (model is None) == (stand_in_latency_s is None):
             raise ValueError("a net server serves a model file or a stand-in net (one of them)")
@@ -369,6 +427,7 @@ class ServerProcess:
         self.gather_wait_s = gather_wait_s
         self.max_positions = max_positions
         self.threads = threads
+        self.lanes = lanes
         self.stderr_path = Path(stderr_path) if stderr_path else None
         self.nice = nice
         self.slots = SharedSlots.create(layout)
@@ -389,7 +448,8 @@ class ServerProcess:
                 "--layout", *self.layout.to_args(), "--signals", *self.signals.to_args(),
                 *src, "--device", self.device, "--jit", self.jit, "--dtype", self.dtype,
                 "--graphs", self.graphs, "--gather-wait-ms", str(self.gather_wait_s * 1000.0),
-                "--max-positions", str(self.max_positions), "--threads", str(self.threads)]
+                "--max-positions", str(self.max_positions), "--threads", str(self.threads),
+                "--lanes", str(self.lanes)]
 
     def start(self, timeout_s: float = 300.0) -> None:
         """Start the server and wait until it serves (ServerError naming why not)."""

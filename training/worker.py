@@ -235,6 +235,11 @@ class Worker(ModelLoading):
         choice = self.cfg.self_play.net_server
         return self.device.startswith("cuda") if choice == "auto" else bool(choice)
 
+    def server_lanes(self) -> int:
+        """`self_play.server_lanes`, or automatic (0): 2 on a GPU, 1 on a CPU."""
+        lanes = self.cfg.self_play.server_lanes
+        return lanes or (2 if self.device.startswith("cuda") else 1)
+
     def _serve_model(self, model_path: Path) -> tuple[Callable, int]:
         """Start the net server with this model, or have the running one switch to it."""
         from training.serve import ServerProcess
@@ -250,7 +255,8 @@ class Worker(ModelLoading):
             server = ServerProcess(layout, model=model_path, device=self.device,
                                    jit=cfg.net.inference, dtype=cfg.net.inference_dtype,
                                    threads=cfg.self_play.threads_per_worker,
-                                   gather_wait_s=cfg.self_play.gather_wait_ms / 1000.0)
+                                   gather_wait_s=cfg.self_play.gather_wait_ms / 1000.0,
+                                   lanes=self.server_lanes())
             try:
                 server.start()
             except Exception:

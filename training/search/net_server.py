@@ -20,7 +20,9 @@ Owns:
 - `NetClient`: `evaluate(planes, legal) -> (priors, values)` (and scores when asked), the
   contract of `training.learn.net.make_evaluator`, so the search does not change.
 - `NetServer`: the loop: wait for ready slots, gather them (waiting up to `gather_wait_s`
-  for the other live clients), one `evaluate` call, results back, each client's done rung.
+  for the other live clients), one `evaluate` call, results back, each client's done rung;
+  run by one or more *lanes* (threads with their own evaluators: one gathers while
+  another's batch is in the net).
 - `StandInNet`: a deterministic net in numpy with a set latency per call (sleeping, like
   a GPU whatever the batch; 0 = instant), for tests and benchmarks.
 
@@ -54,6 +56,7 @@ from __future__ import annotations
 import os
 import select
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -95,6 +98,10 @@ worker's search processes then step together and each batch holds all of them. M
 2 cores, 2 search processes and a stand-in net of 3 ms a call (`benchmarks/gpu_ceiling.py`):
 10 ms gave 2.0x the mean batch of one process and 1.8x its moves/s; 5 ms 1.9x and 1.7x;
 2 ms 1.4x and 1.5x. A client that is slow to send costs the others at most this per call."""
+
+
+GATHER_LOOK_S = 0.001
+"""During its gather wait a lane looks at the slots at least this often."""
 
 
 class NetServerUnavailable(RuntimeError):
@@ -433,34 +440,56 @@ class NetClient:
 # ------------------------------------------------------------------------------ the server
 
 
+class _Lane:
+    """One lane's own gather buffers, its poller of the doorbell (a poll object serves one
+    thread at a time) and its last wait for a request."""
+
+    def __init__(self, layout: SlotLayout, max_positions: int, doorbell: int):
+        self.poll = select.poll()
+        self.poll.register(doorbell, select.POLLIN)
+        self.planes = np.zeros((max_positions, layout.channels, layout.board_size,
+                                layout.board_size), np.uint8)
+        self.legal = np.zeros((max_positions, layout.moves), np.bool_)
+        self.idle_s = 0.0
+
+
 class NetServer:
     """The loop of the process that owns the net: gathers the ready slots into one batch.
+
+    Several *lanes* (threads, each with its own evaluator) may serve the same slots: one
+    gathers the next batch while another's is in the net, so the net is not idle while the
+    server copies and the clients of the next batch do not wait for the last one's answers.
+    A lane takes its slots (READY -> TAKEN) under the server's lock; they are its alone
+    until it answers.
 
     Args:
         slots, signals: the shared segment and eventfds (attached in this process).
         spin_s: how long to look for requests before sleeping on the doorbell (`SPIN_S`).
         max_positions: most positions in one batch (default: all slots full).
         gather_wait_s: with some slots ready, how long to wait for the other live clients'
-            requests before running what is there (`GATHER_WAIT_S`; 0: run at once).
+            requests before running what is there (`GATHER_WAIT_S`; 0: run at once). With
+            one lane the net is idle while it waits: a bigger batch for that time. With
+            several, a lane waits only while another lane's batch is in the net (the wait
+            then costs the net nothing), and not for the clients another lane holds.
+        lanes: how many lanes will call `serve`.
     """
 
     def __init__(self, slots: SharedSlots, signals: Signals, *, max_positions: int = 0,
-                 gather_wait_s: float = GATHER_WAIT_S, spin_s: float = SPIN_S):
+                 gather_wait_s: float = GATHER_WAIT_S, spin_s: float = SPIN_S,
+                 lanes: int = 1):
         lay = slots.layout
+        self.lanes = lanes
         self.slots = slots
         self.signals = signals
         self.gather_wait_s = gather_wait_s
         self.spin_s = spin_s
-        self._idle_s = 0.0  # the last wait for a request
         self.max_positions = max_positions or lay.n_slots * lay.max_batch
         if self.max_positions < lay.max_batch:
             raise ValueError(f"max_positions {self.max_positions} is below one slot's "
                              f"{lay.max_batch}")
-        self._planes = np.zeros((self.max_positions, lay.channels, lay.board_size,
-                                 lay.board_size), np.uint8)
-        self._legal = np.zeros((self.max_positions, lay.moves), np.bool_)
-        self._poll = select.poll()
-        self._poll.register(signals.doorbell, select.POLLIN)
+        self._lock = threading.Lock()  # taking slots and freeing dead clients' slots
+        self._count_lock = threading.Lock()
+        self._in_net = 0  # lanes with a batch taken and not yet answered
         self._last_check = 0.0
         self.batches = 0
         self.positions = 0
@@ -477,75 +506,103 @@ class NetServer:
         control[C_GENERATION] = generation
         ring(self.signals.doorbell)  # serve at once what waits
 
-    def serve(self, current: Callable[[], BatchEvaluate],
+    def serve(self, current: Callable[[], tuple[BatchEvaluate, int]],
               should_stop: Callable[[], bool] = lambda: False,
               between: Callable[[], None] | None = None) -> None:
-        """Serve until `should_stop()` (or the control block's stop flag). `current()` is
-        the batch evaluator to use now, asked before each batch (so a model switch goes in
-        between two batches); `between()` runs after each batch or idle tick."""
+        """Serve as one lane until `should_stop()` (or the control block's stop flag); the
+        lanes of a server each call this on their own thread. `current()` is the lane's
+        batch evaluator and the generation it computes, asked before each batch (so a
+        model switch goes in between two batches); `between()` runs after each batch or
+        idle tick."""
         control = self.slots.ctl
+        lane = _Lane(self.slots.layout, self.max_positions, self.signals.doorbell)
         while not should_stop() and not control[C_STOP]:
-            ready = self._gather()
+            ready = self._gather(lane)
             if len(ready):
-                self.run_batch(ready, current())
+                self.run_batch(lane, ready, *current())
             control[C_BEAT] += 1
             if between is not None:
                 between()
             now = time.monotonic()
             if now - self._last_check > CLIENT_CHECK_S:
-                self._last_check = now
-                self.free_dead_clients()
+                with self._lock:
+                    self._last_check = now
+                    self.free_dead_clients()
 
     def _ready(self) -> list[int]:
         return [k for k, h in enumerate(self.slots.hdr) if h[S_STATE] == READY]
 
-    def _live(self) -> int:
-        return sum(1 for h in self.slots.hdr if h[S_STATE] != FREE)
+    def _waiting_for(self) -> int:
+        """The live clients that no lane holds (a request of theirs may come)."""
+        return sum(1 for h in self.slots.hdr if h[S_STATE] in (IDLE, READY))
 
-    def _gather(self) -> list[int]:
-        """The slots to serve now (maybe none, after a tick without a doorbell)."""
-        ready = self._ready()
-        if not ready:
+    def _gather(self, lane: _Lane) -> list[int]:
+        """The slots to serve now, taken for `lane` (maybe none, after a tick without a
+        doorbell). A lane sleeps without the lock (a lane that holds it through its sleeps
+        would starve the others of it) and gathers under it (the gather wait included, so
+        that no other lane takes a part of its batch)."""
+        if not self._ready():
             started = time.perf_counter()
-            spin = self.spin_s if self._idle_s < SPIN_WHILE_WAITS_UNDER_S else 0.0
-            while not ready and time.perf_counter() < started + spin:
-                ready = self._ready()
-            if not ready:
-                if wait_fd(self._poll, SERVER_TICK_S):
-                    drain(self.signals.doorbell)
-                ready = self._ready()
-            self._idle_s = time.perf_counter() - started
-            if not ready:
-                return ready
-        hdr = self.slots.hdr
-        if self.gather_wait_s > 0:
-            deadline = time.monotonic() + self.gather_wait_s
-            while len(ready) < self._live():
-                if sum(hdr[k][S_COUNT] for k in ready) >= self.max_positions:
+            spin = self.spin_s if lane.idle_s < SPIN_WHILE_WAITS_UNDER_S else 0.0
+            while not self._ready() and time.perf_counter() < started + spin:
+                pass
+            if not self._ready() and wait_fd(lane.poll, SERVER_TICK_S):
+                drain(self.signals.doorbell)
+            lane.idle_s = time.perf_counter() - started
+        with self._lock:
+            ready = self._ready()
+            if ready and self.gather_wait_s > 0:
+                ready = self._gather_wait(lane, ready)
+            taken, total = [], 0
+            hdr = self.slots.hdr
+            for k in ready:
+                total += max(0, hdr[k][S_COUNT])
+                if total > self.max_positions:
                     break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                if wait_fd(self._poll, left):
-                    drain(self.signals.doorbell)
-                ready = self._ready()
-        taken, total = [], 0
-        for k in ready:
-            total += max(0, hdr[k][S_COUNT])
-            if total > self.max_positions:
-                break
-            taken.append(k)
-        return taken
+                hdr[k][S_STATE] = TAKEN
+                taken.append(k)
+            return taken
 
-    def run_batch(self, ready: Sequence[int], evaluate: BatchEvaluate) -> None:
-        """One net call for the requests in slots `ready`, results back, clients rung."""
+    def _gather_wait(self, lane: _Lane, ready: list[int]) -> list[int]:
+        """With some slots ready: wait up to `gather_wait_s` for every live client that no
+        lane holds, or for a full batch."""
+        hdr = self.slots.hdr
+        deadline = time.monotonic() + self.gather_wait_s
+        while len(ready) < self._waiting_for():
+            if sum(hdr[k][S_COUNT] for k in ready) >= self.max_positions:
+                break
+            if self.lanes > 1 and self._in_net == 0:  # the net would idle: run now
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # another lane, idle, may drain the doorbell first: look again at least this often
+            if wait_fd(lane.poll, min(left, GATHER_LOOK_S)):
+                drain(self.signals.doorbell)
+            ready = self._ready()
+        return ready
+
+    def run_batch(self, lane: _Lane, taken: Sequence[int], evaluate: BatchEvaluate,
+                  generation: int) -> None:
+        """One net call for the requests in slots `taken` (TAKEN by `lane`), results
+        back with the `generation` that computed them, clients rung. Until they are, the
+        lane counts as in the net."""
+        with self._count_lock:
+            self._in_net += 1
+        try:
+            self._run_batch(lane, taken, evaluate, generation)
+        finally:
+            with self._count_lock:
+                self._in_net -= 1
+
+    def _run_batch(self, lane: _Lane, taken: Sequence[int], evaluate: BatchEvaluate,
+                   generation: int) -> None:
         sl = self.slots
         hdr, ctl = sl.hdr, sl.ctl
         epoch = ctl[C_EPOCH]
         at, spans = 0, []
-        for k in ready:
+        for k in taken:
             h = hdr[k]
-            h[S_STATE] = TAKEN
             h[S_TAKEN_EPOCH] = epoch
             n = h[S_COUNT]
             if not 0 < n <= sl.layout.max_batch:  # a client that died while writing
@@ -557,14 +614,13 @@ class NetServer:
             planes, legal = sl.planes[k, :n], sl.legal[k, :n]
         else:
             for k, lo, n, _ in spans:
-                self._planes[lo : lo + n] = sl.planes[k, :n]
-                self._legal[lo : lo + n] = sl.legal[k, :n]
-            planes, legal = self._planes[:at], self._legal[:at]
+                lane.planes[lo : lo + n] = sl.planes[k, :n]
+                lane.legal[lo : lo + n] = sl.legal[k, :n]
+            planes, legal = lane.planes[:at], lane.legal[:at]
         if at:
             out = evaluate(planes, legal)
             priors, values = out[0], out[1]
             scores = out[2] if len(out) > 2 else None
-        generation = ctl[C_GENERATION]
         for k, lo, n, seq in spans:
             if n:
                 sl.priors[k, :n] = priors[lo : lo + n]
@@ -575,11 +631,12 @@ class NetServer:
             h[S_STATE] = IDLE  # before result_seq: the client may submit at once
             h[S_RESULT_SEQ] = seq
             ring(self.signals.done[k])
-        self.batches += 1
-        self.positions += at
-        ctl[C_BATCHES] += 1
-        ctl[C_POSITIONS] += at
-        ctl[C_MAX_BATCH_SEEN] = max(ctl[C_MAX_BATCH_SEEN], at)
+        with self._count_lock:
+            self.batches += 1
+            self.positions += at
+            ctl[C_BATCHES] += 1
+            ctl[C_POSITIONS] += at
+            ctl[C_MAX_BATCH_SEEN] = max(ctl[C_MAX_BATCH_SEEN], at)
 
     def free_dead_clients(self) -> list[int]:
         """Free the slots whose client process is gone; returns them."""

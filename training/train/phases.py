@@ -14,7 +14,8 @@ last `finish`).
 - `restore(session, ckpt, source)`: a checkpoint back into the trainee
   (`train_state.restore_checkpoint`, beside `save_checkpoint`), or this rank's seed for a
   fresh start; returns the data position.
-- `run_steps(session, n)`: n optimizer steps, summed into `session.totals`.
+- `run_steps(session, n)`: n optimizer steps, summed into `session.totals` (their losses
+  read from the device every `SYNC_EVERY_STEPS` steps, one wait for them all).
 - `finish(session, run_dir, generation)`: the totals reduced over ranks, the non-finite
   check, validation, and on rank 0 the generation's files (checkpoint, model, metrics row,
   rounds/round_<gen>.json) before a barrier; the totals start again. Returns the
@@ -49,9 +50,10 @@ from training.run.run_dir import RunDir
 from training.train import round_result
 from training.train.ddp import DistContext, all_gather_json, all_reduce_sum, barrier
 from training.train.round_result import RoundResult
-from training.train.steps import (AUX_LOSSES, FaultHooks, IndexBatches, Trainee,
+from training.train.steps import (AUX_LOSSES, FaultHooks, IndexBatches, StepStats, Trainee,
                                   autocast_dtype, is_oom, loss_weights, maybe_inject_fault,
-                                  one_step, update_ema, validate, weights_checksums)
+                                  one_step, step_sums, update_ema, validate,
+                                  weights_checksums)
 from training.train.train_state import (WarmupSchedule, drop_multiplier, restore_checkpoint,
                                         rng_from_json, rng_json, rng_state, save_checkpoint,
                                         scaled_lr, seed_everything)
@@ -192,22 +194,34 @@ def restore(s: Session, ckpt: dict | None, source: str) -> tuple[int, int]:
                               world_size=ctx.world_size, seed=cfg.run.seed)
 
 
+SYNC_EVERY_STEPS = 16
+"""`run_steps` reads the steps' losses from the device (one wait, one all-reduce) this
+often, and at its end."""
+STEPS_READ_ALONE = 3
+"""... and after each of its first this many steps, whose seconds (warming up: cuDNN's
+choices, the allocator) are then their own, not shared with the steps after them."""
+
+
 def run_steps(s: Session, n: int, bar: Any = None) -> None:
     """`n` optimizer steps over the session's batches, added to its totals; an out-of-memory
-    micro-batch is halved (down to 1) and the step taken again."""
+    micro-batch is halved (down to 1) and the step taken again. The device is waited for
+    after each of the first `STEPS_READ_ALONE` steps and then every `SYNC_EVERY_STEPS`,
+    when their losses are read: a step's seconds are those of its group, shared equally."""
     t0 = time.perf_counter()
     trainee, batches, dataset, totals = s.trainee, s.batches, s.dataset, s.totals
     ctx, p, hooks = s.ctx, s.plan, s.hooks
     schedule, optimizer = trainee.schedule, trainee.optimizer
-    for step in range(totals.steps, totals.steps + n):
-        t_step = time.perf_counter()
+    pending: list[StepStats] = []
+    group_t0 = time.perf_counter()
+    first = totals.steps
+    for step in range(first, first + n):
         maybe_inject_fault(hooks, ctx.rank, step)
         batch = fetch_batch(dataset, batches.next())
         for g in optimizer.param_groups:
             g["lr"] = schedule.lr()
         while True:
             try:
-                step_sums = one_step(trainee, batch, ctx, hooks)
+                stats = one_step(trainee, batch, ctx, hooks)
                 break
             except RuntimeError as e:
                 if not is_oom(e) or trainee.micro == 1:
@@ -221,14 +235,28 @@ def run_steps(s: Session, n: int, bar: Any = None) -> None:
                             trainee.micro, math.ceil(p.per_rank / trainee.micro))
         schedule.step += 1
         update_ema(trainee)
-        totals.sums += step_sums
-        reduced = all_reduce_sum([step_sums[0] + step_sums[1], step_sums[3]], ctx)
-        totals.step_losses.append(reduced[0] / reduced[1])
-        totals.step_seconds.append(time.perf_counter() - t_step)
+        pending.append(stats)
+        if (len(pending) >= SYNC_EVERY_STEPS or step == first + n - 1
+                or step < first + STEPS_READ_ALONE):
+            _read_steps(totals, pending, group_t0, ctx)
+            pending, group_t0 = [], time.perf_counter()
+            if bar is not None:
+                bar.set_postfix(loss=f"{totals.step_losses[-1]:.3f}", lr=f"{schedule.lr():.3g}")
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{totals.step_losses[-1]:.3f}", lr=f"{schedule.lr():.3g}")
     totals.seconds += time.perf_counter() - t0
+
+
+def _read_steps(totals: Totals, pending: list[StepStats], t0: float, ctx: DistContext) -> None:
+    """The pending steps' sums into `totals`: each step's loss over every rank (one
+    all-reduce for them all) and its share of the group's seconds."""
+    sums = step_sums(pending)  # waits for the device
+    seconds = (time.perf_counter() - t0) / len(pending)
+    totals.sums += sums.sum(axis=0)
+    k = len(pending)
+    reduced = all_reduce_sum([*(sums[:, 0] + sums[:, 1]), *sums[:, 3]], ctx)
+    totals.step_losses += [loss / rows for loss, rows in zip(reduced[:k], reduced[k:])]
+    totals.step_seconds += [seconds] * k
 
 
 def finish(s: Session, run_dir: Path, generation: int,

@@ -7,6 +7,9 @@ caller halve the micro-batch), `validate` (the held-out loss), `weights_checksum
 every rank under DDP), `IndexBatches` (DistributedSampler with `set_epoch` and `drop_last`,
 resumable at (epoch, offset)), the autocast choice and the fault hooks of the tests, and the
 `Trainee` a step changes (the net, DDP around it, the optimizer, the schedule, autocast).
+A step does not wait for the device: its losses stay there (`StepStats`) until the caller
+reads many steps' at once (`step_sums`), so on a GPU the next batch is fetched and its
+kernels queued while the last step computes.
 
 Vocabulary as in `training.train.phases`. It must not: write files, choose what to train on or
 for how long (the phases do), or touch the process group but through `training.train.ddp`.
@@ -20,7 +23,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -219,23 +222,45 @@ def update_ema(trainee: Trainee) -> None:
         return
     decay = ema_decay_at(trainee.ema_decay, trainee.schedule.step)
     torch._foreach_lerp_(list(ema.parameters()), list(trainee.net.parameters()), 1.0 - decay)
-    for mine, theirs in zip(ema.buffers(), trainee.net.buffers()):
-        mine.copy_(theirs)
+    torch._foreach_copy_(list(ema.buffers()), list(trainee.net.buffers()))
+
+
+@dataclass
+class StepStats:
+    """What one step's micro-batches measured, still on the device (reading it waits for
+    the step: `step_sums` reads many steps' at once). `values` [micro-batches, 3 +
+    len(AUX_LOSSES)]: policy loss, value loss, correct, then each of AUX_LOSSES' loss (0
+    where the net has no such head); `rows`: each micro-batch's samples."""
+
+    values: torch.Tensor
+    rows: list[int]
+
+
+def step_sums(stats: Sequence[StepStats]) -> np.ndarray:
+    """[steps, 4 + len(AUX_LOSSES)]: each step's sums [policy loss * n, value loss * n,
+    correct, n, then each of AUX_LOSSES' loss * n], in float64; one copy from the device."""
+    if not stats:
+        return np.zeros((0, 4 + len(AUX_LOSSES)))
+    values = torch.cat([st.values for st in stats]).double().cpu().numpy()
+    rows = np.array([r for st in stats for r in st.rows], np.float64)
+    per_micro = np.concatenate([values[:, :2] * rows[:, None], values[:, 2:3], rows[:, None],
+                                values[:, 3:] * rows[:, None]], axis=1)
+    ends = np.cumsum([len(st.rows) for st in stats])
+    return np.add.reduceat(per_micro, np.concatenate([[0], ends[:-1]]), axis=0)
 
 
 def one_step(trainee: Trainee, batch: dict[str, torch.Tensor], ctx: DistContext,
-             hooks: FaultHooks) -> np.ndarray:
+             hooks: FaultHooks) -> StepStats:
     """One optimizer step of `trainee` over this rank's batch in micro-batches of
-    `trainee.micro` (no_sync on all but the last).
-
-    Returns the sums [policy loss * n, value loss * n, correct, n, then each of AUX_LOSSES'
-    loss * n]. The objective is policy + value + the weighted auxiliary losses."""
+    `trainee.micro` (no_sync on all but the last), without waiting for the device: its
+    losses come back as a `StepStats` (`step_sums` reads them). The objective is policy +
+    value + the weighted auxiliary losses."""
     model, optimizer, scaler = trainee.model, trainee.optimizer, trainee.scaler
     micro, autocast, weights = trainee.micro, trainee.autocast, trainee.weights
     optimizer.zero_grad(set_to_none=True)
     rows = batch["planes"].shape[0]
     chunks = [(lo, min(rows, lo + micro)) for lo in range(0, rows, micro)]
-    out = np.zeros(4 + len(AUX_LOSSES))
+    measured = []
     for i, (lo, hi) in enumerate(chunks):
         if hooks.fake_oom_at_micro_batch is not None and hi - lo >= hooks.fake_oom_at_micro_batch:
             raise RuntimeError(f"CUDA out of memory (fake, micro-batch {hi - lo})")
@@ -251,14 +276,17 @@ def one_step(trainee: Trainee, batch: dict[str, torch.Tensor], ctx: DistContext,
                 scaler.scale(loss).backward()
             else:
                 loss.backward()
-        out += [p_loss.item() * (hi - lo), v_loss.item() * (hi - lo), correct.item(), hi - lo,
-                *(aux[k].item() * (hi - lo) if k in aux else 0.0 for k in AUX_LOSSES)]
+        zero = p_loss.new_zeros(())
+        measured.append(torch.stack([p_loss.detach().float(), v_loss.detach().float(),
+                                     correct.detach().float(),
+                                     *(aux[k].detach().float() if k in aux else zero
+                                       for k in AUX_LOSSES)]))
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
     else:
         optimizer.step()
-    return out
+    return StepStats(torch.stack(measured), [hi - lo for lo, hi in chunks])
 
 
 @torch.no_grad()
