@@ -541,12 +541,13 @@ class NetServer:
         doorbell). A lane sleeps without the lock (a lane that holds it through its sleeps
         would starve the others of it) and gathers under it (the gather wait included, so
         that no other lane takes a part of its batch)."""
-        if not self._ready():
+        ready = self._ready()
+        if not ready:
             started = time.perf_counter()
-            spin = self.spin_s if lane.idle_s < SPIN_WHILE_WAITS_UNDER_S else 0.0
-            while not self._ready() and time.perf_counter() < started + spin:
-                pass
-            if not self._ready() and wait_fd(lane.poll, SERVER_TICK_S):
+            spin_end = started + (self.spin_s if lane.idle_s < SPIN_WHILE_WAITS_UNDER_S else 0)
+            while not ready and time.perf_counter() < spin_end:
+                ready = self._ready()
+            if not ready and wait_fd(lane.poll, SERVER_TICK_S):
                 drain(self.signals.doorbell)
             lane.idle_s = time.perf_counter() - started
         with self._lock:
